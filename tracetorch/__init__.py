@@ -1,6 +1,48 @@
-"""tracetorch: per-layer call counts, FLOPs and timings for numpy, PyTorch and duck-typed models."""
+"""tracetorch: per-layer call counts, FLOPs and timings for numpy, PyTorch and duck-typed models.
+
+Example:
+    >>> import numpy as np
+    >>> import tracetorch
+    >>> from tracetorch.core import Linear, ReLU, Sequential, Tensor
+    >>> model = Sequential(Linear(784, 256), ReLU(), Linear(256, 10))
+    >>> tracetorch.count_parameters(model)
+    203530
+    >>> with tracetorch.profile(model) as prof:
+    ...     _ = model(Tensor(np.zeros((64, 784))))
+    >>> prof.forward_flops == 2 * 64 * (784 * 256 + 256 * 10) + 64 * 256
+    True
+"""
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ("__version__",)
+from tracetorch.flops.registry import FlopCount, flop_rule
+from tracetorch.instrument import instrument
+from tracetorch.result import ProfileResult
+from tracetorch.session import profile
+
+__all__ = (
+    "__version__",
+    "FlopCount",
+    "ProfileResult",
+    "flop_rule",
+    "instrument",
+    "load",
+    "profile",
+)
+
+
+def load(path: str) -> ProfileResult:
+    """Read a profile saved with ``prof.save(path)``; a corrupt or foreign file raises ValueError.
+
+    Example:
+        >>> import tracetorch
+        >>> with tracetorch.profile() as prof:
+        ...     pass
+        >>> prof.save("/tmp/empty-run.json")
+        >>> tracetorch.load("/tmp/empty-run.json").total_flops
+        0
+    """
+    from tracetorch.report.jsonio import load_result
+
+    return load_result(path)

@@ -1,0 +1,91 @@
+"""Framework adapters and the bookkeeping of which ones are running.
+
+An adapter starts with the first open profile if its framework is already imported, or the
+moment the framework is imported while a profile is open (a post-import hook), which is what
+lets ``tracetorch run script.py`` profile a script that imports torch itself.
+
+Example:
+    >>> [name for name, _ in ADAPTERS]
+    ['tracetorch.core', 'torch']
+"""
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any, Callable, Dict, Iterator, List, Tuple
+
+import wrapt
+
+from tracetorch.adapters.base import Adapter
+from tracetorch.adapters.duck import duck_targets
+from tracetorch.patching import PatchBoard, PatchTarget
+from tracetorch.recorder import OpCounter
+
+__all__ = ("ADAPTERS", "AdapterSet", "Adapter", "duck_targets")
+
+
+def _core() -> Adapter:
+    from tracetorch.adapters.core import CoreAdapter
+
+    return CoreAdapter()
+
+
+def _torch() -> Adapter:
+    from tracetorch.adapters.torch import TorchAdapter
+
+    return TorchAdapter()
+
+
+#: (module that makes the adapter relevant, factory), in start order.
+ADAPTERS: List[Tuple[str, Callable[[], Adapter]]] = [("tracetorch.core", _core), ("torch", _torch)]
+
+
+class AdapterSet:
+    """The adapters started for the current opening of a :class:`PatchBoard`."""
+
+    def __init__(self, board: PatchBoard) -> None:
+        self.board = board
+        self.counter = OpCounter()
+        self._started: Dict[str, Adapter] = {}
+        self._lock = threading.RLock()
+        self._hooked = False
+
+    def open(self) -> List[Callable[[], None]]:
+        """Start every adapter whose framework is loaded; return the cleanups (board calls this
+        for its first user)."""
+        if not self._hooked:
+            # Registered once per process; the hook does nothing while no profile is open.
+            for module_name, _ in ADAPTERS:
+                wrapt.register_post_import_hook(self._on_import, module_name)
+            self._hooked = True
+        cleanups: List[Callable[[], None]] = [self._started.clear]
+        for module_name, factory in ADAPTERS:
+            if module_name in sys.modules:
+                cleanups.extend(self._start(module_name, factory))
+        return cleanups
+
+    def targets(self, model: Any) -> Iterator[PatchTarget]:
+        """What to wrap now: every started adapter's targets, then the model's own classes."""
+        with self._lock:
+            adapters = list(self._started.values())
+        for adapter in adapters:
+            yield from adapter.patch_targets()
+        if model is not None:
+            yield from duck_targets(model)
+
+    def _start(self, module_name: str, factory: Callable[[], Adapter]) -> List[Callable[[], None]]:
+        with self._lock:
+            if module_name in self._started:
+                return []
+            adapter = factory()
+            self._started[module_name] = adapter
+            return adapter.start(self.board, self.counter)
+
+    def _on_import(self, module: Any) -> None:
+        if not self.board.active:
+            return
+        for module_name, factory in ADAPTERS:
+            if module.__name__ == module_name:
+                self.board.add_cleanups(self._start(module_name, factory))
+                for target in self._started[module_name].patch_targets():
+                    self.board.patch(target)

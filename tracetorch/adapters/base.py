@@ -1,0 +1,59 @@
+"""The small interface a framework implements so the engine can profile its models.
+
+An adapter names the callables to wrap (layer ``forward``\\ s, the backward entry point,
+optimizer steps) and starts whatever else its framework needs while a profile is active:
+counting tensor operations, watching for classes defined inside the block, backward hooks.
+
+Example:
+    >>> class NoFramework:
+    ...     module_name = "builtins"
+    ...     def patch_targets(self):
+    ...         return []
+    ...     def start(self, board, counter):
+    ...         return []
+    >>> isinstance(NoFramework(), Adapter)
+    True
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, List
+
+try:
+    from typing import Protocol, runtime_checkable
+except ImportError:  # pragma: no cover - Python < 3.8 is not supported anyway
+    raise
+
+if TYPE_CHECKING:
+    from tracetorch.patching import PatchBoard, PatchTarget
+    from tracetorch.recorder import OpCounter
+
+__all__ = ("Adapter", "all_subclasses")
+
+
+@runtime_checkable
+class Adapter(Protocol):
+    """What the engine asks of a framework.
+
+    ``module_name`` is the import that makes the adapter relevant; ``patch_targets`` lists what
+    exists now; ``start`` runs once when the first profile opens (or when the framework is
+    imported while one is open) and returns the cleanups to run when the last one closes.
+    """
+
+    module_name: str
+
+    def patch_targets(self) -> Iterable["PatchTarget"]: ...
+
+    def start(self, board: "PatchBoard", counter: "OpCounter") -> List[Callable[[], None]]: ...
+
+
+def all_subclasses(cls: type) -> Iterator[type]:
+    """``cls`` and every class derived from it, each once, parents before children."""
+    seen = {cls}
+    stack = [cls]
+    yield cls
+    while stack:
+        for sub in stack.pop().__subclasses__():
+            if sub not in seen:
+                seen.add(sub)
+                stack.append(sub)
+                yield sub

@@ -1,0 +1,117 @@
+"""The FLOP rule registry: analytical formulas keyed by layer type, looked up along the MRO.
+
+Conventions, stated once for the whole package:
+
+* **FLOPs = 2 x MACs** for matrix products and convolutions (one multiply-add is 2 FLOPs), as
+  the TinyTorch guide, ``torch.utils.flop_counter`` and DeepSpeed count. fvcore, thop and ptflops
+  print MACs under the name "flops"; tracetorch labels both and never prints a bare "flops".
+* Counts cover the **whole batch** and every leading dimension (batch, sequence positions).
+* Elementwise work (activations, norms, pooling, bias adds where a rule counts them) is 1 FLOP
+  per output element per elementary operation; each rule's docstring says what it counts.
+  Results keep the matmul/convolution part (``gemm``) apart so reports can compare like for like.
+
+A rule is ``rule(layer, inputs, output) -> int | FlopCount``; ``inputs`` is the tuple of
+positional arguments the layer's ``forward`` received. A rule returns the *inclusive* cost of the
+call: the engine subtracts what child layers recorded, so a composite rule (attention counting
+its projections) never counts a child twice. Registering ``None`` marks a type as deliberately
+free (no warning); a type with no rule at all is reported as unsupported.
+
+Example:
+    >>> class Doubler:
+    ...     def forward(self, x):
+    ...         return x * 2
+    >>> registry = FlopRegistry()
+    >>> @registry.register(Doubler)
+    ... def _doubler(layer, inputs, output):
+    ...     return output.size
+    >>> registry.lookup(Doubler) is _doubler
+    True
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple, Union
+
+__all__ = ("FlopCount", "FlopRule", "FlopRegistry", "NO_RULE", "default_registry", "flop_rule")
+
+
+class FlopCount(NamedTuple):
+    """What a rule may return instead of a bare int.
+
+    ``flops`` is the total, ``gemm`` the part done by matrix products and convolutions, and
+    ``macs`` the multiply-accumulates where that word has a meaning (``None`` elsewhere).
+    """
+
+    flops: int
+    gemm: int = 0
+    macs: Optional[int] = None
+
+
+FlopRule = Callable[[Any, Tuple[Any, ...], Any], Union[int, FlopCount]]
+
+#: Returned by :meth:`FlopRegistry.lookup` for a type nobody wrote a rule for.
+NO_RULE: Any = object()
+
+
+class FlopRegistry:
+    """Rules by type. User rules sit above built-ins; both are found through the MRO.
+
+    :meth:`copy` gives an independent registry, so a profile can override rules for itself
+    without changing what every other profile sees.
+    """
+
+    def __init__(self) -> None:
+        self._builtin: Dict[type, Optional[FlopRule]] = {}
+        self._user: Dict[type, Optional[FlopRule]] = {}
+
+    def register(self, layer_type: type, *, builtin: bool = False) -> Callable[[Any], Any]:
+        """Decorator registering ``rule`` for ``layer_type`` and its subclasses."""
+        if not isinstance(layer_type, type):
+            raise TypeError(f"layer_type must be a class, got {layer_type!r}")
+
+        def decorate(rule: Optional[FlopRule]) -> Optional[FlopRule]:
+            if rule is not None and not callable(rule):
+                raise TypeError(f"a FLOP rule must be callable or None, got {rule!r}")
+            (self._builtin if builtin else self._user)[layer_type] = rule
+            return rule
+
+        return decorate
+
+    def lookup(self, layer_type: type) -> Any:
+        """The rule for ``layer_type`` (a user rule first at each MRO level), ``None`` for a type
+        registered as free, or :data:`NO_RULE`."""
+        for klass in layer_type.__mro__:
+            if klass in self._user:
+                return self._user[klass]
+            if klass in self._builtin:
+                return self._builtin[klass]
+        return NO_RULE
+
+    def copy(self) -> "FlopRegistry":
+        """An independent registry holding the same rules."""
+        twin = FlopRegistry()
+        twin._builtin = dict(self._builtin)
+        twin._user = dict(self._user)
+        return twin
+
+
+#: The process-wide registry that built-in rules and :func:`flop_rule` write to.
+default_registry = FlopRegistry()
+
+
+def flop_rule(layer_type: type) -> Callable[[Any], Any]:
+    """Register a FLOP formula for ``layer_type`` (and its subclasses) in every later profile.
+
+    The rule receives the layer, the tuple of positional inputs and the output, and returns
+    FLOPs as an ``int`` (or a :class:`FlopCount` to also give the GEMM part and MACs). It wins
+    over a built-in rule for the same type; register ``None`` to mark a type as costing nothing.
+
+    Example:
+        >>> import tracetorch
+        >>> class Scale:
+        ...     def forward(self, x):
+        ...         return x * 3
+        >>> @tracetorch.flop_rule(Scale)
+        ... def scale_flops(layer, inputs, output):
+        ...     return output.size          # one multiply per element
+    """
+    return default_registry.register(layer_type)

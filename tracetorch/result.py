@@ -1,0 +1,152 @@
+"""What a profile holds once recorded: the call tree, its totals and its aggregated views.
+
+:class:`ProfileResult` is what ``with tracetorch.profile() as prof`` yields (``profile`` extends
+it) and what :func:`tracetorch.load` returns, so a saved run answers the same questions as a
+live one.
+
+Example:
+    >>> from tracetorch.tree import CallNode
+    >>> result = ProfileResult(CallNode.root())
+    >>> result.total_flops, result.unsupported
+    (0, {})
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from tracetorch.stats import TimeStats
+from tracetorch.tree import CallNode
+
+__all__ = ("ProfileResult", "AggregateRow", "TimelineEvent")
+
+#: One recorded call for the Chrome trace: (node, start ns, end ns, thread id).
+TimelineEvent = Tuple[CallNode, int, int, int]
+
+
+@dataclass
+class AggregateRow:
+    """One row of :meth:`ProfileResult.by_type` or :meth:`ProfileResult.by_module`.
+
+    ``paths`` lists every call site folded into the row; ``time`` merges their per-call timings.
+    """
+
+    key: str
+    type_name: str
+    paths: List[str] = field(default_factory=list)
+    calls: int = 0
+    flops: int = 0
+    gemm_flops: int = 0
+    macs: Optional[int] = None
+    self_ns: int = 0
+    params: int = 0
+    backward_flops: int = 0
+    backward_ns: int = 0
+    time: TimeStats = field(default_factory=TimeStats)
+
+    @property
+    def total_ns(self) -> int:
+        """Inclusive time summed over the folded call sites."""
+        return self.time.total_ns
+
+
+class ProfileResult:
+    """A recorded (or loaded) profile.
+
+    Attributes:
+        root: the tree; its children are the top-level calls.
+        unsupported: layer types with no FLOP rule and no countable operations, with call counts.
+        timeline: per-call events when recorded with ``timeline=True`` (else ``None``).
+        dropped_events: calls left out of the timeline because ``max_events`` was reached.
+        step_times: :class:`TimeStats` of the steps marked with ``step()``.
+        meta: free-form facts about the run (tracetorch version, clock, date).
+    """
+
+    def __init__(self, root: CallNode, unsupported: Optional[Dict[str, int]] = None,
+                 timeline: Optional[List[TimelineEvent]] = None, dropped_events: int = 0,
+                 step_times: Optional[TimeStats] = None,
+                 meta: Optional[Dict[str, Any]] = None) -> None:
+        self.root = root
+        self.unsupported: Dict[str, int] = dict(unsupported or {})
+        self.timeline = timeline
+        self.dropped_events = dropped_events
+        self.step_times = step_times if step_times is not None else TimeStats()
+        self.meta: Dict[str, Any] = dict(meta or {})
+
+    # ---------------------------------------------------------------- totals
+    def nodes(self) -> List[CallNode]:
+        """Every node but the root, depth first in call order."""
+        return [n for n in self.root.walk() if n is not self.root]
+
+    def find(self, path: str) -> CallNode:
+        """The node at a dotted call path, e.g. ``prof.find("layers.0")``."""
+        return self.root.find(path)
+
+    @property
+    def forward_flops(self) -> int:
+        """FLOPs of every forward call (each node's own share, so nothing counts twice)."""
+        return sum(n.flops for n in self.root.walk())
+
+    @property
+    def backward_flops(self) -> int:
+        """FLOPs of gradient computation recorded inside the profile."""
+        return sum(n.backward_flops for n in self.root.walk())
+
+    @property
+    def total_flops(self) -> int:
+        """Forward plus backward FLOPs."""
+        return self.forward_flops + self.backward_flops
+
+    @property
+    def gemm_flops(self) -> int:
+        """Matmul and convolution FLOPs, forward and backward (compare with FlopCounterMode)."""
+        return sum(n.gemm_flops + n.backward_gemm_flops for n in self.root.walk())
+
+    @property
+    def other_flops(self) -> int:
+        """Everything but matmul/convolution (elementwise, norms, pooling...)."""
+        return self.total_flops - self.gemm_flops
+
+    @property
+    def total_time_ns(self) -> int:
+        """Time spent in top-level calls, in nanoseconds."""
+        return sum(c.total_ns for c in self.root.children.values())
+
+    @property
+    def total_time(self) -> float:
+        """Time spent in top-level calls, in seconds."""
+        return self.total_time_ns / 1e9
+
+    # ---------------------------------------------------------------- views
+    def by_type(self) -> Dict[str, AggregateRow]:
+        """One row per layer type, every call site and instance folded in."""
+        return self._aggregate(lambda n: n.type_name)
+
+    def by_module(self) -> Dict[str, AggregateRow]:
+        """One row per module instance; a module called from three parents is one row.
+
+        Rows are keyed by the module's first call path.
+        """
+        rows = self._aggregate(lambda n: n.module_key)
+        return {row.paths[0]: row for row in rows.values()}
+
+    def _aggregate(self, key_of: Any) -> Dict[str, AggregateRow]:
+        rows: Dict[str, AggregateRow] = {}
+        for node in self.nodes():
+            key = key_of(node)
+            row = rows.get(key)
+            if row is None:
+                row = rows[key] = AggregateRow(key=key, type_name=node.type_name)
+            row.paths.append(node.path)
+            row.calls += node.calls
+            row.flops += node.flops
+            row.gemm_flops += node.gemm_flops
+            if node.macs is not None:
+                row.macs = (row.macs or 0) + node.macs
+            row.self_ns += node.self_ns
+            # A module reached through several call sites is still one set of parameters.
+            row.params = max(row.params, node.params)
+            row.backward_flops += node.backward_flops
+            row.backward_ns += node.backward_time.total_ns
+            row.time.merge(node.time)
+        return rows

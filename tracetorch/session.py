@@ -1,0 +1,156 @@
+"""``tracetorch.profile``: the context manager (and decorator) users wrap their code in.
+
+Example:
+    >>> import numpy as np
+    >>> import tracetorch
+    >>> from tracetorch.core import Linear, ReLU, Sequential, Tensor
+    >>> model = Sequential(Linear(4, 8), ReLU(), Linear(8, 2))
+    >>> with tracetorch.profile(model) as prof:
+    ...     _ = model(Tensor(np.ones((3, 4))))
+    >>> prof.find("layers.0").flops          # 2 * 4 * 8 * 3 rows
+    192
+"""
+from __future__ import annotations
+
+import functools
+import time
+from contextvars import Token
+from typing import Any, Callable, Dict, Optional, TypeVar
+
+from tracetorch.adapters import AdapterSet
+from tracetorch.flops.registry import FlopRegistry, default_registry
+from tracetorch.introspect import is_layer
+from tracetorch.patching import BOARD
+from tracetorch.recorder import Recorder, close_root, open_root
+from tracetorch.result import ProfileResult
+from tracetorch.tree import CallNode
+
+__all__ = ("profile",)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# One set of adapters for the one patch board of the process.
+_ADAPTERS = AdapterSet(BOARD)
+
+
+def _zero_clock() -> int:
+    return 0
+
+
+class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile, used like a function
+    """Record every layer call made inside the block: calls, FLOPs and time, as a tree.
+
+    Args:
+        model: optional; its path names the tree (``layers.0``) and, for a duck-typed model,
+            its classes are the ones wrapped. ``tracetorch.core`` and torch layers are wrapped
+            whether or not a model is given.
+        timing: ``False`` records calls and FLOPs without reading the clock.
+        timeline: keep one event per call (capped at ``max_events``) for
+            :meth:`export_chrome_trace`.
+        max_events: the cap on timeline events; calls beyond it are counted as dropped.
+        flop_rules: ``{LayerType: rule}`` overrides for this profile only.
+        clock: an integer-nanosecond clock (tests inject a fake one).
+        warn_unsupported: warn once per layer type that has no FLOP rule.
+
+    On exit every patched attribute is restored exactly, also when the block raises; the
+    exception passes through unchanged and what ran before it stays recorded. A profile may be
+    entered again after it exits and keeps accumulating; used as a decorator, each call of the
+    decorated function is one step.
+
+    Example:
+        >>> import tracetorch
+        >>> with tracetorch.profile() as prof:
+        ...     pass
+        >>> prof.total_flops
+        0
+    """
+
+    def __init__(self, model: Any = None, *, timing: bool = True, timeline: bool = False,
+                 max_events: int = 100_000,
+                 flop_rules: Optional[Dict[type, Any]] = None,
+                 clock: Optional[Callable[[], int]] = None,
+                 warn_unsupported: bool = True) -> None:
+        if model is not None and not (is_layer(model) or callable(model)):
+            raise TypeError(f"model must be a layer (an object with a forward method) or None, "
+                            f"got {type(model).__name__}")
+        if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events < 1:
+            raise ValueError(f"max_events must be a positive int, got {max_events!r}")
+        if clock is not None and not callable(clock):
+            raise TypeError(f"clock must be a callable returning nanoseconds, got {clock!r}")
+        super().__init__(CallNode.root(), timeline=[] if timeline else None,
+                         meta={"timing": bool(timing)})
+        self.model = model
+        self._recorder = Recorder(
+            self.root, model, registry=_registry_with(flop_rules),
+            clock=(clock or time.perf_counter_ns) if timing else _zero_clock,
+            timeline=timeline, max_events=max_events, warn_unsupported=warn_unsupported)
+        self.timeline = self._recorder.events
+        self._token: Optional[Token] = None
+        self._step_start: Optional[int] = None
+
+    # ---------------------------------------------------------------- context manager
+    def __enter__(self) -> "profile":
+        if self._token is not None:
+            raise RuntimeError("this profile is already running; use a new tracetorch.profile() "
+                               "to nest profiles")
+        BOARD.acquire(_ADAPTERS.targets(self.model), on_first=_ADAPTERS.open)
+        try:
+            self._recorder.start()
+            self._token = open_root(self._recorder)
+        except BaseException:
+            BOARD.release()
+            raise
+        self._step_start = self._recorder.clock()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        token, self._token = self._token, None
+        try:
+            if token is not None:
+                close_root(self._recorder, token)
+        finally:
+            try:
+                self._recorder.stop()
+                self.unsupported = self._recorder.unsupported()
+                self.dropped_events = self._recorder.dropped_events
+            finally:
+                BOARD.release()
+
+    def __call__(self, fn: F) -> F:
+        """Use the profile as a decorator: every call runs inside it and counts as one step."""
+        if not callable(fn):
+            raise TypeError(f"profile() decorates a callable, got {type(fn).__name__}")
+
+        @functools.wraps(fn)
+        def run_profiled(*args: Any, **kwargs: Any) -> Any:
+            with self:
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    self.step()
+
+        return run_profiled  # type: ignore[return-value]
+
+    # ---------------------------------------------------------------- steps
+    def step(self) -> None:
+        """Mark the end of a training step: the time since the previous mark is one step."""
+        now = self._recorder.clock()
+        if self._step_start is not None:
+            self.step_times.add(now - self._step_start)
+        self._step_start = now
+
+    @property
+    def running(self) -> bool:
+        """Whether the block is currently open."""
+        return self._token is not None
+
+
+def _registry_with(flop_rules: Optional[Dict[type, Any]]) -> FlopRegistry:
+    if not flop_rules:
+        return default_registry
+    if not isinstance(flop_rules, dict):
+        raise TypeError(f"flop_rules must be a dict {{LayerType: rule}}, got {flop_rules!r}")
+    registry = default_registry.copy()
+    for layer_type, rule in flop_rules.items():
+        registry.register(layer_type)(rule)
+    return registry

@@ -1,0 +1,175 @@
+"""The call tree: one :class:`CallNode` per call path (parent node + child name).
+
+A module shared by three parents appears under each of them with its own counts; the
+``module_key`` each node carries lets by-module views fold those call sites back into one row
+without counting anything twice.
+
+Example:
+    >>> root = CallNode.root()
+    >>> child = root.child("layers.0", "Linear", "m1")
+    >>> child.path, child.depth
+    ('layers.0', 1)
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from tracetorch.stats import TimeStats
+
+__all__ = ("CallNode", "MAX_SHAPES", "Shape", "ShapeSignature")
+
+#: How many distinct input/output shape signatures a node keeps.
+MAX_SHAPES = 4
+
+Shape = Tuple[int, ...]
+#: The shapes of one call's tensor arguments (``None`` for a non-tensor argument).
+ShapeSignature = Tuple[Optional[Shape], ...]
+
+
+class CallNode:
+    """Aggregated calls of one layer (or instrumented function) at one call path.
+
+    Attributes:
+        name: the name under the parent (``"0"``, ``"q_proj"``; the type name when unnamed).
+        type_name: the class (or function) name.
+        kind: ``"module"``, ``"function"``, ``"backward"``, ``"optimizer"`` or ``"root"``.
+        module_key: identifies the instance, shared by every call site of one module.
+        time: inclusive forward time per call.
+        flops: forward FLOPs of all calls; ``gemm_flops`` the matmul/convolution part of it.
+        flops_source: ``"rule"`` (an analytical rule), ``"ops"`` (counted tensor operations),
+            ``"user"`` (``instrument(flops=...)``) or ``"none"``.
+        macs: multiply-accumulates where defined (``None`` where not).
+        params: the module's parameters (its whole subtree, shared tensors once).
+        backward_time / backward_flops / backward_gemm_flops: gradient computation attributed
+            to this node's forward calls.
+        errors: calls that raised.
+    """
+
+    __slots__ = (
+        "name", "type_name", "kind", "module_key", "parent", "children", "time",
+        "flops", "gemm_flops", "macs", "flops_source", "params", "input_shapes",
+        "output_shapes", "backward_time", "backward_flops", "backward_gemm_flops", "errors",
+        "flops_cache", "children_by_owner",
+    )
+
+    def __init__(self, name: str, type_name: str, module_key: str, kind: str = "module",
+                 parent: Optional["CallNode"] = None) -> None:
+        self.name = name
+        self.type_name = type_name
+        self.kind = kind
+        self.module_key = module_key
+        self.parent = parent
+        self.children: Dict[str, CallNode] = {}
+        self.time = TimeStats()
+        self.flops = 0
+        self.gemm_flops = 0
+        self.macs: Optional[int] = None
+        self.flops_source = "none"
+        self.params = 0
+        self.input_shapes: List[ShapeSignature] = []
+        self.output_shapes: List[ShapeSignature] = []
+        self.backward_time = TimeStats()
+        self.backward_flops = 0
+        self.backward_gemm_flops = 0
+        self.errors = 0
+        # Rule results per input signature, so a rule runs once per distinct shape.
+        self.flops_cache: Dict[Any, Tuple[int, int, Optional[int]]] = {}
+        # Transient while recording: id(instance) -> child node, so naming runs once per child.
+        self.children_by_owner: Dict[int, CallNode] = {}
+
+    @classmethod
+    def root(cls) -> "CallNode":
+        """An empty root whose children are the top-level calls."""
+        return cls("", "", "", kind="root")
+
+    def child(self, name: str, type_name: str, module_key: str, kind: str = "module") -> "CallNode":
+        """The child called ``name``, created on first use."""
+        node = self.children.get(name)
+        if node is None:
+            node = CallNode(name, type_name, module_key, kind, parent=self)
+            self.children[name] = node
+        return node
+
+    # ----------------------------------------------------------------- derived quantities
+    @property
+    def calls(self) -> int:
+        """How many times this call path ran forward."""
+        return self.time.count
+
+    @property
+    def total_ns(self) -> int:
+        """Inclusive forward time of all calls."""
+        return self.time.total_ns
+
+    @property
+    def self_ns(self) -> int:
+        """Inclusive time minus the children's inclusive time (never negative)."""
+        return max(0, self.time.total_ns - sum(c.time.total_ns for c in self.children.values()))
+
+    @property
+    def flops_per_call(self) -> float:
+        """Mean forward FLOPs per call."""
+        return self.flops / self.calls if self.calls else 0.0
+
+    @property
+    def subtree_flops(self) -> int:
+        """This node's FLOPs plus every descendant's (what the node cost, inclusive)."""
+        return self.flops + sum(c.subtree_flops for c in self.children.values())
+
+    @property
+    def subtree_gemm_flops(self) -> int:
+        """Matmul/convolution FLOPs of this node and every descendant."""
+        return self.gemm_flops + sum(c.subtree_gemm_flops for c in self.children.values())
+
+    @property
+    def subtree_backward_flops(self) -> int:
+        """Backward FLOPs of this node and every descendant."""
+        return self.backward_flops + sum(c.subtree_backward_flops for c in self.children.values())
+
+    @property
+    def path(self) -> str:
+        """Dotted call path from the top (``""`` for the root)."""
+        names = []
+        node: Optional[CallNode] = self
+        while node is not None and node.kind != "root":
+            if node.name:  # the profiled model's own node is unnamed, like named_modules()
+                names.append(node.name)
+            node = node.parent
+        return ".".join(reversed(names))
+
+    @property
+    def depth(self) -> int:
+        """0 for the root, 1 for top-level calls."""
+        depth, node = 0, self.parent
+        while node is not None:
+            depth, node = depth + 1, node.parent
+        return depth
+
+    def walk(self) -> Iterator["CallNode"]:
+        """This node and its descendants, depth first, in call order."""
+        yield self
+        for child in self.children.values():
+            yield from child.walk()
+
+    def find(self, path: str) -> "CallNode":
+        """The descendant at dotted ``path`` (names may themselves hold dots, so match greedily)."""
+        node = self
+        rest = path
+        while rest:
+            for name, child in node.children.items():
+                if rest == name or rest.startswith(name + "."):
+                    node, rest = child, rest[len(name) + 1:]
+                    break
+            else:
+                raise KeyError(f"no call path {path!r} in this profile")
+        return node
+
+    def note_shapes(self, inputs: ShapeSignature, output: ShapeSignature) -> None:
+        """Keep the first MAX_SHAPES distinct input and output signatures."""
+        if inputs not in self.input_shapes and len(self.input_shapes) < MAX_SHAPES:
+            self.input_shapes.append(inputs)
+        if output not in self.output_shapes and len(self.output_shapes) < MAX_SHAPES:
+            self.output_shapes.append(output)
+
+    def __repr__(self) -> str:
+        return f"CallNode({self.path or '<root>'!r}, {self.type_name}, calls={self.calls})"
