@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 from tracetorch.flops.registry import FlopCount, flop_rule
 from tracetorch.instrument import instrument
 from tracetorch.result import ProfileResult
+from tracetorch.schedule import schedule
 from tracetorch.session import profile
 
 __all__ = (
@@ -29,6 +30,7 @@ __all__ = (
     "instrument",
     "load",
     "profile",
+    "schedule",
 )
 
 

@@ -189,9 +189,7 @@ class Recorder:
         """Stop recording and drop the caches that hold references to the user's objects."""
         self.active = False
         self.flush_backward()
-        # Operations run outside every layer (a loss written with tensor math) belong to the root.
-        self.root.flops += self.root_frame.op_flops
-        self.root.gemm_flops += self.root_frame.op_gemm
+        self.retarget(self.root)
         for node in self.root.walk():
             node.children_by_owner.clear()
             node.time.flush()
@@ -200,6 +198,15 @@ class Recorder:
         self._owners.clear()
         self._param_counts.clear()
         self._rules.clear()
+
+    def retarget(self, node: CallNode) -> None:
+        """Send top-level calls to ``node`` from now on (a scratch root during warm-up steps)."""
+        frame = self.root_frame
+        # Operations run outside every layer (a loss written with tensor math) belong to the root.
+        frame.node.flops += frame.op_flops
+        frame.node.gemm_flops += frame.op_gemm
+        frame.op_flops = frame.op_gemm = 0
+        frame.node = node
 
     # ------------------------------------------------------------------ tree building
     def new_child(self, frame: Frame, owner: Any, kind: str, label: Optional[str]) -> CallNode:

@@ -23,6 +23,7 @@ from tracetorch.introspect import is_layer
 from tracetorch.patching import BOARD
 from tracetorch.recorder import Recorder, close_root, open_root
 from tracetorch.result import ProfileResult
+from tracetorch.schedule import Phase, schedule
 from tracetorch.tree import CallNode
 
 __all__ = ("profile",)
@@ -51,6 +52,8 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
         flop_rules: ``{LayerType: rule}`` overrides for this profile only.
         clock: an integer-nanosecond clock (tests inject a fake one).
         warn_unsupported: warn once per layer type that has no FLOP rule.
+        schedule: a :class:`tracetorch.schedule` choosing which steps (marked with
+            :meth:`step`) are recorded; without one every step is.
 
     On exit every patched attribute is restored exactly, also when the block raises; the
     exception passes through unchanged and what ran before it stays recorded. A profile may be
@@ -69,7 +72,8 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
                  max_events: int = 100_000,
                  flop_rules: Optional[Dict[type, Any]] = None,
                  clock: Optional[Callable[[], int]] = None,
-                 warn_unsupported: bool = True) -> None:
+                 warn_unsupported: bool = True,
+                 schedule: Optional[schedule] = None) -> None:
         if model is not None and not (is_layer(model) or callable(model)):
             raise TypeError(f"model must be a layer (an object with a forward method) or None, "
                             f"got {type(model).__name__}")
@@ -85,29 +89,35 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
             clock=(clock or time.perf_counter_ns) if timing else _zero_clock,
             timeline=timeline, max_events=max_events, warn_unsupported=warn_unsupported)
         self.timeline = self._recorder.events
+        if schedule is not None and not callable(schedule):
+            raise TypeError(f"schedule must be a tracetorch.schedule(...), got {schedule!r}")
+        self.schedule = schedule
+        self.step_count = 0
+        self._running = False
         self._token: Optional[Token] = None
         self._step_start: Optional[int] = None
 
     # ---------------------------------------------------------------- context manager
     def __enter__(self) -> "profile":
-        if self._token is not None:
+        if self._running:
             raise RuntimeError("this profile is already running; use a new tracetorch.profile() "
                                "to nest profiles")
         BOARD.acquire(_ADAPTERS.targets(self.model), on_first=_ADAPTERS.open)
         try:
             self._recorder.start()
-            self._token = open_root(self._recorder)
+            self._running = True
+            self._apply_phase()
         except BaseException:
+            self._running = False
             BOARD.release()
             raise
         self._step_start = self._recorder.clock()
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
-        token, self._token = self._token, None
+        self._running = False
         try:
-            if token is not None:
-                close_root(self._recorder, token)
+            self._close_root()
         finally:
             try:
                 self._recorder.stop()
@@ -133,16 +143,43 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
 
     # ---------------------------------------------------------------- steps
     def step(self) -> None:
-        """Mark the end of a training step: the time since the previous mark is one step."""
+        """Mark the end of a training step: the time since the previous mark is one step.
+
+        With a ``schedule``, only active steps count, and the next step's phase starts here.
+        """
         now = self._recorder.clock()
-        if self._step_start is not None:
+        if self._step_start is not None and self.phase == "active":
             self.step_times.add(now - self._step_start)
-        self._step_start = now
+        self._recorder.flush_backward()
+        self.step_count += 1
+        if self._running:
+            self._apply_phase()
+        self._step_start = self._recorder.clock()
+
+    @property
+    def phase(self) -> Phase:
+        """The current step's phase: ``"active"`` unless a schedule says otherwise."""
+        return self.schedule(self.step_count) if self.schedule is not None else "active"
+
+    def _apply_phase(self) -> None:
+        phase = self.phase
+        if phase in ("wait", "done"):
+            self._close_root()
+            return
+        # Warm-up steps run recorded, into a scratch tree that the next step throws away.
+        self._recorder.retarget(self.root if phase == "active" else CallNode.root())
+        if self._token is None:
+            self._token = open_root(self._recorder)
+
+    def _close_root(self) -> None:
+        token, self._token = self._token, None
+        if token is not None:
+            close_root(self._recorder, token)
 
     @property
     def running(self) -> bool:
         """Whether the block is currently open."""
-        return self._token is not None
+        return self._running
 
 
 def _registry_with(flop_rules: Optional[Dict[type, Any]]) -> FlopRegistry:

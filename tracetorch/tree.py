@@ -152,17 +152,12 @@ class CallNode:
             yield from child.walk()
 
     def find(self, path: str) -> "CallNode":
-        """The descendant at dotted ``path`` (names may themselves hold dots, so match greedily)."""
-        node = self
-        rest = path
-        while rest:
-            for name, child in node.children.items():
-                if rest == name or rest.startswith(name + "."):
-                    node, rest = child, rest[len(name) + 1:]
-                    break
-            else:
-                raise KeyError(f"no call path {path!r} in this profile")
-        return node
+        """The first descendant (depth first) whose dotted path is ``path``; ``""`` is the
+        profiled model's own node."""
+        for node in self.walk():
+            if node is not self and node.path == path:
+                return node
+        raise KeyError(f"no call path {path!r} in this profile")
 
     def note_shapes(self, inputs: ShapeSignature, output: ShapeSignature) -> None:
         """Keep the first MAX_SHAPES distinct input and output signatures."""

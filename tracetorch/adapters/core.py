@@ -43,7 +43,9 @@ class CoreAdapter:
     def start(self, board: PatchBoard, counter: OpCounter) -> List[Callable[[], None]]:
         """Observe tensor operations and patch classes created from now on."""
         from tracetorch.core import autograd, layers
+        from tracetorch.flops.core_rules import register_core_rules
 
+        register_core_rules()
         previous = autograd.set_op_observer(counter)
 
         def patch_new_class(cls: type) -> None:
