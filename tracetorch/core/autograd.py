@@ -1,0 +1,296 @@
+"""Reverse-mode autograd engine and the op-observer hook the profiler relies on.
+
+Every tensor operation in :mod:`tracetorch.core` computes its forward result with numpy,
+reports it to the op observer (when one is installed), and -- when an input requires a
+gradient and grad mode is on -- records a :class:`Node` holding a backward closure.
+:func:`run_backward` walks those nodes in reverse topological order.
+
+Observer contract (used by the tracetorch profiler engine)::
+
+    class MyObserver:
+        def forward_op(self, name, flops, gemm):            # after each op's forward
+            return tag                                       # stored on the graph node
+        def backward_op(self, tag, name, flops, gemm, elapsed_ns):  # after each node's backward
+            ...
+
+    prev = set_op_observer(MyObserver())   # returns the previous observer (or None)
+    ...
+    set_op_observer(prev)
+
+With no observer installed an op pays exactly one ``_observer is not None`` check.
+``forward_op`` is called in inference too (no grad), because the profiler attributes
+op FLOPs to the innermost layer that ran them.  ``backward_op`` is called once per graph
+node processed by ``backward()``; ``elapsed_ns`` is the ``time.perf_counter_ns()`` duration
+of that node's backward closure (which includes its broadcast reductions).
+
+FLOP conventions (exact; ``n`` = elements of the op's output, ``N_in`` = elements of
+its input, "per grad input" = counted once for each input that requires grad, ``R`` =
+broadcast-reduction adds = ``n - input.size`` for every grad input that was broadcast,
+i.e. summing ``n`` gradient values down to the input's size costs one add per value removed)::
+
+    op name          forward                  gemm  backward
+    ---------------  -----------------------  ----  ----------------------------------------
+    add, sub         1*n                      no    1*n per grad input + R
+    mul, div         1*n                      no    2*n per grad input + R
+    neg              1*n                      no    1*n
+    pow (scalar p)   1*n                      no    3*n
+    exp, log         1*n                      no    1*n
+    sqrt             1*n                      no    2*n
+    masked_fill      1*n                      no    1*n + R
+    relu             1*n                      no    1*n
+    sigmoid          4*n  (neg, exp, add, div) no   3*n
+    tanh             1*n                      no    3*n
+    gelu             6*n  (x*sigmoid(1.702x))  no   6*n
+    softmax          5*n  (max,sub,exp,sum,div) no  4*n
+    log_softmax      5*n                      no    4*n
+    sum, mean, max   N_in                     no    N_in
+    reshape, transpose, permute  0            no    0
+    getitem          0                        no    n  (scatter-add into the input's shape)
+    embedding        0                        no    n  (scatter-add into the weight rows)
+    matmul           2*B*m*k*n_cols           yes   2*B*m*k*n_cols per grad input + R
+    conv2d           2*kh*kw*Cin*Cout*OH*OW*N yes   2*kh*kw*Cin*Cout*OH*OW*N for the weight
+                                                    grad + the same for the input grad
+    max_pool2d       kh*kw*n                  no    1*n
+    avg_pool2d       kh*kw*n                  no    kh*kw*n
+    layer_norm       7*N_in                   no    8*N_in (input) + 2*N_in (weight) + 1*N_in (bias)
+    batch_norm train 7*N_in                   no    8*N_in (input) + 2*N_in (weight) + 1*N_in (bias)
+    batch_norm eval  4*N_in                   no    2*N_in (input) + 2*N_in (weight) + 1*N_in (bias)
+    cross_entropy    5*N*C + N                no    3*N*C
+
+(matmul: ``B`` = product of the broadcast batch dims, (m, k) @ (k, n_cols); for 1-D operands
+m or n_cols is 1; ``R`` only arises when a batch dimension was broadcast.  conv2d: the bias
+add, the bias gradient and the sum of per-image weight gradients are not counted; the bias
+is fused into the op.  Norms: the per-row/per-channel ``1/sqrt(var + eps)`` is not counted;
+weight/bias terms only apply when they exist and require grad.  Optimizer updates work on
+raw arrays and are not tensor ops, so they are not reported.)
+
+Gradient storage: ``.grad`` of a leaf tensor is a ``Tensor`` (``requires_grad=False``) whose
+``.data`` is a fresh ndarray of the leaf's dtype; gradients accumulate across backward calls
+(``grad = grad + new``, never in place) until ``zero_grad()`` sets ``.grad`` to ``None``.
+Non-leaf tensors get ``.grad`` only after ``retain_grad()``.  The graph is kept after
+``backward()`` so it may be called again (grads add up).
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Protocol, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from .tensor import Tensor
+
+__all__ = [
+    "OpObserver",
+    "set_op_observer",
+    "get_op_observer",
+    "no_grad",
+    "enable_grad",
+    "is_grad_enabled",
+    "Node",
+    "unbroadcast",
+    "reduction_adds",
+    "run_backward",
+]
+
+
+class OpObserver(Protocol):
+    """What the profiler installs with :func:`set_op_observer`.
+
+    Example::
+
+        class Count:
+            def __init__(self): self.flops = 0
+            def forward_op(self, name, flops, gemm): self.flops += flops
+            def backward_op(self, tag, name, flops, gemm, elapsed_ns): pass
+    """
+
+    def forward_op(self, name: str, flops: int, gemm: bool) -> object | None: ...
+
+    def backward_op(
+        self, tag: object, name: str, flops: int, gemm: bool, elapsed_ns: int
+    ) -> None: ...
+
+
+# Read by every op as ``_ag._observer`` (module attribute, so swapping it takes effect at once).
+_observer: Optional[OpObserver] = None
+# Global grad mode; a plain flag (not thread-local) so that checking it costs one lookup.
+_grad_enabled: bool = True
+
+
+def set_op_observer(observer: Optional[OpObserver]) -> Optional[OpObserver]:
+    """Install ``observer`` (or ``None`` to remove it) and return the previous one.
+
+    Example::
+
+        prev = set_op_observer(my_observer)
+        try:
+            model(x)
+        finally:
+            set_op_observer(prev)
+    """
+    global _observer
+    previous = _observer
+    _observer = observer
+    return previous
+
+
+def get_op_observer() -> Optional[OpObserver]:
+    """Return the installed op observer, or ``None``."""
+    return _observer
+
+
+def is_grad_enabled() -> bool:
+    """True when ops record graph nodes for backward."""
+    return _grad_enabled
+
+
+@contextmanager
+def _grad_mode(enabled: bool) -> Iterator[None]:
+    global _grad_enabled
+    previous = _grad_enabled
+    _grad_enabled = enabled
+    try:
+        yield
+    finally:
+        _grad_enabled = previous
+
+
+def no_grad():
+    """Context manager that stops ops from building a graph (inference is cheaper).
+
+    Example::
+
+        with no_grad():
+            logits = model(x)     # logits.requires_grad is False
+    """
+    return _grad_mode(False)
+
+
+def enable_grad():
+    """Context manager that turns graph building back on (e.g. inside ``no_grad``)."""
+    return _grad_mode(True)
+
+
+class Node:
+    """One recorded op: its inputs, backward closure, and what to tell the observer.
+
+    ``backward(grad_out)`` returns one gradient (or ``None``) per entry of ``parents``;
+    a parent is ``None`` for a constant (non-Tensor) operand.
+    """
+
+    __slots__ = ("parents", "backward", "name", "tag", "gemm", "flops")
+
+    def __init__(
+        self,
+        parents: Sequence[Optional["Tensor"]],
+        backward: Callable[[np.ndarray], Sequence[Optional[np.ndarray]]],
+        name: str,
+        tag: object,
+        gemm: bool,
+        flops: int,
+    ) -> None:
+        self.parents = parents
+        self.backward = backward
+        self.name = name
+        self.tag = tag
+        self.gemm = gemm
+        self.flops = flops
+
+    def __repr__(self) -> str:
+        return f"<Node {self.name} flops={self.flops}>"
+
+
+def unbroadcast(grad: np.ndarray, shape: tuple) -> np.ndarray:
+    """Sum ``grad`` down to ``shape`` (undo numpy broadcasting); costs grad.size - prod(shape) adds."""
+    if grad.shape == shape:
+        return grad
+    extra = grad.ndim - len(shape)
+    if extra:
+        grad = grad.sum(axis=tuple(range(extra)))
+    axes = tuple(i for i, s in enumerate(shape) if s == 1 and grad.shape[i] != 1)
+    if axes:
+        grad = grad.sum(axis=axes, keepdims=True)
+    # A full reduction yields a numpy scalar; keep the engine working with arrays.
+    return grad if isinstance(grad, np.ndarray) else np.asarray(grad)
+
+
+def reduction_adds(out_size: int, in_shape: tuple) -> int:
+    """Adds spent by :func:`unbroadcast` to bring ``out_size`` values down to ``in_shape``."""
+    return out_size - int(np.prod(in_shape, dtype=np.int64))
+
+
+def _topological_order(root: "Tensor") -> list:
+    """Tensors reachable from ``root`` through grad-requiring inputs, inputs first."""
+    order: list = []
+    seen = {id(root)}
+    stack = [(root, 0)]
+    while stack:
+        tensor, index = stack[-1]
+        node = tensor._grad_fn
+        parents = node.parents if node is not None else ()
+        while index < len(parents):
+            parent = parents[index]
+            index += 1
+            if parent is not None and parent.requires_grad and id(parent) not in seen:
+                seen.add(id(parent))
+                stack[-1] = (tensor, index)
+                stack.append((parent, 0))
+                break
+        else:
+            stack.pop()
+            order.append(tensor)
+    return order
+
+
+def run_backward(root: "Tensor", grad: np.ndarray) -> None:
+    """Back-propagate ``grad`` (already shaped like ``root``) into every reachable leaf."""
+    from .tensor import Tensor  # local: tensor.py imports this module
+
+    observer = _observer
+    order = _topological_order(root)
+    grads: dict = {id(root): grad}
+    # Arrays already stored in some .grad: a second owner must get a copy, because add and
+    # reshape pass the same array on to several inputs.
+    handed_out: set = set()
+    for tensor in reversed(order):
+        g = grads.pop(id(tensor), None)
+        if g is None:
+            continue
+        node = tensor._grad_fn
+        if node is None or tensor._retains_grad:
+            _store_grad(tensor, g, handed_out, Tensor)
+        if node is None:
+            continue
+        if observer is not None:
+            start = time.perf_counter_ns()
+            input_grads = node.backward(g)
+            elapsed = time.perf_counter_ns() - start
+            observer.backward_op(node.tag, node.name, node.flops, node.gemm, elapsed)
+        else:
+            input_grads = node.backward(g)
+        for parent, pg in zip(node.parents, input_grads):
+            if pg is None or parent is None or not parent.requires_grad:
+                continue
+            key = id(parent)
+            previous = grads.get(key)
+            grads[key] = pg if previous is None else previous + pg
+
+
+def _store_grad(tensor: "Tensor", g: np.ndarray, handed_out: set, tensor_cls: type) -> None:
+    dtype = tensor.data.dtype
+    if g.dtype != dtype:
+        g = g.astype(dtype)
+    elif not g.flags.writeable or id(g) in handed_out:
+        g = g.copy()
+    if g.shape != tensor.data.shape:  # e.g. a 0-d gradient for a (1,) leaf
+        g = np.broadcast_to(g, tensor.data.shape).copy()
+    handed_out.add(id(g))
+    current = tensor.grad
+    if current is None:
+        tensor.grad = tensor_cls._wrap(g)
+    elif isinstance(current, tensor_cls):
+        current.data = current.data + g
+    else:  # a user stored a raw array in .grad; keep working with it
+        tensor.grad = tensor_cls._wrap(np.asarray(current) + g)
