@@ -1,0 +1,48 @@
+"""Reports of a profile: text tables, versioned JSON and Chrome/Perfetto traces.
+
+One module per format: :mod:`~tracetorch.report.units` (number humanizers every renderer uses),
+:mod:`~tracetorch.report.table` (the call tree and flat views as text),
+:mod:`~tracetorch.report.jsonio` (save and load), :mod:`~tracetorch.report.chrome` (trace
+export). ``ProfileResult`` methods (``table()``, ``save()``, ``export_chrome_trace()``) and
+``tracetorch.load`` call these functions.
+
+Example:
+    >>> from tracetorch.result import ProfileResult
+    >>> from tracetorch.tree import CallNode
+    >>> root = CallNode.root(); root.child("fc", "Linear", "m0").time.add(1_500)
+    >>> "fc (Linear)" in render_table(ProfileResult(root))
+    True
+"""
+from __future__ import annotations
+
+from tracetorch.report.chrome import chrome_trace_events, export_chrome_trace
+from tracetorch.report.jsonio import (
+    FORMAT_NAME, FORMAT_VERSION, load_result, result_from_dict, result_to_dict, save_result,
+)
+from tracetorch.report.summary import summary_lines
+from tracetorch.report.table import render_flat, render_table
+from tracetorch.report.units import (
+    format_count, format_flops, format_macs, format_percent, format_rate, format_shape,
+    format_time_ns,
+)
+
+__all__ = (
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "chrome_trace_events",
+    "export_chrome_trace",
+    "format_count",
+    "format_flops",
+    "format_macs",
+    "format_percent",
+    "format_rate",
+    "format_shape",
+    "format_time_ns",
+    "load_result",
+    "render_flat",
+    "render_table",
+    "result_from_dict",
+    "result_to_dict",
+    "save_result",
+    "summary_lines",
+)

@@ -1,0 +1,372 @@
+"""Versioned JSON for profiles: :func:`save_result` writes one, :func:`load_result` reads it back.
+
+The document is one object::
+
+    {"format": "tracetorch-profile", "version": 1,
+     "meta": {...}, "root": {node}, "unsupported": {"Type": calls},
+     "step_times": {TimeStats}, "dropped_events": 0, "timeline": null}
+
+A node holds its fields under the names :class:`~tracetorch.tree.CallNode` uses (``type`` for
+``type_name``), its two :class:`~tracetorch.stats.TimeStats` in their own ``to_dict`` form (so
+quantiles survive the trip exactly), shapes as lists (``null`` for a non-tensor argument) and
+``children`` as a list in call order. The transient FLOP-rule cache is not saved.
+
+The timeline, when one was recorded, is saved as ``[node, start_ns, end_ns, thread_id]`` rows,
+where ``node`` is the node's position in a depth-first, call-order walk of the saved tree (the
+root is 0). Indices rather than dotted paths, because a name may itself contain dots, and because
+the timeline is the bulky part of a file. It is capped when recorded, so the file stays bounded.
+
+Reading is strict: anything but a version-1 profile raises :class:`ValueError` naming the file
+and the problem (the JSON location of a bad field). A missing file raises the usual
+:class:`FileNotFoundError`, unchanged, as ``open`` would.
+
+Example:
+    >>> from tracetorch.result import ProfileResult
+    >>> from tracetorch.tree import CallNode
+    >>> root = CallNode.root(); root.child("fc", "Linear", "m0").time.add(1_000)
+    >>> again = result_from_dict(result_to_dict(ProfileResult(root)))
+    >>> again.find("fc").calls, again.total_time_ns
+    (1, 1000)
+"""
+from __future__ import annotations
+
+import json
+import numbers
+import os
+from typing import Any, Dict, List, NoReturn, Optional, Tuple, Union
+
+from tracetorch.result import ProfileResult, TimelineEvent
+from tracetorch.stats import TimeStats
+from tracetorch.tree import CallNode, ShapeSignature
+
+__all__ = (
+    "FORMAT_NAME", "FORMAT_VERSION", "result_to_dict", "result_from_dict", "save_result",
+    "load_result",
+)
+
+#: The ``"format"`` value every saved profile carries.
+FORMAT_NAME = "tracetorch-profile"
+#: The newest layout this module writes and reads; bumped on any incompatible change.
+FORMAT_VERSION = 1
+
+PathLike = Union[str, "os.PathLike[str]"]
+_STATS_KEYS = ("count", "total_ns", "min_ns", "max_ns", "mean_ns", "m2", "buckets")
+
+
+# ------------------------------------------------------------------------------------ writing
+def _number(value: Any) -> Union[int, float]:
+    # Rules may hand back numpy integers or floats; JSON wants plain numbers, ints when exact.
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    as_float = float(value)
+    return int(as_float) if as_float.is_integer() else as_float
+
+
+def _jsonable(value: Any) -> Any:
+    """Free-form metadata made JSON-safe: containers recurse, numpy scalars unwrap, rest is str."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "tolist"):
+        return _jsonable(value.tolist())
+    return str(value)
+
+
+def _dim(d: Any) -> Union[int, str]:
+    # A symbolic dimension (a traced size) is kept as its text rather than failing the save.
+    return int(d) if isinstance(d, numbers.Integral) else str(d)
+
+
+def _signature_to_json(sig: Optional[ShapeSignature]) -> Optional[List[Optional[List[Any]]]]:
+    if sig is None:
+        return None
+    return [None if shape is None else [_dim(d) for d in shape] for shape in sig]
+
+
+def _node_to_dict(node: CallNode) -> Dict[str, Any]:
+    return {
+        "name": node.name,
+        "type": node.type_name,
+        "kind": node.kind,
+        "module_key": node.module_key,
+        "time": node.time.to_dict(),
+        "flops": _number(node.flops),
+        "gemm_flops": _number(node.gemm_flops),
+        "macs": None if node.macs is None else _number(node.macs),
+        "flops_source": node.flops_source,
+        "params": int(node.params),
+        "input_shapes": [_signature_to_json(s) for s in node.input_shapes],
+        "output_shapes": [_signature_to_json(s) for s in node.output_shapes],
+        "backward_time": node.backward_time.to_dict(),
+        "backward_flops": _number(node.backward_flops),
+        "backward_gemm_flops": _number(node.backward_gemm_flops),
+        "errors": int(node.errors),
+        "children": [_node_to_dict(c) for c in node.children.values()],
+    }
+
+
+def result_to_dict(result: ProfileResult) -> Dict[str, Any]:
+    """A JSON-ready dict of ``result``, which :func:`result_from_dict` turns back into a result.
+
+    Raises:
+        ValueError: a timeline event refers to a node that is not in ``result.root``'s tree.
+
+    Example:
+        >>> from tracetorch.tree import CallNode
+        >>> data = result_to_dict(ProfileResult(CallNode.root()))
+        >>> data["format"], data["version"], data["timeline"]
+        ('tracetorch-profile', 1, None)
+    """
+    timeline: Optional[List[List[int]]] = None
+    if result.timeline is not None:
+        index = {id(node): i for i, node in enumerate(result.root.walk())}
+        timeline = []
+        for node, start, end, tid in result.timeline:
+            if id(node) not in index:
+                raise ValueError(f"timeline event for {node!r} refers to a node outside the tree")
+            timeline.append([index[id(node)], int(start), int(end), int(tid)])
+    return {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "meta": _jsonable(result.meta),
+        "root": _node_to_dict(result.root),
+        "unsupported": {str(k): int(v) for k, v in result.unsupported.items()},
+        "step_times": result.step_times.to_dict(),
+        "dropped_events": int(result.dropped_events),
+        "timeline": timeline,
+    }
+
+
+def save_result(result: ProfileResult, path: PathLike) -> None:
+    """Write ``result`` to ``path`` as JSON (see the module docstring for the layout).
+
+    Example:
+        >>> import os, tempfile
+        >>> from tracetorch.tree import CallNode
+        >>> path = os.path.join(tempfile.mkdtemp(), "run.json")
+        >>> save_result(ProfileResult(CallNode.root()), path)
+        >>> load_result(path).total_flops
+        0
+    """
+    data = result_to_dict(result)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+        f.write("\n")
+
+
+# ------------------------------------------------------------------------------------ reading
+class _Reader:
+    """Typed field access that fails with the file name and the JSON location of the problem."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, where: str, problem: str) -> NoReturn:
+        raise ValueError(f"{self.source}: corrupt tracetorch profile: {where}: {problem}")
+
+    def field(self, obj: Dict[str, Any], key: str, where: str) -> Any:
+        if key not in obj:
+            self.fail(where or "top level", f"missing key {key!r}")
+        return obj[key]
+
+    def _expect(self, ok: bool, value: Any, where: str, expected: str) -> None:
+        if not ok:
+            self.fail(where, f"expected {expected}, got {type(value).__name__} {value!r:.60}")
+
+    def obj(self, value: Any, where: str) -> Dict[str, Any]:
+        self._expect(isinstance(value, dict), value, where, "an object")
+        return value  # type: ignore[no-any-return]
+
+    def lst(self, value: Any, where: str) -> List[Any]:
+        self._expect(isinstance(value, list), value, where, "a list")
+        return value  # type: ignore[no-any-return]
+
+    def text(self, value: Any, where: str) -> str:
+        self._expect(isinstance(value, str), value, where, "a string")
+        return value  # type: ignore[no-any-return]
+
+    def integer(self, value: Any, where: str, minimum: Optional[int] = None) -> int:
+        self._expect(isinstance(value, int) and not isinstance(value, bool), value, where,
+                     "an integer")
+        if minimum is not None and value < minimum:
+            self.fail(where, f"expected an integer >= {minimum}, got {value!r}")
+        return int(value)
+
+    def number(self, value: Any, where: str) -> Union[int, float]:
+        self._expect(isinstance(value, (int, float)) and not isinstance(value, bool), value,
+                     where, "a number")
+        return _number(value)
+
+    def stats(self, value: Any, where: str) -> TimeStats:
+        data = self.obj(value, where)
+        for key in ("count", "total_ns", "min_ns", "max_ns"):
+            self.integer(self.field(data, key, where), f"{where}.{key}", minimum=0)
+        for key in ("mean_ns", "m2"):
+            self.number(self.field(data, key, where), f"{where}.{key}")
+        for i, pair in enumerate(self.lst(self.field(data, "buckets", where), f"{where}.buckets")):
+            at = f"{where}.buckets[{i}]"
+            pair = self.lst(pair, at)
+            if len(pair) != 2:
+                self.fail(at, f"expected a [bucket, count] pair, got {len(pair)} items")
+            self.integer(pair[0], f"{at}[0]")
+            self.integer(pair[1], f"{at}[1]", minimum=0)
+        return TimeStats.from_dict({key: data[key] for key in _STATS_KEYS})
+
+    def signature(self, value: Any, where: str) -> Optional[ShapeSignature]:
+        if value is None:
+            return None
+        shapes: List[Optional[Tuple[Any, ...]]] = []
+        for i, shape in enumerate(self.lst(value, where)):
+            if shape is None:
+                shapes.append(None)
+                continue
+            dims = self.lst(shape, f"{where}[{i}]")
+            for j, d in enumerate(dims):
+                self._expect(isinstance(d, (int, str)) and not isinstance(d, bool), d,
+                             f"{where}[{i}][{j}]", "an integer dimension")
+            shapes.append(tuple(dims))
+        return tuple(shapes)
+
+    def node(self, data: Any, where: str, parent: Optional[CallNode]) -> CallNode:
+        data = self.obj(data, where)
+
+        def get(key: str) -> Any:
+            return self.field(data, key, where)
+
+        def at(key: str) -> str:
+            return f"{where}.{key}"
+
+        name, type_name = self.text(get("name"), at("name")), self.text(get("type"), at("type"))
+        kind = self.text(get("kind"), at("kind"))
+        module_key = self.text(get("module_key"), at("module_key"))
+        if parent is None:
+            # The root is rebuilt as saved, so a hand-made tree with an odd root survives too.
+            node = CallNode(name, type_name, module_key, kind)
+        else:
+            if name in parent.children:
+                self.fail(at("name"), f"two children of one node are both named {name!r}")
+            node = parent.child(name, type_name, module_key, kind)
+        node.time = self.stats(get("time"), at("time"))
+        node.flops = self.number(get("flops"), at("flops"))
+        node.gemm_flops = self.number(get("gemm_flops"), at("gemm_flops"))
+        macs = get("macs")
+        node.macs = None if macs is None else int(self.number(macs, at("macs")))
+        node.flops_source = self.text(get("flops_source"), at("flops_source"))
+        node.params = self.integer(get("params"), at("params"), minimum=0)
+        for key in ("input_shapes", "output_shapes"):
+            sigs = self.lst(get(key), at(key))
+            setattr(node, key, [self.signature(s, f"{at(key)}[{i}]") for i, s in enumerate(sigs)])
+        node.backward_time = self.stats(get("backward_time"), at("backward_time"))
+        node.backward_flops = self.number(get("backward_flops"), at("backward_flops"))
+        node.backward_gemm_flops = self.number(get("backward_gemm_flops"),
+                                               at("backward_gemm_flops"))
+        node.errors = self.integer(get("errors"), at("errors"), minimum=0)
+        for i, child in enumerate(self.lst(get("children"), at("children"))):
+            self.node(child, f"{at('children')}[{i}]", node)
+        return node
+
+    def timeline(self, value: Any, nodes: List[CallNode]) -> Optional[List[TimelineEvent]]:
+        if value is None:
+            return None
+        events: List[TimelineEvent] = []
+        for i, row in enumerate(self.lst(value, "timeline")):
+            where = f"timeline[{i}]"
+            row = self.lst(row, where)
+            if len(row) != 4:
+                self.fail(where, "expected [node, start_ns, end_ns, thread_id], "
+                                 f"got {len(row)} items")
+            index, start, end, tid = (self.integer(v, f"{where}[{j}]") for j, v in enumerate(row))
+            if not 0 <= index < len(nodes):
+                self.fail(f"{where}[0]", f"node index {index} is not in the tree "
+                                         f"({len(nodes)} nodes)")
+            if end < start:
+                self.fail(where, f"ends ({end}) before it starts ({start})")
+            events.append((nodes[index], start, end, tid))
+        return events
+
+
+def result_from_dict(data: Any, source: str = "<dict>") -> ProfileResult:
+    """Rebuild a :class:`ProfileResult` from :func:`result_to_dict`'s output.
+
+    Args:
+        data: the parsed JSON document.
+        source: where ``data`` came from, for error messages (``load_result`` passes the path).
+
+    Raises:
+        ValueError: ``data`` is not a tracetorch profile, is a newer version, or has a missing or
+            mistyped field; the message starts with ``source``.
+
+    Example:
+        >>> result_from_dict({"format": "chrome"}, source="x.json")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: x.json: not a tracetorch profile (format is 'chrome', expected ...)
+    """
+    if not isinstance(data, dict):
+        raise ValueError(f"{source}: not a tracetorch profile (expected a JSON object, "
+                         f"got {type(data).__name__})")
+    if "format" not in data:
+        hint = " (it looks like a Chrome trace)" if "traceEvents" in data else ""
+        raise ValueError(f"{source}: not a tracetorch profile{hint}: no 'format' key")
+    if data["format"] != FORMAT_NAME:
+        raise ValueError(f"{source}: not a tracetorch profile (format is {data['format']!r}, "
+                         f"expected {FORMAT_NAME!r})")
+    version = data.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"{source}: corrupt tracetorch profile: version must be an integer >= 1, "
+                         f"got {version!r}")
+    if version > FORMAT_VERSION:
+        raise ValueError(f"{source}: written by a newer tracetorch (profile format version "
+                         f"{version}; this one reads up to {FORMAT_VERSION}); upgrade tracetorch "
+                         "to load it")
+    read = _Reader(source)
+    meta = read.obj(read.field(data, "meta", ""), "meta")
+    root = read.node(read.field(data, "root", ""), "root", None)
+    unsupported = {
+        read.text(k, "unsupported"): read.integer(v, f"unsupported[{k!r}]", minimum=0)
+        for k, v in read.obj(read.field(data, "unsupported", ""), "unsupported").items()
+    }
+    step_times = read.stats(read.field(data, "step_times", ""), "step_times")
+    dropped = read.integer(read.field(data, "dropped_events", ""), "dropped_events", minimum=0)
+    timeline = read.timeline(data.get("timeline"), list(root.walk()))
+    return ProfileResult(root, unsupported=unsupported, timeline=timeline, dropped_events=dropped,
+                         step_times=step_times, meta=dict(meta))
+
+
+def load_result(path: PathLike) -> ProfileResult:
+    """Read a profile written by :func:`save_result`.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist (as ``open`` raises it).
+        ValueError: the file is not valid UTF-8 JSON, not a tracetorch profile, from a newer
+            version, or damaged; the message names the file and the problem.
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "bad.json")
+        >>> _ = open(path, "w").write("{not json")
+        >>> load_result(path)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: .../bad.json: not valid JSON (...)...
+    """
+    source = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{source}: not a tracetorch profile (not UTF-8 text: {err.reason} "
+                         f"at byte {err.start})") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{source}: not valid JSON ({err.msg} at line {err.lineno}, column "
+                         f"{err.colno}); the file is truncated, corrupt or not a profile") from None
+    except RecursionError:
+        raise ValueError(f"{source}: JSON nested too deeply to read") from None
+    return result_from_dict(data, source=source)

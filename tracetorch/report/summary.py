@@ -1,0 +1,92 @@
+"""The footer every text report ends with: FLOP totals, time, step statistics, warnings.
+
+Example:
+    >>> from tracetorch.result import ProfileResult
+    >>> from tracetorch.tree import CallNode
+    >>> print("\\n".join(summary_lines(ProfileResult(CallNode.root()))))
+    Forward FLOPs: 0 FLOPs (GEMM/conv 0 FLOPs, other 0 FLOPs)
+    Total time:    0 ns in 0 top-level calls
+"""
+from __future__ import annotations
+
+from typing import List, Tuple
+
+from tracetorch.report.units import format_count, format_flops, format_time_ns
+from tracetorch.result import ProfileResult
+
+__all__ = ("summary_lines", "NOISY_SPREAD", "MAX_UNSUPPORTED_LISTED")
+
+#: Step-time spread (std/mean) above which the footer flags the steps as noisy, as
+#: torch.utils.benchmark warns when IQR/median passes 0.1.
+NOISY_SPREAD = 0.10
+#: Unsupported types named in the footer before the rest are summed up as "+N more".
+MAX_UNSUPPORTED_LISTED = 8
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{format_count(n)} {word}{'' if n == 1 else 's'}"
+
+
+def _split_flops(total: int, gemm: int) -> str:
+    return (f"{format_flops(total)} (GEMM/conv {format_flops(gemm)}, "
+            f"other {format_flops(total - gemm)})")
+
+
+def summary_lines(result: ProfileResult) -> List[str]:
+    """Totals and notes for the end of a report, one ``"Label: value"`` line each.
+
+    Always: forward FLOPs split into GEMM/conv and other, and the total time. When present:
+    backward and total FLOPs, step statistics, unsupported types, calls that raised, and a note
+    when the timeline was capped.
+
+    Example:
+        >>> from tracetorch.tree import CallNode
+        >>> root = CallNode.root(); node = root.child("fc", "Linear", "m0")
+        >>> node.time.add(2_000); node.flops = node.gemm_flops = 4_000
+        >>> summary_lines(ProfileResult(root))[0]
+        'Forward FLOPs: 4.00 KFLOPs (GEMM/conv 4.00 KFLOPs, other 0 FLOPs)'
+    """
+    nodes = result.nodes()
+    forward_gemm = sum(int(n.gemm_flops) for n in nodes)
+    backward_gemm = sum(int(n.backward_gemm_flops) for n in nodes)
+    has_backward = any(n.backward_flops or n.backward_time.count for n in nodes)
+    top_calls = sum(c.calls for c in result.root.children.values())
+
+    rows: List[Tuple[str, str]] = [
+        ("Forward FLOPs", _split_flops(result.forward_flops, forward_gemm))]
+    if has_backward:
+        rows.append(("Backward FLOPs", _split_flops(result.backward_flops, backward_gemm)))
+        rows.append(("Total FLOPs", _split_flops(result.total_flops, forward_gemm + backward_gemm)))
+    total_time = format_time_ns(result.total_time_ns)
+    rows.append(("Total time", f"{total_time} in {_plural(top_calls, 'top-level call')}"))
+
+    steps = result.step_times
+    if steps.count:
+        spread = steps.std_ns / steps.mean_ns if steps.mean_ns else 0.0
+        note = ", noisy" if spread > NOISY_SPREAD else ""
+        rows.append(("Steps", (
+            f"{_plural(steps.count, 'step')}, mean {format_time_ns(steps.mean_ns)}, "
+            f"p50 {format_time_ns(steps.quantile(0.5))}, "
+            f"p90 {format_time_ns(steps.quantile(0.9))}, "
+            f"spread {100.0 * spread:.1f}% (std/mean{note})")))
+
+    if result.unsupported:
+        ranked = sorted(result.unsupported.items(), key=lambda kv: (-kv[1], kv[0]))
+        named = [f"{name} ({_plural(calls, 'call')})"
+                 for name, calls in ranked[:MAX_UNSUPPORTED_LISTED]]
+        if len(ranked) > MAX_UNSUPPORTED_LISTED:
+            named.append(f"+{len(ranked) - MAX_UNSUPPORTED_LISTED} more")
+        rows.append(("Unsupported", ", ".join(named) + "; no FLOP rule, counted as 0 FLOPs"))
+
+    failed = [n for n in nodes if n.errors]
+    if failed:
+        raised = sum(n.errors for n in failed)
+        where = ", ".join(n.path or n.type_name for n in failed[:MAX_UNSUPPORTED_LISTED])
+        rows.append(("Errors", f"{_plural(raised, 'call')} raised ({where})"))
+
+    width = max(len(label) for label, _ in rows) + 2
+    lines = [f"{label + ':':<{width}}{value}" for label, value in rows]
+    if result.dropped_events > 0:
+        lines.append(f"Timeline capped: {format_count(result.dropped_events)} events dropped "
+                     "(max_events reached)")
+    return lines

@@ -1,0 +1,300 @@
+"""Text reports: the indented call tree (:func:`render_table`) and flat views (:func:`render_flat`).
+
+In the tree, a row stands for a call path and **includes its children**: the FLOPs, MACs and
+FLOP/s columns are inclusive (the subtree's), like Total time, so every row answers "what did
+this call cost"; Self time is what is left once the children are taken out. ``% time`` is Total time
+over the whole profile, so a row's share already holds its children's.
+
+In a flat view, a row folds every call site of one type or one module, and FLOPs, MACs and
+FLOP/s are the row's **own** (children excluded): rows never overlap, so FLOPs add up to the
+forward total and ``% time`` (of Self time) adds up to 100%.
+
+Example:
+    >>> from tracetorch.result import ProfileResult
+    >>> from tracetorch.tree import CallNode
+    >>> root = CallNode.root()
+    >>> fc = root.child("fc", "Linear", "m0")
+    >>> fc.time.add(2_000); fc.flops = fc.gemm_flops = 4_000; fc.macs = 2_000
+    >>> print(render_table(ProfileResult(root)).splitlines()[2])
+    fc (Linear)      1  4.00 KFLOPs  2.00 KMACs    2.00 us     2.00 us  100.0%  2.00 GFLOP/s
+"""
+from __future__ import annotations
+
+import re
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from tracetorch.report._layout import Column, layout
+from tracetorch.report.summary import summary_lines
+from tracetorch.report.units import (
+    MISSING, format_count, format_flops, format_macs, format_percent, format_rate, format_time_ns,
+)
+from tracetorch.result import AggregateRow, ProfileResult
+from tracetorch.stats import TimeStats
+from tracetorch.tree import CallNode
+
+__all__ = ("SORT_KEYS", "FLAT_VIEWS", "render_table", "render_flat", "node_label")
+
+#: Accepted ``sort_by`` values. Siblings are sorted; children always stay under their parent.
+SORT_KEYS: Tuple[str, ...] = ("total", "self", "flops", "calls", "name", "call_order")
+#: Accepted ``view`` values of :func:`render_flat`.
+FLAT_VIEWS: Tuple[str, ...] = ("type", "module")
+
+LEGEND_TREE = ("FLOPs, MACs, FLOP/s and Total time include children; Self time excludes them.\n"
+               "FLOP/s = FLOPs / Total time; % time = Total time / profile total.")
+LEGEND_FLAT = ("FLOPs, MACs and FLOP/s are each row's own, children excluded.\n"
+               "FLOP/s = FLOPs / Self time; % time = Self time / profile total.")
+
+def _rows(n: int) -> str:
+    return f"{n} row" if n == 1 else f"{n} rows"
+
+
+def _natural(name: str) -> List[Tuple[int, int, str]]:
+    # "layers.2" before "layers.10": digit runs compare as numbers.
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part.lower())
+            for part in re.split(r"(\d+)", name) if part]
+
+
+def _check_choice(arg: str, value: object, allowed: Sequence[str]) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        choices = ", ".join(repr(a) for a in allowed)
+        raise ValueError(f"{arg} must be one of {choices}; got {value!r}")
+    return value
+
+
+def _check_positive_int(arg: str, value: object) -> Optional[int]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{arg} must be None or an integer >= 1; got {value!r}")
+    return value
+
+
+def _check_percent(value: object) -> float:
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not 0.0 <= float(value) <= 100.0):
+        raise ValueError(f"min_percent must be a number between 0 and 100; got {value!r}")
+    return float(value)
+
+
+def node_label(node: CallNode) -> str:
+    """``"name (Type)"``; the type alone for an unnamed node or one named after its type.
+
+    Example:
+        >>> root = CallNode.root()
+        >>> model, fc = root.child("", "Sequential", "m"), root.child("0", "Linear", "l")
+        >>> node_label(model), node_label(fc)
+        ('Sequential', '0 (Linear)')
+    """
+    if not node.name or node.name == node.type_name:
+        return node.type_name or node.name
+    return f"{node.name} ({node.type_name})" if node.type_name else node.name
+
+
+class _Inclusive:
+    """Subtree sums computed once, bottom up, instead of once per row per ancestor."""
+
+    def __init__(self, root: CallNode) -> None:
+        self.flops: Dict[int, int] = {}
+        self.macs: Dict[int, Optional[int]] = {}
+        self.backward_flops: Dict[int, int] = {}
+        order = list(root.walk())
+        for node in reversed(order):
+            kids = list(node.children.values())
+            self.flops[id(node)] = int(node.flops) + sum(self.flops[id(c)] for c in kids)
+            self.backward_flops[id(node)] = (int(node.backward_flops)
+                                             + sum(self.backward_flops[id(c)] for c in kids))
+            # MACs are only defined for some layers; a subtree has MACs if any part of it does.
+            parts = [node.macs] + [self.macs[id(c)] for c in kids]
+            known = [int(m) for m in parts if m is not None]
+            self.macs[id(node)] = sum(known) if known else None
+
+
+def _sorted_children(node: CallNode, sort_by: str, inc: _Inclusive) -> List[CallNode]:
+    kids = list(node.children.values())
+    keys: Dict[str, Callable[[CallNode], object]] = {
+        "total": lambda n: -n.total_ns,
+        "self": lambda n: -n.self_ns,
+        "flops": lambda n: -inc.flops[id(n)],
+        "calls": lambda n: -n.calls,
+        "name": lambda n: _natural(n.name or n.type_name),
+    }
+    if sort_by == "call_order":
+        return kids
+    # sorted() is stable, so ties keep call order.
+    return sorted(kids, key=keys[sort_by])
+
+
+def _select(result: ProfileResult, sort_by: str, depth: Optional[int], min_percent: float,
+            inc: _Inclusive) -> Tuple[List[Tuple[CallNode, int]], int, int]:
+    """Visible (node, level) pairs in display order; counts hidden by depth and min_percent."""
+    total = result.total_time_ns
+    rows: List[Tuple[CallNode, int]] = []
+    below_depth = below_percent = 0
+
+    def subtree_size(node: CallNode, level: int) -> int:
+        if depth is not None and level > depth:
+            return 0
+        return 1 + sum(subtree_size(c, level + 1) for c in node.children.values())
+
+    stack: List[Tuple[CallNode, int]] = [
+        (c, 1) for c in reversed(_sorted_children(result.root, sort_by, inc))]
+    while stack:
+        node, level = stack.pop()
+        if depth is not None and level > depth:
+            below_depth += sum(1 for _ in node.walk())
+            continue
+        # With no recorded time every share is undefined, so nothing is hidden.
+        if total and min_percent and 100.0 * node.total_ns / total < min_percent:
+            below_percent += subtree_size(node, level)
+            continue
+        rows.append((node, level))
+        stack.extend((c, level + 1) for c in reversed(_sorted_children(node, sort_by, inc)))
+    return rows, below_depth, below_percent
+
+
+def _backward_time(stats: TimeStats) -> str:
+    # "-" = no backward pass timed here, which is not the same as one that took 0 ns.
+    return format_time_ns(stats.total_ns) if stats.count else MISSING
+
+
+def _has_backward(result: ProfileResult) -> bool:
+    return any(n.backward_time.count or n.backward_flops for n in result.nodes())
+
+
+def render_table(result: ProfileResult, sort_by: str = "total", depth: Optional[int] = None,
+                 row_limit: Optional[int] = None, min_percent: float = 0.0,
+                 show_backward: Optional[bool] = None) -> str:
+    """The call tree as an indented text table, followed by totals and notes.
+
+    Args:
+        result: a recorded or loaded profile.
+        sort_by: how siblings are ordered: ``"total"`` / ``"self"`` time, ``"flops"``,
+            ``"calls"`` (largest first), ``"name"`` (natural order) or ``"call_order"``.
+        depth: deepest level shown (1 = top-level calls only); ``None`` shows all.
+        row_limit: at most this many rows; the footer says how many were left out.
+        min_percent: hide calls (with their subtrees) under this share of total time.
+        show_backward: add Bwd time / Bwd FLOPs columns; ``None`` adds them when any node
+            has backward data.
+
+    Raises:
+        ValueError: an argument outside the accepted values (the message lists them).
+
+    Example:
+        >>> from tracetorch.tree import CallNode
+        >>> root = CallNode.root(); fc = root.child("fc", "Linear", "m0"); fc.time.add(500)
+        >>> print(render_table(ProfileResult(root), depth=1).splitlines()[0])
+        Name         Calls    FLOPs  MACs  Self time  Total time  % time    FLOP/s
+    """
+    sort_by = _check_choice("sort_by", sort_by, SORT_KEYS)
+    depth = _check_positive_int("depth", depth)
+    row_limit = _check_positive_int("row_limit", row_limit)
+    min_percent = _check_percent(min_percent)
+    if show_backward is None:
+        show_backward = _has_backward(result)
+
+    inc = _Inclusive(result.root)
+    rows, below_depth, below_percent = _select(result, sort_by, depth, min_percent, inc)
+    shown = rows[:row_limit] if row_limit is not None else rows
+    total = result.total_time_ns
+
+    Row = Tuple[CallNode, int]
+    columns: List[Column[Row]] = [
+        Column("Name", lambda r: "  " * (r[1] - 1) + node_label(r[0]), right=False),
+        Column("Calls", lambda r: format_count(r[0].calls)),
+        Column("FLOPs", lambda r: format_flops(inc.flops[id(r[0])])),
+        Column("MACs", lambda r: format_macs(inc.macs[id(r[0])])),
+        Column("Self time", lambda r: format_time_ns(r[0].self_ns)),
+        Column("Total time", lambda r: format_time_ns(r[0].total_ns)),
+        Column("% time", lambda r: format_percent(r[0].total_ns, total)),
+        Column("FLOP/s", lambda r: format_rate(inc.flops[id(r[0])], r[0].total_ns)),
+    ]
+    if show_backward:
+        columns += [
+            Column("Bwd time", lambda r: _backward_time(r[0].backward_time)),
+            Column("Bwd FLOPs", lambda r: format_flops(inc.backward_flops[id(r[0])])),
+        ]
+
+    lines = layout(columns, shown) if rows else ["No calls were recorded."]
+    notes = []
+    if len(shown) < len(rows):
+        left_out = len(rows) - len(shown)
+        notes.append(f"{left_out} more {'row' if left_out == 1 else 'rows'} not shown "
+                     f"(row_limit={row_limit}).")
+    if below_percent:
+        notes.append(f"{_rows(below_percent)} under {min_percent:g}% of total time hidden "
+                     f"(min_percent={min_percent:g}).")
+    if below_depth:
+        notes.append(f"{_rows(below_depth)} deeper than depth={depth} folded into their parents.")
+    lines += [""] + notes + ([LEGEND_TREE] if rows else []) + summary_lines(result)
+    return "\n".join(lines)
+
+
+def _flat_rows(result: ProfileResult, view: str) -> List[Tuple[str, AggregateRow]]:
+    if view == "type":
+        return [(key or MISSING, row) for key, row in result.by_type().items()]
+    # A top-level model has the empty path; its type names it better than nothing.
+    return [(path or row.type_name, row) for path, row in result.by_module().items()]
+
+
+def render_flat(result: ProfileResult, view: str = "type", sort_by: str = "total",
+                show_backward: Optional[bool] = None) -> str:
+    """One row per layer type (``view="type"``) or per module instance (``view="module"``).
+
+    A module called from several places is one row (its Sites column counts them), so nothing
+    is counted twice; each row's FLOPs are its own, so the FLOPs column sums to the forward total.
+
+    Args:
+        result: a recorded or loaded profile.
+        view: ``"type"`` or ``"module"``.
+        sort_by: one of :data:`SORT_KEYS` (``"call_order"`` is first-call order).
+        show_backward: as in :func:`render_table`.
+
+    Raises:
+        ValueError: an argument outside the accepted values.
+
+    Example:
+        >>> from tracetorch.tree import CallNode
+        >>> root = CallNode.root(); fc = root.child("fc", "Linear", "m0"); fc.time.add(500)
+        >>> print(render_flat(ProfileResult(root)).splitlines()[2])
+        Linear      1      1  0 FLOPs     -     500 ns      500 ns  100.0%  0 FLOP/s
+    """
+    view = _check_choice("view", view, FLAT_VIEWS)
+    sort_by = _check_choice("sort_by", sort_by, SORT_KEYS)
+    if show_backward is None:
+        show_backward = _has_backward(result)
+    rows = _flat_rows(result, view)
+    keys: Dict[str, Callable[[Tuple[str, AggregateRow]], object]] = {
+        "total": lambda r: -r[1].total_ns,
+        "self": lambda r: -r[1].self_ns,
+        "flops": lambda r: -r[1].flops,
+        "calls": lambda r: -r[1].calls,
+        "name": lambda r: _natural(r[0]),
+    }
+    if sort_by != "call_order":
+        rows.sort(key=keys[sort_by])
+    total = result.total_time_ns
+
+    Row = Tuple[str, AggregateRow]
+    columns: List[Column[Row]] = [Column("Type" if view == "type" else "Module",
+                                         lambda r: r[0], right=False)]
+    if view == "module":
+        columns += [Column("Type", lambda r: r[1].type_name, right=False),
+                    Column("Sites", lambda r: format_count(len(r[1].paths)))]
+    else:
+        columns += [Column("Sites", lambda r: format_count(len(r[1].paths)))]
+    columns += [
+        Column("Calls", lambda r: format_count(r[1].calls)),
+        Column("FLOPs", lambda r: format_flops(r[1].flops)),
+        Column("MACs", lambda r: format_macs(r[1].macs)),
+        Column("Self time", lambda r: format_time_ns(r[1].self_ns)),
+        Column("Total time", lambda r: format_time_ns(r[1].total_ns)),
+        Column("% time", lambda r: format_percent(r[1].self_ns, total)),
+        Column("FLOP/s", lambda r: format_rate(r[1].flops, r[1].self_ns)),
+    ]
+    if show_backward:
+        columns += [Column("Bwd time", lambda r: format_time_ns(r[1].backward_ns)
+                           if r[1].backward_ns else MISSING),
+                    Column("Bwd FLOPs", lambda r: format_flops(r[1].backward_flops))]
+    lines = layout(columns, rows) if rows else ["No calls were recorded."]
+    lines += [""] + ([LEGEND_FLAT] if rows else []) + summary_lines(result)
+    return "\n".join(lines)

@@ -1,0 +1,187 @@
+"""Humanizers shared by every renderer: counts, FLOPs, MACs, times, rates and shapes.
+
+Every number a report prints goes through this module, so units are decided once:
+
+* counts use SI suffixes ``K M G T P E`` (powers of 1000) with three significant figures;
+  integers below 1000 print exactly;
+* FLOPs and MACs carry their unit on every number (``"3.63 GFLOPs"``, ``"1.81 GMACs"``), never a
+  bare "flops": one multiply-add is 1 MAC and 2 FLOPs;
+* times are integer nanoseconds inside tracetorch and print as ``ns``, ``us``, ``ms`` or ``s``.
+  Microseconds are spelled ``us`` (as ``torch.utils.benchmark`` does) so that a report can be
+  printed to any console or log file, whatever its encoding.
+
+Example:
+    >>> format_flops(3_630_000_000), format_time_ns(12_345), format_count(999)
+    ('3.63 GFLOPs', '12.3 us', '999')
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence, Tuple
+
+__all__ = (
+    "COUNT_PREFIXES",
+    "TIME_UNITS",
+    "MISSING",
+    "format_count",
+    "format_flops",
+    "format_macs",
+    "format_time_ns",
+    "format_rate",
+    "format_percent",
+    "format_shape",
+)
+
+#: SI prefixes for counts, one per factor of 1000 (K, not k, as FLOP counters conventionally print).
+COUNT_PREFIXES: Tuple[str, ...] = ("", "K", "M", "G", "T", "P", "E")
+#: Time units, one per factor of 1000 from nanoseconds.
+TIME_UNITS: Tuple[str, ...] = ("ns", "us", "ms", "s")
+#: What a cell shows when a quantity is undefined (no MACs rule, a rate over zero time).
+MISSING = "-"
+
+
+def _split(value: float, steps: int) -> Tuple[str, int]:
+    """``value`` as three significant figures and the index of the power of 1000 it was scaled by.
+
+    Integers below 1000 stay exact. Rounding happens before the scale is final, so 999_999 is
+    ``("1.00", 2)`` rather than ``("1000", 1)``.
+    """
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1000:
+        value = int(value)
+    if isinstance(value, int) and abs(value) < 1000:
+        return str(value), 0
+    sign = "-" if value < 0 else ""
+    magnitude = abs(float(value))
+    index = 0
+    while magnitude >= 1000 and index < steps - 1:
+        magnitude /= 1000.0
+        index += 1
+    rounded = float(f"{magnitude:.3g}")
+    if rounded >= 1000 and index < steps - 1:
+        rounded, index = rounded / 1000.0, index + 1
+    if rounded >= 1000:
+        # Past the largest prefix (hours in seconds, zettaFLOPs): whole units, every digit shown.
+        return sign + f"{magnitude:.0f}", index
+    if rounded < 1:
+        # Only a fractional value below 1000 gets here (a mean of 0.5 FLOPs per call).
+        return sign + f"{rounded:.3g}", index
+    decimals = 2 if rounded < 10 else 1 if rounded < 100 else 0
+    return sign + f"{rounded:.{decimals}f}", index
+
+
+def _not_finite(value: float) -> Optional[str]:
+    # nan/inf have no magnitude to scale; print them as Python does.
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return None
+
+
+def format_count(n: float) -> str:
+    """A count with a K/M/G/T/P/E suffix and three significant figures; exact below 1000.
+
+    Example:
+        >>> format_count(1_234_567), format_count(3_630_000_000), format_count(42)
+        ('1.23 M', '3.63 G', '42')
+    """
+    odd = _not_finite(n)
+    if odd is not None:
+        return odd
+    text, index = _split(n, len(COUNT_PREFIXES))
+    prefix = COUNT_PREFIXES[index]
+    return f"{text} {prefix}" if prefix else text
+
+
+def _with_unit(n: float, unit: str) -> str:
+    odd = _not_finite(n)
+    if odd is not None:
+        return f"{odd} {unit}"
+    text, index = _split(n, len(COUNT_PREFIXES))
+    return f"{text} {COUNT_PREFIXES[index]}{unit}"
+
+
+def format_flops(n: float) -> str:
+    """Floating-point operations with their unit (1 multiply-add = 2 FLOPs).
+
+    Example:
+        >>> format_flops(3_630_000_000), format_flops(512)
+        ('3.63 GFLOPs', '512 FLOPs')
+    """
+    return _with_unit(n, "FLOPs")
+
+
+def format_macs(n: Optional[float]) -> str:
+    """Multiply-accumulates with their unit; :data:`MISSING` when undefined (``None``).
+
+    Example:
+        >>> format_macs(1_815_000_000), format_macs(None)
+        ('1.81 GMACs', '-')
+    """
+    if n is None:
+        return MISSING
+    return _with_unit(n, "MACs")
+
+
+def format_time_ns(ns: float) -> str:
+    """A duration given in nanoseconds, in ns, us, ms or s with three significant figures.
+
+    Example:
+        >>> format_time_ns(950), format_time_ns(12_345), format_time_ns(2_500_000_000)
+        ('950 ns', '12.3 us', '2.50 s')
+    """
+    odd = _not_finite(ns)
+    if odd is not None:
+        return f"{odd} ns"
+    text, index = _split(ns, len(TIME_UNITS))
+    return f"{text} {TIME_UNITS[index]}"
+
+
+def format_rate(flops: float, ns: float) -> str:
+    """Achieved throughput, ``flops`` done in ``ns`` nanoseconds; :data:`MISSING` for no time.
+
+    Example:
+        >>> format_rate(2_000_000_000, 1_000_000)
+        '2.00 TFLOP/s'
+    """
+    if not ns or ns < 0:
+        return MISSING
+    return _with_unit(flops * 1e9 / ns, "FLOP/s")
+
+
+def format_percent(part: float, whole: float) -> str:
+    """``part`` as a percentage of ``whole`` with one decimal; :data:`MISSING` when whole is 0.
+
+    Example:
+        >>> format_percent(1, 3)
+        '33.3%'
+    """
+    if not whole:
+        return MISSING
+    return f"{100.0 * part / whole:.1f}%"
+
+
+def _format_one_shape(shape: Optional[Sequence[Any]]) -> str:
+    if shape is None:
+        return MISSING
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def format_shape(sig: Any) -> str:
+    """A tensor shape (``(64, 784)`` → ``"[64, 784]"``) or a call's signature, shape by shape.
+
+    In a signature, an argument that is not a tensor prints as :data:`MISSING`.
+
+    Example:
+        >>> format_shape((64, 784)), format_shape(((64, 784), None, ()))
+        ('[64, 784]', '[64, 784], -, []')
+    """
+    if sig is None:
+        return MISSING
+    items = list(sig)
+    if all(isinstance(d, (int, str)) and not isinstance(d, bool) for d in items) and items:
+        return _format_one_shape(items)
+    if not items:
+        return "[]"
+    # A shape's dimensions may be numpy integers; anything not a sequence is a dimension.
+    if all(not isinstance(d, (tuple, list)) and d is not None for d in items):
+        return _format_one_shape(items)
+    return ", ".join(_format_one_shape(s) for s in items)
