@@ -81,7 +81,9 @@ def gradcheck(
         analytic = np.zeros(t.shape) if t.grad is None else np.asarray(t.grad.data, np.float64)
         numeric = numerical_grad(f, t, projection, eps)
         if not np.allclose(analytic, numeric, atol=atol, rtol=rtol):
-            worst = np.unravel_index(np.argmax(np.abs(analytic - numeric)), t.shape)
+            worst = tuple(
+                int(i) for i in np.unravel_index(np.argmax(np.abs(analytic - numeric)), t.shape)
+            )
             raise AssertionError(
                 f"gradcheck: input {k} (shape {t.shape}) differs at {worst}: analytic "
                 f"{analytic[worst]:.6g} vs numeric {numeric[worst]:.6g}; max abs diff "

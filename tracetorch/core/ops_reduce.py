@@ -11,6 +11,7 @@ Example::
 """
 from __future__ import annotations
 
+import builtins
 from typing import Any, Optional
 
 import numpy as np
@@ -29,9 +30,9 @@ def normalize_axes(axis: Any, ndim: int, op: str = "reduction") -> Optional[tupl
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     out = []
     for ax in axes:
-        if not -ndim <= ax < max(ndim, 1):
+        if not -ndim <= ax < builtins.max(ndim, 1):
             raise ValueError(f"{op}: axis {ax} is out of range for a tensor with {ndim} dims")
-        out.append(int(ax) % max(ndim, 1))
+        out.append(int(ax) % builtins.max(ndim, 1))
     return tuple(sorted(set(out)))
 
 
@@ -72,8 +73,8 @@ def mean(a: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
         tag = _ag._observer.forward_op("mean", ad.size, False)
     if a.requires_grad and _ag._grad_enabled:
         shape = ad.shape
-        count = ad.size // max(int(np.size(out)), 1)
-        scale = 1.0 / max(count, 1)
+        count = ad.size // builtins.max(int(np.size(out)), 1)
+        scale = 1.0 / builtins.max(count, 1)
 
         def backward(g: np.ndarray) -> tuple:
             return (_expand(g * scale, axes, keepdims, shape),)

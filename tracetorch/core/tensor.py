@@ -126,7 +126,7 @@ class Tensor:
         return len(self.data)
 
     def __float__(self) -> float:
-        return float(self.data)
+        return float(self.data.item())  # numpy 2 refuses float() of 1-element arrays
 
     def __repr__(self) -> str:
         body = np.array2string(self.data, precision=4, threshold=20, separator=", ")
