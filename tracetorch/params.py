@@ -1,0 +1,321 @@
+"""Parameter counts: one total for a model, or a per-module table of total, trainable and frozen.
+
+Works for ``tracetorch.core`` modules, ``torch.nn.Module`` (torch is never imported here: a
+torch model can only exist once the user has imported torch) and duck-typed models that keep
+their tensors in ``layers``, ``parameters()`` or ``weight``/``bias``. A tensor shared by several
+layers (tied embeddings, a block reused by three parents) is counted once, by identity.
+
+Example:
+    >>> import numpy as np
+    >>> class Layer:
+    ...     def __init__(self):
+    ...         self.weight, self.bias = np.zeros((10, 5)), np.zeros(5)
+    >>> count_parameters(Layer())
+    55
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+
+import numpy as np
+
+__all__ = ("count_parameters", "parameter_table", "ParameterTable", "ParameterRow",
+           "iter_parameters", "numel", "is_torch_module")
+
+
+def count_parameters(model: Any) -> int:
+    """Number of distinct parameter elements in ``model``.
+
+    Where the numbers come from, in the order of the TinyTorch guide: the model's ``layers``
+    (each counted by these same rules), then its ``parameters()``, and only when it has neither,
+    its ``weight`` and ``bias``. A torch module is asked for ``parameters()`` alone, which is
+    complete for torch (a ``layers`` ModuleList would miss embeddings and heads). Every tensor is
+    counted once across the whole model, however many layers hold it. Objects with none of these
+    attributes (a bare Tensor, an activation, a number) have 0 parameters, as in TinyTorch.
+
+    Raises:
+        TypeError: ``model`` is ``None`` or a class rather than an instance.
+
+    Example:
+        >>> import numpy as np
+        >>> class Shared:
+        ...     def __init__(self):
+        ...         w = np.zeros((4, 4))
+        ...         self.layers = [Tied(w), Tied(w)]
+        >>> class Tied:
+        ...     def __init__(self, w):
+        ...         self.weight = w
+        >>> count_parameters(Shared())
+        16
+    """
+    return sum(numel(p) for p in iter_parameters(model))
+
+
+def iter_parameters(model: Any) -> Iterator[Any]:
+    """Each distinct parameter object of ``model`` once, by the rules of :func:`count_parameters`.
+
+    Example:
+        >>> import numpy as np
+        >>> class Layer:
+        ...     weight = np.ones(3)
+        >>> [p.tolist() for p in iter_parameters(Layer())]
+        [[1.0, 1.0, 1.0]]
+    """
+    _check_model(model)
+    found: Dict[int, Any] = {}
+    _collect(model, found, set())
+    return iter(found.values())
+
+
+def numel(tensor: Any) -> int:
+    """Number of elements of a torch tensor, a ``tracetorch.core`` Tensor, an ndarray or a scalar.
+
+    Example:
+        >>> import numpy as np
+        >>> numel(np.zeros((2, 3))), numel(1.5)
+        (6, 1)
+    """
+    count = getattr(tensor, "numel", None)
+    if callable(count):
+        return int(count())
+    data = getattr(tensor, "data", None)
+    # A TinyTorch-style Tensor keeps its array in .data (its cached .shape can go stale).
+    if isinstance(data, np.ndarray):
+        return int(data.size)
+    return int(np.size(tensor))
+
+
+def _check_model(model: Any) -> None:
+    if model is None:
+        raise TypeError("model: expected a model (layers, parameters() or weight/bias), got None")
+    if isinstance(model, type):
+        raise TypeError(f"model: expected a model instance, got the class {model.__name__}; "
+                        "instantiate it first")
+
+
+def is_torch_module(obj: Any) -> bool:
+    """Whether ``obj`` is a ``torch.nn.Module``, without importing torch.
+
+    A torch module cannot exist unless torch was imported, so checking ``sys.modules`` is enough.
+
+    Example:
+        >>> is_torch_module(object())
+        False
+    """
+    torch = sys.modules.get("torch")
+    nn = getattr(torch, "nn", None)
+    return nn is not None and isinstance(obj, nn.Module)
+
+
+def _collect(obj: Any, found: Dict[int, Any], visited: Set[int]) -> None:
+    # ``visited`` guards against containers that (directly or not) list themselves.
+    if obj is None or id(obj) in visited:
+        return
+    visited.add(id(obj))
+    if is_torch_module(obj):
+        _add_all(obj.parameters(), found)
+        return
+    layers = getattr(obj, "layers", None)
+    parameters = getattr(obj, "parameters", None)
+    has_layers = isinstance(layers, (list, tuple))
+    if has_layers:
+        for layer in layers:
+            _collect(layer, found, visited)
+    if callable(parameters):
+        # Union with the layers' tensors: the dedup makes it safe, and a container that also
+        # holds tensors of its own (an embedding beside its layer list) loses nothing.
+        _add_all(parameters(), found)
+    if not has_layers and not callable(parameters):
+        _add_all((getattr(obj, "weight", None), getattr(obj, "bias", None)), found)
+
+
+def _add_all(params: Any, found: Dict[int, Any]) -> None:
+    for p in params:
+        if p is not None:
+            found.setdefault(id(p), p)
+
+
+@dataclass(frozen=True)
+class ParameterRow:
+    """The tensors one module holds directly (tensors of its submodules have their own rows)."""
+
+    path: str
+    type_name: str
+    total: int
+    trainable: int
+    buffers: int
+
+    @property
+    def frozen(self) -> int:
+        """Parameters that do not require a gradient."""
+        return self.total - self.trainable
+
+
+@dataclass(frozen=True)
+class ParameterTable:
+    """Per-module parameter counts; ``str()`` renders it with a totals row.
+
+    Buffers (torch running statistics and the like) are counted apart and are not in ``total``.
+    """
+
+    rows: Tuple[ParameterRow, ...]
+
+    @property
+    def total(self) -> int:
+        """All distinct parameters."""
+        return sum(r.total for r in self.rows)
+
+    @property
+    def trainable(self) -> int:
+        """Parameters that require a gradient."""
+        return sum(r.trainable for r in self.rows)
+
+    @property
+    def frozen(self) -> int:
+        """Parameters that do not require a gradient."""
+        return sum(r.frozen for r in self.rows)
+
+    @property
+    def buffers(self) -> int:
+        """Buffer elements, not included in :attr:`total`."""
+        return sum(r.buffers for r in self.rows)
+
+    def __iter__(self) -> Iterator[ParameterRow]:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __str__(self) -> str:
+        header = ("Module", "Type", "Total", "Trainable", "Frozen", "Buffers")
+        lines = [(r.path or "(root)", r.type_name, r.total, r.trainable, r.frozen, r.buffers)
+                 for r in self.rows]
+        lines.append(("Total", "", self.total, self.trainable, self.frozen, self.buffers))
+        cells = [header] + [(p, t) + tuple(f"{n:,}" for n in nums) for p, t, *nums in lines]
+        widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+        rendered = []
+        for row in cells:
+            text = [row[i].ljust(widths[i]) for i in range(2)]
+            text += [row[i].rjust(widths[i]) for i in range(2, len(header))]
+            rendered.append("  ".join(text).rstrip())
+        rendered.insert(1, "-" * len(rendered[0]))
+        rendered.insert(len(rendered) - 1, "-" * len(rendered[0]))
+        return "\n".join(rendered)
+
+
+def parameter_table(model: Any) -> ParameterTable:
+    """Total, trainable, frozen and buffer counts per module path, and their totals.
+
+    Only modules that hold a tensor directly get a row, so the rows add up to the totals.
+    Paths come from ``named_modules()`` when the model has it (torch, ``tracetorch.core``),
+    otherwise from its attributes and ``layers`` lists. A shared tensor belongs to the first
+    path that holds it. A parameter is trainable when its ``requires_grad`` is true (a plain
+    array, which has no such flag, counts as trainable).
+
+    Raises:
+        TypeError: ``model`` is ``None`` or a class rather than an instance.
+
+    Example:
+        >>> import numpy as np
+        >>> class Layer:
+        ...     def __init__(self):
+        ...         self.weight, self.bias = np.zeros((10, 5)), np.zeros(5)
+        ...     def forward(self, x):
+        ...         return x
+        >>> table = parameter_table(Layer())
+        >>> table.total, table.trainable, [r.path for r in table]
+        (55, 55, [''])
+    """
+    _check_model(model)
+    if callable(getattr(model, "named_modules", None)):
+        holders = _named_holders(model)
+    else:
+        holders = _duck_holders(model)
+    rows = []
+    for path, type_name, params, buffers in holders:
+        if params or buffers:
+            trainable = sum(numel(p) for p in params if getattr(p, "requires_grad", True))
+            rows.append(ParameterRow(path, type_name, sum(numel(p) for p in params), trainable,
+                                     sum(numel(b) for b in buffers)))
+    return ParameterTable(tuple(rows))
+
+
+# (path, type name, parameters held directly, buffers held directly)
+_Holder = Tuple[str, str, List[Any], List[Any]]
+
+
+def _named_holders(model: Any) -> List[_Holder]:
+    holders: Dict[str, _Holder] = {"": ("", type(model).__name__, [], [])}
+    for path, module in model.named_modules():
+        holders.setdefault(path, (path, type(module).__name__, [], []))
+    seen: Set[int] = set()
+    for method, slot in (("named_parameters", 2), ("named_buffers", 3)):
+        named = getattr(model, method, None)
+        if not callable(named):
+            continue
+        for name, tensor in named():
+            if tensor is None or id(tensor) in seen:
+                continue
+            seen.add(id(tensor))
+            holders[_owner(name, holders)][slot].append(tensor)
+    return list(holders.values())
+
+
+def _owner(name: str, holders: Dict[str, _Holder]) -> str:
+    # The longest module path that prefixes the name: "blocks.0.ws.1" held in a list
+    # attribute ``ws`` of module "blocks.0" belongs to that module.
+    path = name
+    while path:
+        path = path.rpartition(".")[0]
+        if path in holders:
+            return path
+    return ""
+
+
+def _duck_holders(model: Any) -> List[_Holder]:
+    # A duck-typed model names nothing itself: walk ``layers`` lists (and, through the engine's
+    # walker, attributes holding layers), giving each object the tensors it holds directly.
+    from tracetorch.introspect import named_submodules
+
+    modules: List[Tuple[str, Any]] = [("", model)]
+    modules += list(named_submodules(model))
+    modules += list(_layer_lists(model, "", {id(o) for _, o in modules}, set()))
+    seen: Set[int] = set()
+    holders = []
+    # Deepest paths claim their tensors first, so a container's parameters() (which usually
+    # repeats its children's) only keeps what no child holds.
+    for path, obj in sorted(modules, key=lambda item: -item[0].count(".") - bool(item[0])):
+        own = []
+        for tensor in _own_tensors(obj):
+            if id(tensor) not in seen:
+                seen.add(id(tensor))
+                own.append(tensor)
+        holders.append((path, type(obj).__name__, own, []))
+    order = {path: i for i, (path, _) in enumerate(modules)}
+    return sorted(holders, key=lambda h: order[h[0]])
+
+
+def _layer_lists(obj: Any, prefix: str, seen: Set[int],
+                 visited: Set[int]) -> Iterator[Tuple[str, Any]]:
+    # Layers without a ``forward`` (plain weight holders) are invisible to the engine's walker.
+    layers = getattr(obj, "layers", None)
+    if not isinstance(layers, (list, tuple)) or id(obj) in visited:
+        return
+    visited.add(id(obj))
+    for i, layer in enumerate(layers):
+        path = f"{prefix}layers.{i}"
+        if layer is not None and id(layer) not in seen:
+            seen.add(id(layer))
+            yield path, layer
+        yield from _layer_lists(layer, path + ".", seen, visited)
+
+
+def _own_tensors(obj: Any) -> List[Any]:
+    tensors = [t for t in (getattr(obj, "weight", None), getattr(obj, "bias", None))
+               if t is not None]
+    parameters: Optional[Any] = getattr(obj, "parameters", None)
+    if callable(parameters):
+        tensors += [p for p in parameters() if p is not None]
+    return tensors

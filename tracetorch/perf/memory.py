@@ -1,0 +1,114 @@
+"""Bytes of tensors, and the Python/NumPy heap one forward pass allocates (tracemalloc).
+
+``tracemalloc`` sees allocations made through Python's allocators, which include NumPy arrays
+(and so ``tracetorch.core``) but not torch's own CPU or device allocator: for a torch model the
+traced figure is near zero and only the tensor sizes below are meaningful.
+
+Example:
+    >>> import numpy as np
+    >>> peak, out = traced_peak_bytes(lambda a: a * 2, np.zeros(1000))
+    >>> out.shape, peak >= 8000
+    ((1000,), True)
+"""
+from __future__ import annotations
+
+import tracemalloc
+from typing import Any, Callable, Tuple
+
+import numpy as np
+
+from tracetorch.params import iter_parameters, numel
+
+__all__ = ("nbytes", "parameter_bytes", "gradient_bytes", "activation_bytes",
+           "traced_peak_bytes")
+
+
+def nbytes(tensor: Any) -> int:
+    """Bytes of a torch tensor, a ``tracetorch.core`` Tensor or an ndarray (0 for others).
+
+    Example:
+        >>> import numpy as np
+        >>> nbytes(np.zeros(4, dtype=np.float32)), nbytes("text")
+        (16, 0)
+    """
+    element_size = getattr(tensor, "element_size", None)
+    if callable(element_size):  # torch
+        return int(element_size()) * numel(tensor)
+    data = _ndarray(tensor)
+    return 0 if data is None else int(data.nbytes)
+
+
+def _ndarray(tensor: Any) -> Any:
+    # An ndarray's own ``.data`` is a memoryview; a core Tensor keeps its array in ``.data``.
+    if isinstance(tensor, np.ndarray):
+        return tensor
+    data = getattr(tensor, "data", None)
+    return data if isinstance(data, np.ndarray) else None
+
+
+def parameter_bytes(model: Any) -> int:
+    """Bytes of the model's distinct parameters (float32 assumed for array-less objects).
+
+    Example:
+        >>> import numpy as np
+        >>> class Layer:
+        ...     weight = np.zeros((1024, 1024), dtype=np.float32)
+        >>> parameter_bytes(Layer()) / 2**20
+        4.0
+    """
+    return sum(nbytes(p) or 4 * numel(p) for p in iter_parameters(model))
+
+
+def gradient_bytes(model: Any) -> int:
+    """Bytes one gradient per trainable parameter takes (a parameter without a
+    ``requires_grad`` flag counts as trainable).
+
+    Example:
+        >>> import numpy as np
+        >>> class Layer:
+        ...     weight = np.zeros(10, dtype=np.float32)
+        >>> gradient_bytes(Layer())
+        40
+    """
+    return sum(nbytes(p) or 4 * numel(p) for p in iter_parameters(model)
+               if getattr(p, "requires_grad", True))
+
+
+def activation_bytes(x: Any, out: Any) -> int:
+    """Bytes of the input plus the output, the output not counted again when it is a view of
+    the input (an identity layer, eval-mode dropout).
+
+    Example:
+        >>> import numpy as np
+        >>> a = np.zeros(10)
+        >>> activation_bytes(a, a), activation_bytes(a, a + 1)
+        (80, 160)
+    """
+    x_data, out_data = _ndarray(x), _ndarray(out)
+    shared = x_data is not None and out_data is not None and np.shares_memory(x_data, out_data)
+    return nbytes(x) + (0 if shared or out is x else nbytes(out))
+
+
+def traced_peak_bytes(call: Callable[[Any], Any], x: Any) -> Tuple[int, Any]:
+    """Peak traced heap growth while running ``call(x)``, and its result.
+
+    Tracing is started (and stopped) here only when the caller is not tracing already; a
+    caller's session is left running, and its peak is not reset, so in that case the figure
+    is an upper bound that may include the caller's earlier peak.
+
+    Example:
+        >>> import tracemalloc
+        >>> _ = traced_peak_bytes(len, [1, 2])
+        >>> tracemalloc.is_tracing()
+        False
+    """
+    owns = not tracemalloc.is_tracing()
+    if owns:
+        tracemalloc.start()
+    try:
+        baseline = tracemalloc.get_traced_memory()[0]
+        out = call(x)
+        return max(0, tracemalloc.get_traced_memory()[1] - baseline), out
+    finally:
+        if owns:
+            tracemalloc.stop()
