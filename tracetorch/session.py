@@ -21,7 +21,8 @@ from tracetorch.adapters import AdapterSet
 from tracetorch.flops.registry import FlopRegistry, default_registry
 from tracetorch.introspect import is_layer
 from tracetorch.patching import BOARD
-from tracetorch.recorder import Recorder, close_root, open_root
+from tracetorch.collector import Collector, Frame
+from tracetorch.recorder import close_root, current_frame, open_root
 from tracetorch.result import ProfileResult
 from tracetorch.schedule import Phase, schedule
 from tracetorch.tree import CallNode
@@ -84,17 +85,18 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
         super().__init__(CallNode.root(), timeline=[] if timeline else None,
                          meta={"timing": bool(timing)})
         self.model = model
-        self._recorder = Recorder(
+        self._collector = Collector(
             self.root, model, registry=_registry_with(flop_rules),
             clock=(clock or time.perf_counter_ns) if timing else _zero_clock,
             timeline=timeline, max_events=max_events, warn_unsupported=warn_unsupported)
-        self.timeline = self._recorder.events
+        self.timeline = self._collector.events
         if schedule is not None and not callable(schedule):
             raise TypeError(f"schedule must be a tracetorch.schedule(...), got {schedule!r}")
         self.schedule = schedule
         self.step_count = 0
         self._running = False
         self._token: Optional[Token] = None
+        self._enclosing: Optional[Frame] = None
         self._step_start: Optional[int] = None
 
     # ---------------------------------------------------------------- context manager
@@ -103,15 +105,16 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
             raise RuntimeError("this profile is already running; use a new tracetorch.profile() "
                                "to nest profiles")
         BOARD.acquire(_ADAPTERS.targets(self.model), on_first=_ADAPTERS.open)
+        # A profile opened inside another records alone and hands its calls over on exit.
+        self._enclosing = current_frame()
         try:
-            self._recorder.start()
             self._running = True
             self._apply_phase()
         except BaseException:
             self._running = False
             BOARD.release()
             raise
-        self._step_start = self._recorder.clock()
+        self._step_start = self._collector.clock()
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
@@ -120,9 +123,13 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
             self._close_root()
         finally:
             try:
-                self._recorder.stop()
-                self.unsupported = self._recorder.unsupported()
-                self.dropped_events = self._recorder.dropped_events
+                enclosing, self._enclosing = self._enclosing, None
+                if enclosing is not None and enclosing[0].active:
+                    self._collector.fold()
+                    self._collector.graft_into(enclosing)
+                self._collector.stop()
+                self.unsupported = self._collector.unsupported()
+                self.dropped_events = self._collector.dropped_events
             finally:
                 BOARD.release()
 
@@ -147,14 +154,14 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
 
         With a ``schedule``, only active steps count, and the next step's phase starts here.
         """
-        now = self._recorder.clock()
+        now = self._collector.clock()
         if self._step_start is not None and self.phase == "active":
             self.step_times.add(now - self._step_start)
-        self._recorder.flush_backward()
+        self._collector.fold()
         self.step_count += 1
         if self._running:
             self._apply_phase()
-        self._step_start = self._recorder.clock()
+        self._step_start = self._collector.clock()
 
     @property
     def phase(self) -> Phase:
@@ -162,19 +169,18 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
         return self.schedule(self.step_count) if self.schedule is not None else "active"
 
     def _apply_phase(self) -> None:
+        self._close_root()
         phase = self.phase
         if phase in ("wait", "done"):
-            self._close_root()
             return
         # Warm-up steps run recorded, into a scratch tree that the next step throws away.
-        self._recorder.retarget(self.root if phase == "active" else CallNode.root())
-        if self._token is None:
-            self._token = open_root(self._recorder)
+        target = self.root if phase == "active" else CallNode.root()
+        self._token = open_root(self._collector.start(target))
 
     def _close_root(self) -> None:
         token, self._token = self._token, None
         if token is not None:
-            close_root(self._recorder, token)
+            close_root(self._collector, token)
 
     @property
     def running(self) -> bool:

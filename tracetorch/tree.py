@@ -49,7 +49,7 @@ class CallNode:
         "name", "type_name", "kind", "module_key", "parent", "children", "time",
         "flops", "gemm_flops", "macs", "flops_source", "params", "input_shapes",
         "output_shapes", "backward_time", "backward_flops", "backward_gemm_flops", "errors",
-        "flops_cache", "children_by_owner",
+        "flops_cache", "children_by_owner", "rule_state", "op_flops", "op_gemm",
     )
 
     def __init__(self, name: str, type_name: str, module_key: str, kind: str = "module",
@@ -72,10 +72,17 @@ class CallNode:
         self.backward_flops = 0
         self.backward_gemm_flops = 0
         self.errors = 0
-        # Rule results per input signature, so a rule runs once per distinct shape.
-        self.flops_cache: Dict[Any, Tuple[int, int, Optional[int]]] = {}
-        # Transient while recording: id(instance) -> child node, so naming runs once per child.
+        # Transient, while recording (folded into the fields above by Recorder.fold):
+        # per input signature, [calls, inclusive FLOPs, GEMM FLOPs, MACs] of the rule, so a
+        # rule runs once per distinct shape and a call costs one counter increment;
+        self.flops_cache: Dict[Any, List[Any]] = {}
+        # id(instance) -> child node, so naming runs once per child;
         self.children_by_owner: Dict[int, CallNode] = {}
+        # "rule", "user", "free" (a rule of None) or "none", and tensor operations run directly
+        # in this node's calls since the last fold.
+        self.rule_state = "none"
+        self.op_flops = 0
+        self.op_gemm = 0
 
     @classmethod
     def root(cls) -> "CallNode":

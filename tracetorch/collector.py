@@ -1,0 +1,333 @@
+"""What one profile collects, and everything the hot path leaves for later.
+
+The hot path (:mod:`tracetorch.recorder`) only appends a duration and bumps a per-shape counter.
+The rest happens here: naming and creating a node on its first call under a parent, running the
+FLOP rule once per distinct input shape, charging backward operations, keeping the capped
+timeline, and :meth:`Collector.fold`, which turns the counters into each node's own FLOPs at every
+step and at exit.
+
+Example:
+    >>> from tracetorch.tree import CallNode
+    >>> collector = Collector(CallNode.root(), model=None)
+    >>> collector.root.children
+    {}
+"""
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+
+from tracetorch.flops.registry import NO_RULE, FlopCount, FlopRegistry, default_registry
+from tracetorch.introspect import named_submodules, signature
+from tracetorch.tree import CallNode
+
+__all__ = ("Collector", "Frame")
+
+#: One open call: (collector, node, the instance or function being called).
+Frame = Tuple["Collector", CallNode, Any]
+
+Clock = Callable[[], int]
+
+# Node kinds whose FLOPs may come from a registered rule (backward FLOPs are always counted).
+_RULED_KINDS = frozenset({"module", "optimizer"})
+
+# How a node is named when its parent holds no attribute naming it.
+_DEFAULT_NAMES = {"optimizer": "{}.step", "backward": "backward"}
+
+# Types already warned about as unsupported, process-wide, so a training loop warns once.
+_WARNED_UNSUPPORTED: Set[str] = set()
+
+
+class Collector:
+    """The tree of one profile plus the caches that keep the hot path cheap."""
+
+    def __init__(self, root: CallNode, model: Any, *, registry: Optional[FlopRegistry] = None,
+                 clock: Optional[Clock] = None, timeline: bool = False,
+                 max_events: int = 100_000, warn_unsupported: bool = True) -> None:
+        self.root = root
+        self.model = model
+        self.registry = registry if registry is not None else default_registry
+        self.clock: Clock = clock if clock is not None else time.perf_counter_ns
+        self.events: Optional[List[Tuple[CallNode, int, int, int]]] = [] if timeline else None
+        self.max_events = max_events
+        self.dropped_events = 0
+        self.warn_unsupported = warn_unsupported
+        self.active = False
+        self.root_frame: Frame = (self, root, None)
+        self._user_rules: Dict[CallNode, Callable[..., int]] = {}
+        self._names: Dict[int, Dict[int, str]] = {}
+        self._keys: Dict[int, Tuple[Optional[weakref.ref], str]] = {}
+        self._next_key = 0
+        self._owners: List[Any] = []  # strong references keep the ids above unambiguous
+        self._param_counts: Dict[int, int] = {}
+        self._pending_backward: Dict[CallNode, int] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self, target: CallNode) -> Frame:
+        """Begin recording top-level calls under ``target``; returns the root frame."""
+        self.active = True
+        self.root_frame = (self, target, None)
+        return self.root_frame
+
+    def stop(self) -> None:
+        """Stop recording, fold the counters and drop every reference to the user's objects."""
+        self.active = False
+        self.fold()
+        for node in self.root.walk():
+            node.children_by_owner.clear()
+            node.flops_cache.clear()
+            node.time.flush()
+        self._user_rules.clear()
+        self._names.clear()
+        # Without a weak reference an id could be reused by another object once ours is gone.
+        self._keys = {k: v for k, v in self._keys.items() if v[0] is not None}
+        self._owners.clear()
+        self._param_counts.clear()
+
+    # ------------------------------------------------------------------ tree building
+    def new_child(self, frame: Frame, owner: Any, kind: str, label: Optional[str],
+                  flops_fn: Optional[Callable[..., int]]) -> CallNode:
+        """Name and create the node for the first call of ``owner`` under ``frame``."""
+        _, parent_node, parent_owner = frame
+        key = self._module_key(owner)
+        type_name = _type_name(owner, kind, label)
+        default = label or _DEFAULT_NAMES.get(kind, "{}").format(type_name)
+        if parent_owner is None:
+            name = "" if owner is self.model else default
+        else:
+            name = self._name_in(parent_owner, owner) or default
+        existing = parent_node.children.get(name)
+        if existing is not None and existing.module_key != key:
+            suffix = 2
+            while f"{name}#{suffix}" in parent_node.children:
+                suffix += 1
+            name = f"{name}#{suffix}"
+        node = parent_node.child(name, type_name, key, kind)
+        if kind == "module":
+            node.params = self._params_of(owner)
+        if flops_fn is not None:
+            node.rule_state = "user"
+            self._user_rules[node] = flops_fn
+        elif kind in _RULED_KINDS:
+            rule = self.registry.lookup(type(owner))
+            node.rule_state = "none" if rule is NO_RULE else ("free" if rule is None else "rule")
+        parent_node.children_by_owner[id(owner)] = node
+        return node
+
+    def _module_key(self, owner: Any) -> str:
+        known = self._keys.get(id(owner))
+        if known is not None and known[0] is not None and known[0]() is owner:
+            return known[1]
+        # Keys outlive a recording (by_module folds call sites by them, and a profile entered
+        # again must find the same module), so they are counters checked through weak refs.
+        key = f"m{self._next_key}"
+        self._next_key += 1
+        try:
+            ref: Optional[weakref.ref] = weakref.ref(owner)
+        except TypeError:
+            ref = None
+        self._keys[id(owner)] = (ref, key)
+        self._owners.append(owner)
+        return key
+
+    def _name_in(self, parent: Any, child: Any) -> Optional[str]:
+        names = self._names.get(id(parent))
+        if names is None or id(child) not in names:
+            # Scanned once per parent, again only when a child appears that was not there yet.
+            names = {}
+            for path, module in named_submodules(parent):
+                names.setdefault(id(module), path)
+            self._names[id(parent)] = names
+            self._owners.append(parent)
+        return names.get(id(child))
+
+    def _params_of(self, owner: Any) -> int:
+        count = self._param_counts.get(id(owner))
+        if count is None:
+            from tracetorch.params import count_parameters
+
+            try:
+                count = count_parameters(owner)
+            except (TypeError, AttributeError, ValueError):
+                count = 0
+            self._param_counts[id(owner)] = count
+        return count
+
+    # ------------------------------------------------------------------ FLOPs
+    def first_call(self, node: CallNode, owner: Any, args: Tuple[Any, ...],
+                   kwargs: Dict[str, Any], output: Any) -> List[Any]:
+        """The first call of ``node`` with these input shapes: note the shapes, run the rule.
+
+        Returns the per-shape counter ``[calls, FLOPs, GEMM FLOPs, MACs]`` (``None`` FLOPs when
+        the node's FLOPs come from counted operations instead of a rule).
+        """
+        node.note_shapes(signature(args, kwargs), signature((output,)))
+        state = node.rule_state
+        if state == "user":
+            return [0, int(self._user_rules[node](*args, **kwargs)), 0, 0]
+        if state == "rule":
+            result = self.registry.lookup(type(owner))(owner, args, output)
+            if isinstance(result, FlopCount):
+                macs = result.macs if result.macs is not None else result.gemm // 2
+                return [0, int(result.flops), int(result.gemm), int(macs)]
+            return [0, int(result), 0, 0]
+        if state == "none" and node.kind == "module" and not node.op_flops and not node.children:
+            self._warn_unsupported(node.type_name)
+        return [0, None, 0, 0]
+
+    def _warn_unsupported(self, type_name: str) -> None:
+        if self.warn_unsupported and type_name not in _WARNED_UNSUPPORTED:
+            _WARNED_UNSUPPORTED.add(type_name)
+            warnings.warn(
+                f"tracetorch has no FLOP rule for {type_name} and saw no countable tensor "
+                f"operations in it; its FLOPs are reported as 0. Register one with "
+                f"@tracetorch.flop_rule({type_name}).", stacklevel=4)
+
+    def fold(self) -> None:
+        """Turn the counters collected since the last fold into each node's own FLOPs."""
+        self.flush_backward()
+        _fold(self.root)
+
+    def unsupported(self) -> Dict[str, int]:
+        """Calls of leaf layers with no FLOP rule whose FLOPs nothing counted, by type."""
+        counts: Dict[str, int] = {}
+        for node in self.root.walk():
+            if (node.kind == "module" and node.rule_state == "none" and not node.children
+                    and node.flops_source == "none"):
+                counts[node.type_name] = counts.get(node.type_name, 0) + node.calls
+        return counts
+
+    # ------------------------------------------------------------------ timeline, backward
+    def add_event(self, node: CallNode, start: int, end: int) -> None:
+        """Keep one call for the Chrome trace, up to ``max_events``."""
+        events = self.events
+        assert events is not None
+        if len(events) < self.max_events:
+            events.append((node, start, end, threading.get_ident()))
+        else:
+            self.dropped_events += 1
+
+    def record_failure(self, node: CallNode, start: int, end: int) -> None:
+        """A call that raised: it counts with its time and the operations it completed (no rule
+        runs without an output)."""
+        node.time.add(end - start)
+        node.errors += 1
+        if self.events is not None:
+            self.add_event(node, start, end)
+
+    def add_backward(self, node: CallNode, flops: int, gemm: bool, elapsed_ns: int) -> None:
+        """Attribute one gradient operation to the layer whose forward created it (ignored once
+        this profile has stopped: the graph outlived the block)."""
+        if not self.active:
+            return
+        node.backward_flops += flops
+        if gemm:
+            node.backward_gemm_flops += flops
+        pending = self._pending_backward
+        pending[node] = pending.get(node, 0) + elapsed_ns
+
+    def flush_backward(self) -> None:
+        """End of a backward pass: each layer it touched gets one backward sample."""
+        for node, elapsed in self._pending_backward.items():
+            node.backward_time.add(elapsed)
+        self._pending_backward.clear()
+
+
+    # ------------------------------------------------------------------ nesting
+    def graft_into(self, frame: Frame) -> None:
+        """Hand everything recorded here to the enclosing profile, under its open call ``frame``.
+
+        Call after :meth:`fold` and before :meth:`stop` (the owners are still known here).
+        """
+        outer, parent, _ = frame
+        owners = {self._keys[id(o)][1]: o for o in self._owners if id(o) in self._keys}
+        mapping: Dict[CallNode, CallNode] = {self.root: parent}
+        parent.flops += self.root.flops
+        parent.gemm_flops += self.root.gemm_flops
+        for child in self.root.children.values():
+            owner = owners.get(child.module_key)
+            if owner is None:
+                target = parent.child(child.name, child.type_name, child.module_key, child.kind)
+            else:
+                label = child.type_name if child.kind == "function" else None
+                target = outer.new_child(frame, owner, child.kind, label, None)
+            _merge(child, target, outer, owners, mapping)
+        if outer.events is not None and self.events:
+            for node, start, end, thread in self.events:
+                if len(outer.events) < outer.max_events:
+                    outer.events.append((mapping[node], start, end, thread))
+                else:
+                    outer.dropped_events += 1
+        outer.dropped_events += self.dropped_events
+
+
+def _merge(source: CallNode, target: CallNode, outer: Collector, owners: Dict[str, Any],
+           mapping: Dict[CallNode, CallNode]) -> None:
+    """Add ``source``'s recorded data (and its subtree's) to ``target`` in ``outer``'s tree."""
+    mapping[source] = target
+    target.time.merge(source.time)
+    target.backward_time.merge(source.backward_time)
+    target.flops += source.flops
+    target.gemm_flops += source.gemm_flops
+    if source.macs is not None:
+        target.macs = (target.macs or 0) + source.macs
+    if target.flops_source == "none":
+        target.flops_source = source.flops_source
+    target.backward_flops += source.backward_flops
+    target.backward_gemm_flops += source.backward_gemm_flops
+    target.errors += source.errors
+    target.params = max(target.params, source.params)
+    for inputs, output in zip(source.input_shapes, source.output_shapes):
+        target.note_shapes(inputs, output)
+    for name, child in source.children.items():
+        owner = owners.get(child.module_key)
+        key = outer._module_key(owner) if owner is not None else child.module_key
+        grafted = target.child(name, child.type_name, key, child.kind)
+        if owner is not None:
+            target.children_by_owner[id(owner)] = grafted
+        _merge(child, grafted, outer, owners, mapping)
+
+
+def _fold(node: CallNode) -> Tuple[int, int, int]:
+    """Fold ``node``'s subtree; return its inclusive (FLOPs, GEMM FLOPs, MACs) since the last fold.
+
+    A node with a rule costs what the rule said (its own tensor operations were the rule's
+    subject, so they are dropped); any other node costs its own operations plus its children.
+    Its own share is the inclusive cost minus what the children report, so nothing counts twice.
+    """
+    children = [_fold(child) for child in node.children.values()]
+    below = [sum(c[i] for c in children) for i in range(3)]
+    if node.rule_state in ("rule", "user"):
+        inclusive = [0, 0, 0]
+        for entry in node.flops_cache.values():
+            calls = entry[0]
+            inclusive = [inclusive[0] + calls * entry[1], inclusive[1] + calls * entry[2],
+                         inclusive[2] + calls * entry[3]]
+            entry[0] = 0
+        node.flops_source = node.rule_state
+    elif node.rule_state == "free":
+        inclusive = below
+    else:
+        inclusive = [node.op_flops + below[0], node.op_gemm + below[1],
+                     node.op_gemm // 2 + below[2]]
+        if node.op_flops:
+            node.flops_source = "ops"
+    node.op_flops = node.op_gemm = 0
+    # A rule smaller than its children's rules (or a call that raised) must not go negative.
+    node.flops += max(0, inclusive[0] - below[0])
+    node.gemm_flops += max(0, inclusive[1] - below[1])
+    own_macs = max(0, inclusive[2] - below[2])
+    if own_macs or node.macs is not None or node.gemm_flops:
+        node.macs = (node.macs or 0) + own_macs
+    return inclusive[0], inclusive[1], inclusive[2]
+
+
+def _type_name(owner: Any, kind: str, label: Optional[str]) -> str:
+    if kind == "backward":
+        return "backward"
+    if kind == "function":
+        return label or getattr(owner, "__qualname__", type(owner).__name__)
+    return type(owner).__name__
