@@ -16,19 +16,28 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from tracetorch.bench import Measurement, benchmark, measure_latency
 from tracetorch.flops.registry import FlopCount, flop_rule
 from tracetorch.instrument import instrument
+from tracetorch.params import count_parameters, parameter_table
 from tracetorch.result import ProfileResult
 from tracetorch.schedule import schedule
 from tracetorch.session import profile
+from tracetorch.static_flops import count_flops
 
 __all__ = (
     "__version__",
     "FlopCount",
+    "Measurement",
     "ProfileResult",
+    "benchmark",
+    "count_flops",
+    "count_parameters",
     "flop_rule",
     "instrument",
     "load",
+    "measure_latency",
+    "parameter_table",
     "profile",
     "schedule",
 )

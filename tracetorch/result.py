@@ -117,6 +117,40 @@ class ProfileResult:
         """Time spent in top-level calls, in seconds."""
         return self.total_time_ns / 1e9
 
+    # ---------------------------------------------------------------- reports
+    def table(self, sort_by: str = "total", depth: Optional[int] = None,
+              row_limit: Optional[int] = None, min_percent: float = 0.0) -> str:
+        """The call tree as text: calls, FLOPs, MACs, self/total time, % of time, GFLOP/s.
+
+        ``sort_by`` is one of ``total``, ``self``, ``flops``, ``calls``, ``name``,
+        ``call_order`` (siblings are sorted, children stay under their parents).
+        """
+        from tracetorch.report.table import render_table
+
+        return render_table(self, sort_by=sort_by, depth=depth, row_limit=row_limit,
+                            min_percent=min_percent)
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def to_dict(self) -> Dict[str, Any]:
+        """A versioned, JSON-ready form that :func:`tracetorch.load` reads back."""
+        from tracetorch.report.jsonio import result_to_dict
+
+        return result_to_dict(self)
+
+    def save(self, path: str) -> None:
+        """Write the profile as versioned JSON (reload with :func:`tracetorch.load`)."""
+        from tracetorch.report.jsonio import save_result
+
+        save_result(self, path)
+
+    def export_chrome_trace(self, path: str) -> None:
+        """Write the per-call timeline (``profile(timeline=True)``) as Chrome/Perfetto JSON."""
+        from tracetorch.report.chrome import export_chrome_trace
+
+        export_chrome_trace(self, path)
+
     # ---------------------------------------------------------------- views
     def by_type(self) -> Dict[str, AggregateRow]:
         """One row per layer type, every call site and instance folded in."""
