@@ -115,6 +115,39 @@ def test_layers_and_own_parameters_are_united():
     assert count_parameters(Embedded()) == 40 + 20
 
 
+def test_attribute_layers_of_a_duck_model_are_counted():
+    class MLP:
+        """No layers list, no parameters(): TinyTorch would count 0."""
+
+        def __init__(self):
+            self.fc1, self.fc2 = Dense(4, 8), Dense(8, 2)
+            self.fc3 = self.fc1  # reused, counted once
+
+        def forward(self, x):
+            return self.fc2.forward(self.fc1.forward(x))
+
+    assert count_parameters(MLP()) == 40 + 18
+    assert {row.path: row.total for row in parameter_table(MLP())} == {"fc1": 40, "fc2": 18}
+
+
+def test_capstone_simple_mlp_counts_283():
+    from tracetorch.core import Linear
+
+    class SimpleMLP:
+        def __init__(self):
+            self.fc1, self.fc2 = Linear(10, 20), Linear(20, 3)
+
+        def forward(self, x):
+            return self.fc2(self.fc1(x))
+
+        def parameters(self):
+            return self.fc1.parameters() + self.fc2.parameters()
+
+    assert count_parameters(SimpleMLP()) == 283
+    assert {row.path: row.total for row in parameter_table(SimpleMLP())} == {"fc1": 220,
+                                                                             "fc2": 63}
+
+
 def test_core_models():
     from tracetorch.core import Linear, ReLU, Sequential
 
@@ -259,7 +292,7 @@ def test_duck_table_paths_from_attributes_and_layer_lists():
     table = parameter_table(Net())
     assert {row.path: row.total for row in table} == {"fc": 20, "blocks.layers.0": 10,
                                                        "blocks.layers.1": 4}
-    assert table.total == count_parameters(Net().fc) + 14
+    assert table.total == count_parameters(Net()) == 34
 
 
 def test_duck_table_container_parameters_not_double_counted():

@@ -284,6 +284,8 @@ def test_profile_backward_pass_measures_real_autograd(profiler):
     model.weight.grad = earlier
     report = profiler.profile_backward_pass(model, x)
     assert report["backward_measured"] is True
+    assert report["backward_flops_source"] == "measured"
+    assert list(profiler.measurements) == ["Linear", "Linear (backward)"]
     assert report["forward_flops"] == 2 * 8 * 4 * 4
     assert report["backward_flops"] > 0
     assert report["total_flops"] == report["forward_flops"] + report["backward_flops"]
@@ -304,6 +306,7 @@ def test_profile_backward_pass_estimates_without_autograd(profiler):
     report = profiler.profile_backward_pass(Doubler(), Tensor(np.ones((2, 3))))
     assert report["backward_measured"] is False
     assert report["backward_flops"] == 2 * report["forward_flops"]
+    assert report["backward_flops_source"] == "estimated (2x forward)"
 
 
 def test_context_manager_counts_layer_calls(profiler):

@@ -197,7 +197,11 @@ def measure_latency(model: Any, x: Any, warmup: int = 10, iterations: int = 100)
 
 
 def random_input(model: Any, shape: Tuple[int, ...], seed: int = 0) -> Any:
-    """A standard-normal float32 input of ``shape`` in the model's own framework.
+    """A seeded random input of ``shape`` in the model's own framework.
+
+    Standard-normal float32 values (a torch tensor for a torch model, else a
+    ``tracetorch.core`` Tensor), or integer ids below ``model.vocab_size`` for a core token
+    model, which cannot take floats.
 
     Example:
         >>> random_input(object(), (2, 3)).shape
@@ -210,7 +214,11 @@ def random_input(model: Any, shape: Tuple[int, ...], seed: int = 0) -> Any:
         return torch.randn(shape, generator=generator)
     from tracetorch.core.tensor import Tensor
 
-    return Tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
+    rng = np.random.default_rng(seed)
+    vocab_size = getattr(model, "vocab_size", None)
+    if isinstance(vocab_size, int) and not isinstance(vocab_size, bool):
+        return Tensor(rng.integers(0, vocab_size, size=shape), dtype=np.int64)
+    return Tensor(rng.standard_normal(shape).astype(np.float32))
 
 
 def _is_shape(x: Any) -> bool:

@@ -30,10 +30,11 @@ def count_parameters(model: Any) -> int:
 
     Where the numbers come from, in the order of the TinyTorch guide: the model's ``layers``
     (each counted by these same rules), then its ``parameters()``, and only when it has neither,
-    its ``weight`` and ``bias``. A torch module is asked for ``parameters()`` alone, which is
-    complete for torch (a ``layers`` ModuleList would miss embeddings and heads). Every tensor is
-    counted once across the whole model, however many layers hold it. Objects with none of these
-    attributes (a bare Tensor, an activation, a number) have 0 parameters, as in TinyTorch.
+    its ``weight`` and ``bias`` and the layers it keeps in attributes (``self.fc1``; TinyTorch
+    would say 0 there). A torch module is asked for ``parameters()`` alone, which is complete
+    for torch (a ``layers`` ModuleList would miss embeddings and heads). Every tensor is counted
+    once across the whole model, however many layers hold it. Objects with none of these
+    (a bare Tensor, an activation, a number) have 0 parameters, as in TinyTorch.
 
     Raises:
         TypeError: ``model`` is ``None`` or a class rather than an instance.
@@ -129,6 +130,18 @@ def _collect(obj: Any, found: Dict[int, Any], visited: Set[int]) -> None:
         _add_all(parameters(), found)
     if not has_layers and not callable(parameters):
         _add_all((getattr(obj, "weight", None), getattr(obj, "bias", None)), found)
+        # Beyond TinyTorch, which says 0 here: a duck-typed model that keeps its layers in
+        # attributes (``self.fc1 = Linear(...)``) is counted through them.
+        for _, layer in _attribute_layers(obj):
+            _collect(layer, found, visited)
+
+
+def _attribute_layers(obj: Any) -> Iterator[Tuple[str, Any]]:
+    # The engine's walker names layers (objects with ``forward``) held in attributes, lists and
+    # dicts, so the table's paths match the profile tree's.
+    from tracetorch.introspect import named_submodules
+
+    return named_submodules(obj)
 
 
 def _add_all(params: Any, found: Dict[int, Any]) -> None:
@@ -275,26 +288,21 @@ def _owner(name: str, holders: Dict[str, _Holder]) -> str:
 
 
 def _duck_holders(model: Any) -> List[_Holder]:
-    # A duck-typed model names nothing itself: walk ``layers`` lists (and, through the engine's
-    # walker, attributes holding layers), giving each object the tensors it holds directly.
-    from tracetorch.introspect import named_submodules
-
-    modules: List[Tuple[str, Any]] = [("", model)]
-    modules += list(named_submodules(model))
+    # A duck-typed model names nothing itself. Its parameters are those count_parameters finds;
+    # each goes to the deepest layer (from attributes or ``layers`` lists) holding it directly,
+    # else to the root, so the table's total always equals count_parameters.
+    wanted = {id(p): p for p in iter_parameters(model)}
+    modules: List[Tuple[str, Any]] = [("", model)] + list(_attribute_layers(model))
     modules += list(_layer_lists(model, "", {id(o) for _, o in modules}, set()))
-    seen: Set[int] = set()
-    holders = []
-    # Deepest paths claim their tensors first, so a container's parameters() (which usually
-    # repeats its children's) only keeps what no child holds.
+    owner: Dict[int, str] = {}
     for path, obj in sorted(modules, key=lambda item: -item[0].count(".") - bool(item[0])):
-        own = []
-        for tensor in _own_tensors(obj):
-            if id(tensor) not in seen:
-                seen.add(id(tensor))
-                own.append(tensor)
-        holders.append((path, type(obj).__name__, own, []))
-    order = {path: i for i, (path, _) in enumerate(modules)}
-    return sorted(holders, key=lambda h: order[h[0]])
+        for tensor in _direct_tensors(obj):
+            if id(tensor) in wanted:
+                owner.setdefault(id(tensor), path)
+    held: Dict[str, List[Any]] = {path: [] for path, _ in modules}
+    for key, tensor in wanted.items():
+        held[owner.get(key, "")].append(tensor)
+    return [(path, type(obj).__name__, held[path], []) for path, obj in modules]
 
 
 def _layer_lists(obj: Any, prefix: str, seen: Set[int],
@@ -312,10 +320,9 @@ def _layer_lists(obj: Any, prefix: str, seen: Set[int],
         yield from _layer_lists(layer, path + ".", seen, visited)
 
 
-def _own_tensors(obj: Any) -> List[Any]:
-    tensors = [t for t in (getattr(obj, "weight", None), getattr(obj, "bias", None))
-               if t is not None]
+def _direct_tensors(obj: Any) -> List[Any]:
+    tensors = [getattr(obj, "weight", None), getattr(obj, "bias", None)]
     parameters: Optional[Any] = getattr(obj, "parameters", None)
     if callable(parameters):
-        tensors += [p for p in parameters() if p is not None]
-    return tensors
+        tensors += list(parameters())
+    return [t for t in tensors if t is not None]

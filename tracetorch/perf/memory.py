@@ -13,14 +13,17 @@ Example:
 from __future__ import annotations
 
 import tracemalloc
-from typing import Any, Callable, Tuple
+from typing import Any, Callable, Dict, Tuple
 
 import numpy as np
 
+from tracetorch.bench import as_callable
 from tracetorch.params import iter_parameters, numel
 
 __all__ = ("nbytes", "parameter_bytes", "gradient_bytes", "activation_bytes",
-           "traced_peak_bytes")
+           "traced_peak_bytes", "memory_report")
+
+_MIB = 1024 * 1024
 
 
 def nbytes(tensor: Any) -> int:
@@ -112,3 +115,35 @@ def traced_peak_bytes(call: Callable[[Any], Any], x: Any) -> Tuple[int, Any]:
     finally:
         if owns:
             tracemalloc.stop()
+
+
+def memory_report(model: Any, x: Any) -> Tuple[Dict[str, float], int]:
+    """Memory of ``model(x)`` in MiB, and the bytes one call touches at least once.
+
+    ``parameter_memory_mb``: distinct parameters. ``activation_memory_mb``: input plus output.
+    ``peak_memory_mb``: parameters + input + the peak traced heap growth during the call (which
+    holds the output and every temporary), never below parameters + activations (torch's
+    allocator is invisible to tracemalloc). ``memory_efficiency``: (parameters + activations)
+    over the peak, in [0, 1]; the rest of the peak is temporaries.
+
+    Example:
+        >>> import numpy as np
+        >>> class Scale:
+        ...     weight = np.ones(4, dtype=np.float32)
+        ...     def forward(self, x):
+        ...         return x * 2
+        >>> report, touched = memory_report(Scale(), np.ones(4, dtype=np.float32))
+        >>> touched, 0 < report["memory_efficiency"] <= 1
+        (48, True)
+    """
+    params = parameter_bytes(model)
+    traced, out = traced_peak_bytes(as_callable(model, "model"), x)
+    activations = activation_bytes(x, out)
+    peak = max(params + nbytes(x) + traced, params + activations)
+    report = {
+        "parameter_memory_mb": params / _MIB,
+        "activation_memory_mb": activations / _MIB,
+        "peak_memory_mb": peak / _MIB,
+        "memory_efficiency": (params + activations) / peak if peak else 1.0,
+    }
+    return report, params + activations

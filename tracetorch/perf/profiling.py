@@ -25,14 +25,10 @@ import time
 from collections import defaultdict
 from typing import Any, DefaultDict, Dict, Optional, Sequence, Tuple
 
-import numpy as np
-
 from tracetorch import bench
 from tracetorch.core import Conv2d, Linear, Sequential
-from tracetorch.core.tensor import Tensor
 from tracetorch.introspect import is_layer
 from tracetorch.params import count_parameters as _count_parameters
-from tracetorch.params import is_torch_module
 from tracetorch.perf.analytic import (conv2d_flops, conv2d_output_shape, layer_parameter_count,
                                       linear_flops, linear_output_shape)
 from tracetorch.perf.backward import preserved_gradients, step_flops, train_step
@@ -40,8 +36,7 @@ from tracetorch.perf.derived import (ASSUMED_PEAK_GFLOPS, ASSUMED_RIDGE_FLOPS_PE
                                      BYTES_PER_FLOAT32, KB_TO_BYTES, MB_TO_BYTES,
                                      arithmetic_intensity, derived_metrics,
                                      optimizer_memory_estimates)
-from tracetorch.perf.memory import (activation_bytes, gradient_bytes, nbytes, parameter_bytes,
-                                    traced_peak_bytes)
+from tracetorch.perf.memory import gradient_bytes, memory_report
 from tracetorch.perf.weights import analyze_weight_distribution
 from tracetorch.session import profile
 from tracetorch.static_flops import check_shape, dummy_input, forward_flops_and_output
@@ -250,29 +245,7 @@ class Profiler:
         """
         self.operation_counts["measure_memory"] += 1
         shape = check_shape(input_shape)
-        return self._memory_report(model, self._dummy_input(model, shape))[0]
-
-    def _memory_report(self, model: Any, x: Any) -> Tuple[Dict[str, float], int]:
-        """The memory report of ``model(x)`` and the bytes a call touches at least once."""
-        params = parameter_bytes(model)
-        traced, out = traced_peak_bytes(bench.as_callable(model, "model"), x)
-        activations = activation_bytes(x, out)
-        peak = max(params + nbytes(x) + traced, params + activations)
-        report = {
-            "parameter_memory_mb": params / MB_TO_BYTES,
-            "activation_memory_mb": activations / MB_TO_BYTES,
-            "peak_memory_mb": peak / MB_TO_BYTES,
-            "memory_efficiency": (params + activations) / peak if peak else 1.0,
-        }
-        return report, params + activations
-
-    def _dummy_input(self, model: Any, shape: Shape) -> Any:
-        vocab_size = getattr(model, "vocab_size", None)
-        if isinstance(vocab_size, int) and not is_torch_module(model):
-            # Token models take integer ids, not floats.
-            ids = np.random.default_rng(0).integers(0, vocab_size, size=shape)
-            return Tensor(ids, dtype=np.int64)
-        return bench.random_input(model, shape)
+        return memory_report(model, bench.random_input(model, shape))[0]
 
     # ---------------------------------------------------------------- reports
     def profile_layer(self, layer: Any, input_shape: Sequence[int]) -> Dict[str, Any]:
@@ -286,8 +259,8 @@ class Profiler:
         """
         self.operation_counts["profile_layer"] += 1
         shape = check_shape(input_shape)
-        x = self._dummy_input(layer, shape)
-        memory, _ = self._memory_report(layer, x)
+        x = bench.random_input(layer, shape)
+        memory, _ = memory_report(layer, x)
         flops = self.count_flops(layer, shape)
         latency_s = self.measure_latency(layer, x, warmup=3, iterations=10)
         report = {"layer_type": type(layer).__name__,
@@ -320,7 +293,7 @@ class Profiler:
         x = self._as_input(model, input_tensor)
         shape = tuple(x.shape)
         flops = self.count_flops(model, shape)
-        memory, touched = self._memory_report(model, x)
+        memory, touched = memory_report(model, x)
         latency_s = self.measure_latency(model, x, warmup=5, iterations=20)
         report = {"parameters": self.count_parameters(model),
                   "flops": flops,
@@ -335,11 +308,13 @@ class Profiler:
     def profile_backward_pass(self, model: Any, input_tensor: Any) -> Dict[str, Any]:
         """Forward report plus a training step: forward + backward of ``output.sum()``.
 
-        With autograd (``tracetorch.core`` or torch, trainable parameters), the step's time
-        and its backward FLOPs are measured (``backward_measured`` is True); otherwise they
-        are estimated as 2x the forward pass, as TinyTorch did. The parameters' existing
-        gradients are restored afterwards. ``gradient_memory_mb`` is one gradient per trainable
-        parameter; ``optimizer_memory_estimates`` adds optimizer state per optimizer.
+        With autograd (``tracetorch.core`` or torch, trainable parameters), the step's time is
+        measured (``backward_measured``) and its backward FLOPs are the engine's count
+        (``backward_flops_source``); what cannot be measured is estimated as TinyTorch did,
+        backward = 2x forward. The parameters' existing gradients are restored afterwards.
+        ``gradient_memory_mb`` is one gradient per trainable parameter;
+        ``optimizer_memory_estimates`` adds optimizer state per optimizer. The report is stored
+        as ``"<Class> (backward)"`` beside the forward report.
 
         Example:
             >>> import numpy as np
@@ -352,13 +327,16 @@ class Profiler:
         x = self._as_input(model, input_tensor)
         forward = self.profile_forward_pass(model, x)
         forward_s = forward["latency_ms"] / 1e3
+        # TinyTorch's rule of thumb stands in for whatever cannot be measured.
+        backward_flops, flops_source = 2 * forward["flops"], "estimated (2x forward)"
+        step_s = 3 * forward_s
         with preserved_gradients(model):
             step = train_step(model, x)
-            if step is None:
-                backward_flops, step_s = 2 * forward["flops"], 3 * forward_s
-            else:
-                backward_flops = step_flops(model, step, x)[1]
+            if step is not None:
                 step_s = self.measure_latency(step, x, warmup=2, iterations=10)
+                measured = step_flops(model, step, x)[1]
+                if measured:  # 0 when the engine has no backward counts for this framework
+                    backward_flops, flops_source = measured, "measured"
         gradient_mb = gradient_bytes(model) / MB_TO_BYTES
         total_flops = forward["flops"] + backward_flops
         report = {
@@ -368,6 +346,7 @@ class Profiler:
             "backward_flops": backward_flops,
             "backward_latency_ms": max(step_s - forward_s, 0.0) * 1e3,
             "backward_measured": step is not None,
+            "backward_flops_source": flops_source,
             "gradient_memory_mb": gradient_mb,
             "total_flops": total_flops,
             "total_latency_ms": step_s * 1e3,
@@ -378,16 +357,16 @@ class Profiler:
             "memory_efficiency": forward["memory_efficiency"],
             "bottleneck": forward["bottleneck"],
         }
-        self._store(model, report)
+        self._store(model, report, suffix=" (backward)")
         return report
 
     def _as_input(self, model: Any, input_tensor: Any) -> Any:
         if isinstance(input_tensor, tuple) and not hasattr(input_tensor, "numel"):
-            return self._dummy_input(model, check_shape(input_tensor))
+            return bench.random_input(model, check_shape(input_tensor))
         return input_tensor
 
-    def _store(self, model: Any, report: Dict[str, Any]) -> None:
-        name = key = type(model).__name__
+    def _store(self, model: Any, report: Dict[str, Any], suffix: str = "") -> None:
+        name = key = type(model).__name__ + suffix
         n = 1
         while key in self.measurements:
             n += 1
