@@ -1,0 +1,184 @@
+"""The profiler on tracetorch.core models: exact FLOPs per node, rules vs counted ops, cleanup,
+classes defined inside the block, reports from a real run."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import tracetorch
+from tracetorch.adapters.base import all_subclasses
+from tracetorch.core import (
+    Conv2d,
+    Flatten,
+    Linear,
+    MaxPool2d,
+    Module,
+    MultiHeadAttention,
+    ReLU,
+    Sequential,
+    Tensor,
+)
+from tracetorch.patching import BOARD
+
+
+def forwards_of_every_core_class():
+    return {cls: vars(cls).get("forward") for cls in all_subclasses(Module)}
+
+
+def test_mlp_flops_per_node_whole_batch():
+    model = Sequential(Linear(784, 256), ReLU(), Linear(256, 10))
+    x = Tensor(np.zeros((64, 784), dtype=np.float32))
+    with tracetorch.profile(model) as prof:
+        for _ in range(3):
+            model(x)
+    first, relu, last = (prof.find(f"layers.{i}") for i in range(3))
+    assert (first.calls, relu.calls, last.calls) == (3, 3, 3)
+    assert first.flops == 3 * 2 * 64 * 784 * 256 and first.flops_source == "rule"
+    assert first.macs == 3 * 64 * 784 * 256
+    assert relu.flops == 3 * 64 * 256 and relu.gemm_flops == 0 and relu.macs is None
+    assert last.flops == 3 * 2 * 64 * 256 * 10
+    assert prof.gemm_flops == 3 * 2 * 64 * (784 * 256 + 256 * 10)
+    assert prof.forward_flops == prof.gemm_flops + 3 * 64 * 256
+    assert prof.find("").params == 203_530 and first.params == 200_960
+    assert first.input_shapes == [((64, 784),)] and first.output_shapes == [((64, 256),)]
+    assert tracetorch.count_flops(model, (64, 784)) == prof.forward_flops // 3
+
+
+def test_cnn_conv_and_pool_rules():
+    model = Sequential(Conv2d(3, 8, 3, padding=1), ReLU(), MaxPool2d(2), Flatten(),
+                       Linear(8 * 16 * 16, 10))
+    with tracetorch.profile(model) as prof:
+        model(Tensor(np.zeros((2, 3, 32, 32), dtype=np.float32)))
+    assert prof.find("layers.0").flops == 2 * 3 * 3 * 3 * 8 * 32 * 32 * 2
+    assert prof.find("layers.2").flops == 2 * 2 * 2 * 8 * 16 * 16  # 4 compares per output
+    assert prof.find("layers.3").flops == 0 and prof.unsupported == {}
+    assert prof.find("layers.4").flops == 2 * 2 * 2048 * 10
+
+
+def test_attention_rule_counts_projections_once():
+    mha = MultiHeadAttention(16, 4)
+    with tracetorch.profile(mha) as prof:
+        mha(Tensor(np.zeros((2, 5, 16), dtype=np.float32)))
+    projection = 2 * 2 * 5 * 16 * 16
+    for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+        assert prof.find(name).flops == projection
+    top = prof.find("")
+    scores = 2 * 4 * 5 * 5
+    assert top.subtree_flops == 4 * projection + 2 * 2 * 2 * 5 * 5 * 16 + 6 * scores
+    assert top.flops == top.subtree_flops - 4 * projection
+    assert prof.forward_flops == top.subtree_flops
+
+
+def test_custom_layer_with_tensor_math_is_counted_from_ops():
+    class Affine(Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = Tensor(np.ones((4, 3), dtype=np.float32), requires_grad=True)
+            self.b = Tensor(np.zeros(3, dtype=np.float32), requires_grad=True)
+
+        def forward(self, x):
+            return x @ self.w + self.b
+
+    layer = Affine()
+    with tracetorch.profile(layer) as prof:
+        layer(Tensor(np.ones((5, 4), dtype=np.float32)))
+    node = prof.find("")
+    assert node.flops_source == "ops"
+    assert node.flops == 2 * 5 * 4 * 3 + 5 * 3 and node.gemm_flops == 2 * 5 * 4 * 3
+    assert prof.unsupported == {}
+
+
+def test_class_defined_inside_the_block_is_recorded_and_restored():
+    before = forwards_of_every_core_class()
+    with tracetorch.profile() as prof:
+        class Late(Module):
+            def forward(self, x):
+                return x * 2
+
+        Late()(Tensor(np.ones(3, dtype=np.float32)))
+    assert prof.find("Late").calls == 1 and prof.find("Late").flops == 3
+    assert "forward" in vars(Late) and not tracetorch.patching.is_instrumented(vars(Late)["forward"])
+    after = forwards_of_every_core_class()
+    assert all(after[cls] is before[cls] for cls in before)
+
+
+def test_every_patched_attribute_is_restored_after_an_exception():
+    class Faulty(Module):
+        def forward(self, x):
+            raise KeyError("user error")
+
+    model = Sequential(Linear(2, 2), Faulty())
+    before = forwards_of_every_core_class()
+    with pytest.raises(KeyError, match="user error"):
+        with tracetorch.profile(model) as prof:
+            model(Tensor(np.ones((1, 2), dtype=np.float32)))
+    after = forwards_of_every_core_class()
+    assert all(after[cls] is before[cls] for cls in before)
+    assert not BOARD.active
+    assert prof.find("layers.0").flops == 8 and prof.find("layers.1").errors == 1
+
+
+def test_per_profile_rule_overrides_builtin_without_touching_others():
+    model = Sequential(Linear(4, 4))
+    x = Tensor(np.ones((1, 4), dtype=np.float32))
+    with tracetorch.profile(model, flop_rules={Linear: lambda layer, inputs, out: 7}) as custom:
+        model(x)
+    with tracetorch.profile(model) as default:
+        model(x)
+    assert custom.find("layers.0").flops == 7
+    assert default.find("layers.0").flops == 32
+
+
+def test_user_flop_rule_for_a_subclass_wins_over_the_builtin():
+    class CheapLinear(Linear):
+        pass
+
+    tracetorch.flop_rule(CheapLinear)(lambda layer, inputs, out: 1)
+    model = Sequential(CheapLinear(4, 4), Linear(4, 4))
+    with tracetorch.profile(model) as prof:
+        model(Tensor(np.ones((1, 4), dtype=np.float32)))
+    assert prof.find("layers.0").flops == 1 and prof.find("layers.1").flops == 32
+
+
+def test_json_round_trip_of_a_real_profile(tmp_path):
+    model = Sequential(Linear(8, 8), ReLU(), Linear(8, 2))
+    with tracetorch.profile(model) as prof:
+        for _ in range(4):
+            model(Tensor(np.ones((3, 8), dtype=np.float32)))
+    path = tmp_path / "run.json"
+    prof.save(str(path))
+    loaded = tracetorch.load(str(path))
+    assert [n.path for n in loaded.nodes()] == [n.path for n in prof.nodes()]
+    assert loaded.total_flops == prof.total_flops and loaded.total_time_ns == prof.total_time_ns
+    assert [n.calls for n in loaded.nodes()] == [n.calls for n in prof.nodes()]
+    assert str(loaded) == str(prof)
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="run.json"):
+        tracetorch.load(str(path))
+
+
+def test_chrome_trace_of_a_real_profile_is_nested(tmp_path):
+    model = Sequential(Linear(8, 8), ReLU(), Linear(8, 2))
+    with tracetorch.profile(model, timeline=True) as prof:
+        for _ in range(2):
+            model(Tensor(np.ones((3, 8), dtype=np.float32)))
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    events = [e for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"]
+    assert len(events) == 2 * 4
+    parents = [e for e in events if e["name"] in ("Sequential", "")]
+    children = [e for e in events if e not in parents]
+    assert len(parents) == 2
+    for child in children:
+        assert any(p["ts"] <= child["ts"] and child["ts"] + child["dur"] <= p["ts"] + p["dur"]
+                   for p in parents)
+
+
+def test_guide_style_static_and_dynamic_numbers_agree():
+    model = Linear(1024, 512)
+    with tracetorch.profile(model) as prof:
+        model(Tensor(np.zeros((1, 1024), dtype=np.float32)))
+    assert prof.forward_flops == tracetorch.count_flops(model, (1, 1024)) == 1_048_576
+    assert tracetorch.count_parameters(model) == 524_800
