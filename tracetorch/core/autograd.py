@@ -72,6 +72,7 @@ Non-leaf tensors get ``.grad`` only after ``retain_grad()``.  The graph is kept 
 """
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Callable, Iterator, Optional, Protocol, Sequence
@@ -218,7 +219,7 @@ def unbroadcast(grad: np.ndarray, shape: tuple) -> np.ndarray:
 
 def reduction_adds(out_size: int, in_shape: tuple) -> int:
     """Adds spent by :func:`unbroadcast` to bring ``out_size`` values down to ``in_shape``."""
-    return out_size - int(np.prod(in_shape, dtype=np.int64))
+    return out_size - math.prod(in_shape)
 
 
 def _topological_order(root: "Tensor") -> list:

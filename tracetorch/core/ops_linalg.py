@@ -53,8 +53,8 @@ def matmul(a: Any, b: Any) -> Tensor:
         (5, 2, 4)
     """
     ad, bd, ta, tb = _binary(a, b)
-    ad = np.asarray(ad)
-    bd = np.asarray(bd)
+    if type(ad) is not np.ndarray or type(bd) is not np.ndarray:  # a Python number
+        ad, bd = np.asarray(ad), np.asarray(bd)
     _check(ad, bd)
     k = ad.shape[-1]
     # Fast path: stack all leading dims of ``a`` into rows of one GEMM.
@@ -69,7 +69,7 @@ def matmul(a: Any, b: Any) -> Tensor:
                 f"matmul: batch dimensions of shapes {ad.shape} and {bd.shape} cannot be "
                 "broadcast together"
             ) from None
-    flops = 2 * int(np.size(out)) * k
+    flops = 2 * (out.size if type(out) is np.ndarray else 1) * k
     tag = None
     if _ag._observer is not None:
         tag = _ag._observer.forward_op("matmul", flops, True)

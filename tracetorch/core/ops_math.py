@@ -49,6 +49,10 @@ def _binary(a: Any, b: Any) -> tuple:
     return _operand(a, bd.dtype), bd, None, b
 
 
+def _shape(x: Any) -> tuple:
+    return x.shape if type(x) is np.ndarray else ()
+
+
 def _broadcast_error(name: str, ad: Any, bd: Any) -> ValueError:
     return ValueError(
         f"{name}: cannot broadcast shapes {np.shape(ad)} and {np.shape(bd)} together"
@@ -80,7 +84,7 @@ def add(a: Any, b: Any) -> Tensor:
         tag = _ag._observer.forward_op("add", out.size, False)
     ra, rb = _needs(ta), _needs(tb)
     if (ra or rb) and _ag._grad_enabled:
-        sa, sb = np.shape(ad), np.shape(bd)
+        sa, sb = _shape(ad), _shape(bd)
 
         def backward(g: np.ndarray) -> tuple:
             return (unbroadcast(g, sa) if ra else None, unbroadcast(g, sb) if rb else None)
@@ -102,7 +106,7 @@ def sub(a: Any, b: Any) -> Tensor:
         tag = _ag._observer.forward_op("sub", out.size, False)
     ra, rb = _needs(ta), _needs(tb)
     if (ra or rb) and _ag._grad_enabled:
-        sa, sb = np.shape(ad), np.shape(bd)
+        sa, sb = _shape(ad), _shape(bd)
 
         def backward(g: np.ndarray) -> tuple:
             return (unbroadcast(g, sa) if ra else None, unbroadcast(-g, sb) if rb else None)
@@ -124,7 +128,7 @@ def mul(a: Any, b: Any) -> Tensor:
         tag = _ag._observer.forward_op("mul", out.size, False)
     ra, rb = _needs(ta), _needs(tb)
     if (ra or rb) and _ag._grad_enabled:
-        sa, sb = np.shape(ad), np.shape(bd)
+        sa, sb = _shape(ad), _shape(bd)
 
         def backward(g: np.ndarray) -> tuple:
             return (
@@ -149,7 +153,7 @@ def div(a: Any, b: Any) -> Tensor:
         tag = _ag._observer.forward_op("div", out.size, False)
     ra, rb = _needs(ta), _needs(tb)
     if (ra or rb) and _ag._grad_enabled:
-        sa, sb = np.shape(ad), np.shape(bd)
+        sa, sb = _shape(ad), _shape(bd)
 
         def backward(g: np.ndarray) -> tuple:
             # d(a/b)/db = -a/b^2 = -out/b, reusing the forward result.
