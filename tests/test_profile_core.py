@@ -182,3 +182,31 @@ def test_guide_style_static_and_dynamic_numbers_agree():
         model(Tensor(np.zeros((1, 1024), dtype=np.float32)))
     assert prof.forward_flops == tracetorch.count_flops(model, (1, 1024)) == 1_048_576
     assert tracetorch.count_parameters(model) == 524_800
+
+
+def test_training_step_shares_and_optimizer_node():
+    from tracetorch.core import SGD, CrossEntropyLoss
+
+    ticks = iter(range(0, 10**9, 5))
+    model = Sequential(Linear(4, 8), ReLU(), Linear(8, 3))
+    optimizer = SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x = Tensor(np.ones((16, 4), dtype=np.float32))
+    y = np.zeros(16, dtype=int)
+    criterion = CrossEntropyLoss()
+    with tracetorch.profile(model, clock=lambda: next(ticks)) as prof:
+        for _ in range(2):
+            optimizer.zero_grad()
+            criterion(model(x), y).backward()
+            optimizer.step()
+            prof.step()
+    assert [n.path for n in prof.root.children.values()] == [
+        "", "CrossEntropyLoss", "backward", "SGD.step"]
+    assert prof.find("SGD.step").kind == "optimizer" and prof.find("SGD.step").calls == 2
+    # SGD with momentum: 4 FLOPs per parameter element (4*8+8 + 8*3+3 = 67 elements).
+    assert prof.find("SGD.step").flops == 2 * 4 * 67
+    assert prof.find("layers.0").backward_time.count == 2
+    shares = prof.time_by_kind()
+    assert shares["backward"] == prof.find("backward").total_ns > 0
+    assert shares["optimizer"] == prof.find("SGD.step").total_ns > 0
+    assert sum(shares.values()) == prof.total_time_ns
+    assert "Step shares:" in prof.table()

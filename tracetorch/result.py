@@ -117,6 +117,15 @@ class ProfileResult:
         """Time spent in top-level calls, in seconds."""
         return self.total_time_ns / 1e9
 
+    def time_by_kind(self) -> Dict[str, int]:
+        """Top-level time split into ``forward`` (layers and instrumented functions),
+        ``backward`` and ``optimizer``, in nanoseconds: the shares of a training step."""
+        shares = {"forward": 0, "backward": 0, "optimizer": 0}
+        for node in self.root.children.values():
+            kind = node.kind if node.kind in shares else "forward"
+            shares[kind] += node.total_ns
+        return shares
+
     # ---------------------------------------------------------------- reports
     def table(self, sort_by: str = "total", depth: Optional[int] = None,
               row_limit: Optional[int] = None, min_percent: float = 0.0) -> str:

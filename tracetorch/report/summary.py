@@ -36,7 +36,7 @@ def summary_lines(result: ProfileResult) -> List[str]:
     """Totals and notes for the end of a report, one ``"Label: value"`` line each.
 
     Always: forward FLOPs split into GEMM/conv and other, and the total time. When present:
-    backward and total FLOPs, step statistics, unsupported types, calls that raised, and a note
+    backward and total FLOPs, the forward/backward/optimizer shares of the time, step statistics, unsupported types, calls that raised, and a note
     when the timeline was capped.
 
     Example:
@@ -59,6 +59,13 @@ def summary_lines(result: ProfileResult) -> List[str]:
         rows.append(("Total FLOPs", _split_flops(result.total_flops, forward_gemm + backward_gemm)))
     total_time = format_time_ns(result.total_time_ns)
     rows.append(("Total time", f"{total_time} in {_plural(top_calls, 'top-level call')}"))
+
+    shares = result.time_by_kind()
+    if shares["backward"] or shares["optimizer"]:
+        whole = sum(shares.values()) or 1
+        rows.append(("Step shares", ", ".join(
+            f"{kind} {100.0 * ns / whole:.1f}% ({format_time_ns(ns)})"
+            for kind, ns in shares.items())))
 
     steps = result.step_times
     if steps.count:
