@@ -200,12 +200,12 @@ def test_demo_shows_forward_backward_optimizer_and_steps(tmp_path: Path) -> None
         assert row in out
     steps = next(line for line in out.splitlines() if line.startswith("Steps:"))
     assert "3 steps" in steps and "p50" in steps and "p90" in steps and "spread" in steps
-    per_step = next(line for line in out.splitlines() if line.startswith("Per step:"))
-    assert "forward" in per_step and "backward" in per_step and "optimizer" in per_step
+    shares = next(line for line in out.splitlines() if line.startswith("Step shares:"))
+    assert "forward" in shares and "backward" in shares and "optimizer" in shares
     # Not a terminal: no progress line, only the note about the saved file.
     assert result.stderr == "tracetorch: wrote demo.json\n"
     report = _tracetorch("report", "demo.json", "--sort", "call_order", cwd=tmp_path)
-    assert "Per step:" in report.stdout
+    assert "Step shares:" in report.stdout
 
 
 # ------------------------------------------------------------------------------------ misc

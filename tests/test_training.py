@@ -13,9 +13,9 @@ import pytest
 
 import tracetorch
 from tracetorch.core import (
-    SGD, Adam, Conv2d, CrossEntropyLoss, Linear, ReLU, Sequential, Tensor, manual_seed,
+    SGD, Adam, Conv2d, CrossEntropyLoss, Linear, Module, ReLU, Sequential, Tensor, manual_seed,
 )
-from tracetorch.demo import breakdown_line, run_demo, time_by_kind
+from tracetorch.demo import run_demo
 
 ROWS, IN, OUT = 4, 5, 3
 
@@ -183,35 +183,39 @@ def test_optimizer_steps_are_nodes() -> None:
         assert (node.kind, node.calls) == ("optimizer", 2)
 
 
-def test_time_split_by_kind_with_a_fake_clock() -> None:
+def test_step_shares_with_a_fake_clock() -> None:
     clock = FakeClock()
-    model = _mlp()
-    x = Tensor(np.ones((ROWS, IN), dtype=np.float32))
 
-    @tracetorch.instrument
-    def load_batch() -> None:
-        clock.advance(5)
+    class SlowLayer(Module):
+        def forward(self, x: Tensor) -> Tensor:
+            clock.advance(3_000)
+            return x * 2.0
 
-    with tracetorch.profile(model, clock=clock) as prof:
+    class SlowSGD(SGD):
+        def step(self) -> None:
+            clock.advance(2_000)
+            super().step()
+
+    layer = SlowLayer()
+    weight = Tensor(np.ones((ROWS, IN), dtype=np.float32), requires_grad=True)
+    optimizer = SlowSGD([weight], lr=0.1)
+    with tracetorch.profile(clock=clock) as prof:
         for _ in range(2):
-            load_batch()
-            model(x).sum().backward()
+            layer(weight).sum().backward()
+            optimizer.step()
             prof.step()
-    parts = time_by_kind(prof)
-    assert parts["other"] == 2 * 5
-    assert parts["optimizer"] == 0
-    assert sum(parts.values()) == prof.total_time_ns
-    line = breakdown_line(prof)
-    assert line is not None and line.startswith("Per step:")
-    assert "forward 0 ns" in line and "optimizer 0 ns" in line
-    assert "other 5 ns (100.0%)" in line  # per step: 10 ns over 2 steps
+    assert prof.time_by_kind() == {"forward": 6_000, "backward": 0, "optimizer": 4_000}
+    shares = next(line for line in str(prof).splitlines() if line.startswith("Step shares:"))
+    assert "forward 60.0%" in shares and "backward 0.0%" in shares
+    assert "optimizer 40.0%" in shares
+    assert prof.step_times.mean_ns == 5_000
 
 
-def test_forward_only_run_has_no_breakdown() -> None:
+def test_forward_only_run_has_no_step_shares() -> None:
     model = _mlp()
     with tracetorch.profile(model) as prof:
         model(Tensor(np.ones((ROWS, IN), dtype=np.float32)))
-    assert breakdown_line(prof) is None
+    assert "Step shares:" not in str(prof)
 
 
 def test_demo_run_shows_forward_backward_and_optimizer() -> None:
@@ -222,7 +226,7 @@ def test_demo_run_shows_forward_backward_and_optimizer() -> None:
     assert prof.find("layers.0").calls == 3
     assert prof.find("layers.0").backward_flops > 0
     assert {"backward", "SGD.step"} <= set(prof.root.children)
-    assert all(v > 0 for k, v in time_by_kind(prof).items() if k != "other")
+    assert all(ns > 0 for ns in prof.time_by_kind().values())
 
 
 # ------------------------------------------------------------------------------------ core FLOPs

@@ -26,7 +26,7 @@ import traceback
 from typing import Callable, List, NoReturn, Optional, Sequence
 
 import tracetorch
-from tracetorch.demo import breakdown_line, run_demo
+from tracetorch.demo import run_demo
 from tracetorch.progress import ProgressLine
 from tracetorch.report.chrome import export_chrome_trace
 from tracetorch.report.jsonio import load_result, save_result
@@ -34,7 +34,7 @@ from tracetorch.report.table import FLAT_VIEWS, SORT_KEYS, render_flat, render_t
 from tracetorch.result import ProfileResult
 from tracetorch.session import profile
 
-__all__ = ("main", "run_script", "render_report", "CliError", "COMMANDS")
+__all__ = ("main", "run_script", "CliError", "COMMANDS")
 
 #: The subcommands; any other first argument is taken as the script to ``run``.
 COMMANDS = ("run", "report", "demo")
@@ -153,21 +153,11 @@ def _script_args(argv: List[str], script: str, parsed: List[str]) -> List[str]:
 
 
 # ------------------------------------------------------------------------------------ report
-def render_report(result: ProfileResult, sort: str = "total", depth: Optional[int] = None,
-                  top: Optional[int] = None, flat: Optional[str] = None) -> str:
-    """The text report the command prints: the tree (or a flat view) and the time split.
-
-    Example:
-        >>> from tracetorch.tree import CallNode
-        >>> print(render_report(ProfileResult(CallNode.root())).splitlines()[0])
-        No calls were recorded.
-    """
+def _render(result: ProfileResult, opts: argparse.Namespace) -> str:
+    flat = getattr(opts, "flat", None)
     if flat is not None:
-        text = render_flat(result, view=flat, sort_by=sort)
-    else:
-        text = render_table(result, sort_by=sort, depth=depth, row_limit=top)
-    breakdown = breakdown_line(result)
-    return text if breakdown is None else f"{text}\n{breakdown}"
+        return render_flat(result, view=flat, sort_by=opts.sort)
+    return render_table(result, sort_by=opts.sort, depth=opts.depth, row_limit=opts.top)
 
 
 def _check_writable(option: str, path: Optional[str]) -> None:
@@ -202,7 +192,7 @@ def _cmd_run(opts: argparse.Namespace) -> int:
     prof = profile(timeline=opts.chrome is not None)
     status = run_script(prof, opts.script, opts.args)
     sys.stdout.flush()  # the script's output first, then the report
-    report = render_report(prof, opts.sort, opts.depth, opts.top)
+    report = _render(prof, opts)
     print(f"\ntracetorch: {opts.script} exited with status {status}\n{report}", file=sys.stderr)
     _write_outputs(prof, opts)
     return status
@@ -275,7 +265,7 @@ def _cmd_report(opts: argparse.Namespace) -> int:
         raise CliError(f"cannot read {opts.profile!r}: {err.strerror}") from None
     except ValueError as err:
         raise CliError(str(err)) from None
-    print(render_report(result, opts.sort, opts.depth, opts.top, opts.flat))
+    print(_render(result, opts))
     return 0
 
 
@@ -284,6 +274,6 @@ def _cmd_demo(opts: argparse.Namespace) -> int:
     _check_writable("--chrome", opts.chrome)
     run = run_demo(steps=opts.steps, progress=ProgressLine(), timeline=opts.chrome is not None)
     print(run.headline() + "\n")
-    print(render_report(run.profile, opts.sort, opts.depth, opts.top))
+    print(_render(run.profile, opts))
     _write_outputs(run.profile, opts)
     return 0

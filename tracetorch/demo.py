@@ -1,9 +1,8 @@
-"""A small CNN training loop to profile, and the forward/backward/optimizer breakdown of a run.
+"""A small CNN training loop to profile: what ``tracetorch demo`` runs.
 
-``tracetorch demo`` is built from these public pieces, which examples and tests reuse:
-:func:`make_dataset` (synthetic, learnable images), :func:`build_cnn`, :func:`train_step` and
-:func:`run_demo`; :func:`time_by_kind` and :func:`breakdown_line` split a profile's time into
-forward, backward, optimizer and the rest (the text reports do not show that split).
+The command is built from these public pieces, which examples and tests reuse:
+:func:`make_dataset` (synthetic, learnable images), :func:`build_cnn`, :func:`batches`,
+:func:`train_step` and :func:`run_demo`.
 
 Example:
     >>> import tracetorch
@@ -20,7 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -29,26 +28,18 @@ from tracetorch.core import (
     Sequential, Tensor, manual_seed,
 )
 from tracetorch.progress import ProgressLine
-from tracetorch.report.units import format_percent, format_time_ns
-from tracetorch.result import ProfileResult
+from tracetorch.report.units import format_time_ns
 from tracetorch.schedule import schedule
 from tracetorch.session import profile
 
 __all__ = (
-    "KINDS",
     "DemoRun",
     "make_dataset",
     "build_cnn",
     "batches",
     "train_step",
     "run_demo",
-    "time_by_kind",
-    "breakdown_line",
 )
-
-#: Buckets of :func:`time_by_kind`, in display order.
-KINDS: Tuple[str, ...] = ("forward", "backward", "optimizer", "other")
-
 
 def make_dataset(samples: int, num_classes: int = 10, image_size: int = 28,
                  seed: int = 0) -> Tuple[np.ndarray, np.ndarray]:
@@ -191,63 +182,3 @@ def run_demo(steps: int = 20, batch_size: int = 32, image_size: int = 28, lr: fl
     if progress is not None:
         progress.clear()
     return DemoRun(prof, losses, steps, warmup, batch_size, image_size)
-
-
-def time_by_kind(result: ProfileResult) -> Dict[str, int]:
-    """Top-level time in nanoseconds, split into forward, backward, optimizer and other.
-
-    Layer calls count as forward, ``backward`` nodes as backward, optimizer steps as
-    optimizer. An instrumented function (a ``train_step``) is looked into: what its layers,
-    backward passes and optimizer steps took goes to their buckets, the rest of it to other.
-
-    Example:
-        >>> from tracetorch.tree import CallNode
-        >>> root = CallNode.root()
-        >>> root.child("fc", "Linear", "m0").time.add(300)
-        >>> root.child("backward", "backward", "b", kind="backward").time.add(600)
-        >>> time_by_kind(ProfileResult(root))
-        {'forward': 300, 'backward': 600, 'optimizer': 0, 'other': 0}
-    """
-    totals = dict.fromkeys(KINDS, 0)
-    pending = list(result.root.children.values())
-    while pending:
-        node = pending.pop()
-        if node.kind in ("backward", "optimizer"):
-            totals[node.kind] += node.total_ns
-        elif node.kind == "module":
-            totals["forward"] += node.total_ns
-        else:
-            totals["other"] += node.self_ns
-            pending.extend(node.children.values())
-    return totals
-
-
-def breakdown_line(result: ProfileResult) -> Optional[str]:
-    """``"Per step: forward 1.2 ms (40.0%), backward ..."``, or ``None`` for a forward-only run.
-
-    Forward, backward and optimizer are always listed; other (time in instrumented functions
-    outside them) only when there is some.
-
-    With marked steps, times are per step, and the part of each step spent outside every
-    recorded call (data loading, Python glue) is shown too.
-
-    Example:
-        >>> from tracetorch.tree import CallNode
-        >>> root = CallNode.root()
-        >>> root.child("fc", "Linear", "m0").time.add(300)
-        >>> root.child("backward", "backward", "b", kind="backward").time.add(600)
-        >>> breakdown_line(ProfileResult(root))
-        'Time split:     forward 300 ns (33.3%), backward 600 ns (66.7%), optimizer 0 ns (0.0%)'
-    """
-    if not any(node.kind in ("backward", "optimizer") for node in result.nodes()):
-        return None
-    parts = time_by_kind(result)
-    steps = result.step_times
-    if steps.count:
-        parts["outside calls"] = max(0, steps.total_ns - sum(parts.values()))
-    whole = sum(parts.values())
-    per: Callable[[int], float] = (lambda ns: ns / steps.count) if steps.count else float
-    shown = ", ".join(f"{name} {format_time_ns(per(ns))} ({format_percent(ns, whole)})"
-                      for name, ns in parts.items() if ns or name in KINDS[:3])
-    # Padded like the report's footer ("Total time:     ..."), which this line joins.
-    return f"{'Per step:' if steps.count else 'Time split:':<16}{shown}"
