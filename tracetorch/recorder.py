@@ -24,10 +24,22 @@ from tracetorch.collector import Collector, Frame
 from tracetorch.introspect import signature
 from tracetorch.stats import FLUSH_EVERY
 
-__all__ = ("make_wrapper", "current_frame", "open_root", "close_root", "OpCounter")
+__all__ = ("make_wrapper", "current_frame", "open_root", "close_root", "OpCounter",
+           "set_exit_observer")
 
 #: The innermost open call of this context.
 _FRAME: ContextVar[Optional[Frame]] = ContextVar("tracetorch_frame", default=None)
+
+#: Called as ``observer(frame, args, kwargs, output)`` after each layer call that returned, while
+#: a framework adapter has set one (the torch adapter tags the autograd nodes the call created).
+_exit_observer: Optional[Callable[[Frame, Tuple[Any, ...], Dict[str, Any], Any], None]] = None
+
+
+def set_exit_observer(observer: Optional[Callable[..., None]]) -> Optional[Callable[..., None]]:
+    """Install (or with ``None`` remove) the exit observer; returns the previous one."""
+    global _exit_observer
+    previous, _exit_observer = _exit_observer, observer
+    return previous
 
 
 def current_frame() -> Optional[Frame]:
@@ -91,6 +103,7 @@ def make_wrapper(kind: str, label: Optional[str] = None,
     """
     # Every backward pass is the same node whichever tensor it starts from.
     shared_owner = _BackwardPass() if kind == "backward" else None
+    module_kind = kind == "module"
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Tuple[Any, ...],
                 kwargs: Dict[str, Any]) -> Any:
@@ -105,7 +118,8 @@ def make_wrapper(kind: str, label: Optional[str] = None,
         node = parent.children_by_owner.get(id(owner))
         if node is None:
             node = collector.new_child(frame, owner, kind, label, flops_fn)
-        token = _FRAME.set((collector, node, owner))
+        inner = (collector, node, owner)
+        token = _FRAME.set(inner)
         clock = collector.clock
         start = clock()
         try:
@@ -117,6 +131,8 @@ def make_wrapper(kind: str, label: Optional[str] = None,
             raise
         end = clock()
         _FRAME.reset(token)
+        if _exit_observer is not None and module_kind:
+            _exit_observer(inner, args, kwargs, output)
         pending = node.time.pending  # TimeStats.add, inlined: this line runs on every call
         pending.append(end - start)
         if len(pending) >= FLUSH_EVERY:
