@@ -160,15 +160,16 @@ def _render(result: ProfileResult, opts: argparse.Namespace) -> str:
     return render_table(result, sort_by=opts.sort, depth=opts.depth, row_limit=opts.top)
 
 
-def _check_writable(option: str, path: Optional[str]) -> None:
-    # Checked before a script runs, so a typo does not cost the whole run.
-    if path is None:
-        return
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise CliError(f"{option}: folder {folder!r} does not exist")
-    if os.path.isdir(path):
-        raise CliError(f"{option}: {path!r} is a folder")
+def _check_outputs(opts: argparse.Namespace) -> None:
+    # Checked before anything runs, so a typo in a path does not cost the whole run.
+    for option, path in (("--output", opts.output), ("--chrome", opts.chrome)):
+        if path is None:
+            continue
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise CliError(f"{option}: folder {folder!r} does not exist")
+        if os.path.isdir(path):
+            raise CliError(f"{option}: {path!r} is a folder")
 
 
 def _write_outputs(result: ProfileResult, opts: argparse.Namespace) -> None:
@@ -187,13 +188,15 @@ def _write_outputs(result: ProfileResult, opts: argparse.Namespace) -> None:
 def _cmd_run(opts: argparse.Namespace) -> int:
     if not os.path.isfile(opts.script):
         raise CliError(f"cannot open script {opts.script!r}: no such file")
-    _check_writable("--output", opts.output)
-    _check_writable("--chrome", opts.chrome)
+    _check_outputs(opts)
     prof = profile(timeline=opts.chrome is not None)
     status = run_script(prof, opts.script, opts.args)
     sys.stdout.flush()  # the script's output first, then the report
-    report = _render(prof, opts)
-    print(f"\ntracetorch: {opts.script} exited with status {status}\n{report}", file=sys.stderr)
+    print(f"\ntracetorch: {opts.script} exited with status {status}", file=sys.stderr)
+    if not prof.root.children:
+        print("tracetorch: no layer call was recorded (tracetorch.core and torch.nn layers "
+              "are, and code decorated with @tracetorch.instrument)", file=sys.stderr)
+    print(_render(prof, opts), file=sys.stderr)
     _write_outputs(prof, opts)
     return status
 
@@ -270,8 +273,7 @@ def _cmd_report(opts: argparse.Namespace) -> int:
 
 
 def _cmd_demo(opts: argparse.Namespace) -> int:
-    _check_writable("--output", opts.output)
-    _check_writable("--chrome", opts.chrome)
+    _check_outputs(opts)
     run = run_demo(steps=opts.steps, progress=ProgressLine(), timeline=opts.chrome is not None)
     print(run.headline() + "\n")
     print(_render(run.profile, opts))
