@@ -1,4 +1,9 @@
 """Exact forward values: conv and pooling against naive loops, layers against formulas."""
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -116,20 +121,32 @@ def test_attention_matches_reference_formula():
     np.testing.assert_allclose(mha(Tensor(x)).data, lin(mha.out_proj, ctx), rtol=1e-4, atol=1e-5)
 
 
+TORCH_CHECK = """
+import numpy as np, torch
+from tracetorch.core import Conv2d, Tensor
+conv = Conv2d(3, 5, 3, stride=2, padding=1)
+x = np.random.default_rng(7).standard_normal((2, 3, 9, 9)).astype(np.float32)
+xt = Tensor(x, requires_grad=True)
+out = conv(xt)
+g = np.random.default_rng(8).standard_normal(out.shape).astype(np.float32)
+out.backward(g)
+tx = torch.tensor(x, requires_grad=True)
+tw = torch.tensor(conv.weight.data, requires_grad=True)
+tb = torch.tensor(conv.bias.data, requires_grad=True)
+tout = torch.nn.functional.conv2d(tx, tw, tb, stride=2, padding=1)
+tout.backward(torch.tensor(g))
+pairs = [(out.data, tout), (xt.grad.data, tx.grad), (conv.weight.grad.data, tw.grad),
+         (conv.bias.grad.data, tb.grad)]
+print(max(float(np.max(np.abs(a - b.detach().numpy()))) for a, b in pairs))
+"""
+
+
 def test_against_torch_when_available():
-    torch = pytest.importorskip("torch")
-    conv = Conv2d(3, 5, 3, stride=2, padding=1)
-    x = np.random.default_rng(7).standard_normal((2, 3, 9, 9)).astype(np.float32)
-    xt = Tensor(x, requires_grad=True)
-    out = conv(xt)
-    g = np.random.default_rng(8).standard_normal(out.shape).astype(np.float32)
-    out.backward(g)
-    tx = torch.tensor(x, requires_grad=True)
-    tw = torch.tensor(conv.weight.data, requires_grad=True)
-    tb = torch.tensor(conv.bias.data, requires_grad=True)
-    tout = torch.nn.functional.conv2d(tx, tw, tb, stride=2, padding=1)
-    tout.backward(torch.tensor(g))
-    np.testing.assert_allclose(out.data, tout.detach().numpy(), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(xt.grad.data, tx.grad.numpy(), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(conv.weight.grad.data, tw.grad.numpy(), rtol=1e-4, atol=1e-3)
-    np.testing.assert_allclose(conv.bias.grad.data, tb.grad.numpy(), rtol=1e-4, atol=1e-3)
+    """Conv2d forward and all three gradients match torch (in a subprocess, so that torch
+    is not left imported for other tests that check it stays unimported)."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed")
+    result = subprocess.run([sys.executable, "-c", TORCH_CHECK], capture_output=True,
+                            text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert result.returncode == 0, result.stderr
+    assert float(result.stdout.strip().splitlines()[-1]) < 1e-3
