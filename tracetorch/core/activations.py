@@ -15,7 +15,7 @@ from . import ops_nn
 from .layers import Module, as_tensor
 from .tensor import Tensor
 
-__all__ = ["ReLU", "Sigmoid", "Tanh", "GELU", "Softmax"]
+__all__ = ("ReLU", "Sigmoid", "Tanh", "GELU", "Softmax")
 
 
 class ReLU(Module):

@@ -30,7 +30,7 @@ from .ops_math import add, masked_fill, mul
 from .ops_nn import softmax
 from .tensor import Tensor
 
-__all__ = ["MultiHeadAttention", "MLP", "TransformerBlock", "causal_mask"]
+__all__ = ("MultiHeadAttention", "MLP", "TransformerBlock", "causal_mask")
 
 _BLOCKED = -1e9
 

@@ -82,7 +82,7 @@ import numpy as np
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from .tensor import Tensor
 
-__all__ = [
+__all__ = (
     "OpObserver",
     "set_op_observer",
     "get_op_observer",
@@ -93,7 +93,7 @@ __all__ = [
     "unbroadcast",
     "reduction_adds",
     "run_backward",
-]
+)
 
 
 class OpObserver(Protocol):
@@ -123,13 +123,21 @@ _grad_enabled: bool = True
 def set_op_observer(observer: Optional[OpObserver]) -> Optional[OpObserver]:
     """Install ``observer`` (or ``None`` to remove it) and return the previous one.
 
-    Example::
+    Example:
 
-        prev = set_op_observer(my_observer)
-        try:
-            model(x)
-        finally:
-            set_op_observer(prev)
+        >>> class Printer:
+        ...     def forward_op(self, name, flops, gemm):
+        ...         print(name, flops, gemm)
+        ...     def backward_op(self, tag, name, flops, gemm, elapsed_ns):
+        ...         print("backward", name, flops)
+        >>> prev = set_op_observer(Printer())
+        >>> w = Tensor(np.ones((3, 2)), requires_grad=True)
+        >>> y = Tensor(np.ones((4, 3))) @ w
+        matmul 48 True
+        >>> y.backward(np.ones((4, 2)))
+        backward matmul 48
+        >>> set_op_observer(prev) is not None
+        True
     """
     global _observer
     previous = _observer
@@ -161,10 +169,13 @@ def _grad_mode(enabled: bool) -> Iterator[None]:
 def no_grad():
     """Context manager that stops ops from building a graph (inference is cheaper).
 
-    Example::
+    Example:
 
-        with no_grad():
-            logits = model(x)     # logits.requires_grad is False
+        >>> w = Tensor([1.0], requires_grad=True)
+        >>> with no_grad():
+        ...     y = w * 2.0
+        >>> y.requires_grad
+        False
     """
     return _grad_mode(False)
 

@@ -16,7 +16,7 @@ from .layers import Module, check_positive_int
 from .ops_nn import embedding
 from .tensor import Tensor
 
-__all__ = ["Embedding"]
+__all__ = ("Embedding",)
 
 
 class Embedding(Module):

@@ -18,7 +18,7 @@ from .ops_reduce import max, mean, sum
 from .ops_shape import getitem, permute, reshape, transpose
 from .tensor import Tensor
 
-__all__ = [
+__all__ = (
     "add", "sub", "mul", "div", "neg", "pow", "exp", "log", "sqrt", "masked_fill",
     "matmul",
     "sum", "mean", "max",
@@ -27,4 +27,4 @@ __all__ = [
     "conv2d", "max_pool2d", "avg_pool2d",
     "layer_norm", "batch_norm",
     "Tensor",
-]
+)

@@ -20,7 +20,7 @@ import numpy as np
 from .autograd import no_grad
 from .tensor import Tensor
 
-__all__ = ["gradcheck", "numerical_grad", "to_float64"]
+__all__ = ("gradcheck", "numerical_grad", "to_float64")
 
 
 def to_float64(module_or_tensors: object) -> object:

@@ -16,7 +16,7 @@ import numpy as np
 
 from .tensor import Tensor
 
-__all__ = ["manual_seed", "get_rng", "normal", "uniform", "zeros", "ones"]
+__all__ = ("manual_seed", "get_rng", "normal", "uniform", "zeros", "ones")
 
 _rng = np.random.default_rng(0)
 

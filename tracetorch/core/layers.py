@@ -31,7 +31,7 @@ from .ops_linalg import matmul
 from .ops_math import add, mul
 from .tensor import Tensor
 
-__all__ = [
+__all__ = (
     "Module",
     "Layer",
     "subclass_listeners",
@@ -41,7 +41,7 @@ __all__ = [
     "Sequential",
     "as_tensor",
     "check_positive_int",
-]
+)
 
 #: Called with every new ``Module`` subclass, right after the class is created.
 subclass_listeners: List[Callable[[type], None]] = []

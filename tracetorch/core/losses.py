@@ -17,7 +17,7 @@ from .ops_math import mul, sub
 from .ops_reduce import mean
 from .tensor import Tensor
 
-__all__ = ["MSELoss", "CrossEntropyLoss"]
+__all__ = ("MSELoss", "CrossEntropyLoss")
 
 
 class MSELoss(Module):

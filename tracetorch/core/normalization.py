@@ -16,7 +16,7 @@ from .layers import Module, as_tensor, check_positive_int
 from .ops_norm import batch_norm, layer_norm
 from .tensor import Tensor
 
-__all__ = ["LayerNorm", "BatchNorm2d"]
+__all__ = ("LayerNorm", "BatchNorm2d")
 
 
 class LayerNorm(Module):

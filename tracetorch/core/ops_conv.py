@@ -33,7 +33,7 @@ from . import autograd as _ag
 from .autograd import Node
 from .tensor import Tensor
 
-__all__ = ["conv2d", "to_pair", "conv_output_size", "pad2d"]
+__all__ = ("conv2d", "to_pair", "conv_output_size", "pad2d")
 
 
 def to_pair(value: Any, name: str, minimum: int = 1) -> tuple:

@@ -23,7 +23,7 @@ from .autograd import Node, unbroadcast
 from .ops_math import _binary
 from .tensor import Tensor
 
-__all__ = ["matmul"]
+__all__ = ("matmul",)
 
 
 def _check(ad: np.ndarray, bd: np.ndarray) -> None:

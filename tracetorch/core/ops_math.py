@@ -21,7 +21,9 @@ from . import autograd as _ag
 from .autograd import Node, reduction_adds, unbroadcast
 from .tensor import Tensor
 
-__all__ = ["add", "sub", "mul", "div", "neg", "pow", "exp", "log", "sqrt", "masked_fill"]
+__all__ = (
+    "add", "sub", "mul", "div", "neg", "pow", "exp", "log", "sqrt", "masked_fill",
+)
 
 _wrap = Tensor._wrap
 _from_op = Tensor._from_op

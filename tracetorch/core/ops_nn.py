@@ -19,7 +19,7 @@ from . import autograd as _ag
 from .autograd import Node
 from .tensor import Tensor
 
-__all__ = [
+__all__ = (
     "relu",
     "sigmoid",
     "tanh",
@@ -29,7 +29,7 @@ __all__ = [
     "cross_entropy",
     "embedding",
     "as_index",
-]
+)
 
 _wrap = Tensor._wrap
 _from_op = Tensor._from_op

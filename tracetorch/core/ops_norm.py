@@ -26,7 +26,7 @@ from . import autograd as _ag
 from .autograd import Node
 from .tensor import Tensor
 
-__all__ = ["layer_norm", "batch_norm"]
+__all__ = ("layer_norm", "batch_norm")
 
 
 def _affine_grads(

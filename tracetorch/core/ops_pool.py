@@ -26,7 +26,7 @@ from .autograd import Node
 from .ops_conv import conv_output_size, pad2d, to_pair
 from .tensor import Tensor
 
-__all__ = ["max_pool2d", "avg_pool2d", "pool_geometry"]
+__all__ = ("max_pool2d", "avg_pool2d", "pool_geometry")
 
 
 def pool_geometry(

@@ -20,7 +20,7 @@ from . import autograd as _ag
 from .autograd import Node
 from .tensor import Tensor
 
-__all__ = ["sum", "mean", "max", "normalize_axes"]
+__all__ = ("sum", "mean", "max", "normalize_axes")
 
 
 def normalize_axes(axis: Any, ndim: int, op: str = "reduction") -> Optional[tuple]:

@@ -20,7 +20,7 @@ from . import autograd as _ag
 from .autograd import Node
 from .tensor import Tensor
 
-__all__ = ["reshape", "transpose", "permute", "getitem"]
+__all__ = ("reshape", "transpose", "permute", "getitem")
 
 
 def reshape(a: Tensor, shape: Any) -> Tensor:

@@ -20,7 +20,7 @@ import numpy as np
 
 from .tensor import Tensor
 
-__all__ = ["Optimizer", "SGD", "Adam"]
+__all__ = ("Optimizer", "SGD", "Adam")
 
 
 def _grad_array(param: Tensor) -> Optional[np.ndarray]:

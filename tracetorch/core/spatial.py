@@ -23,7 +23,7 @@ from .ops_conv import conv2d, to_pair
 from .ops_pool import avg_pool2d, max_pool2d
 from .tensor import Tensor
 
-__all__ = ["Conv2d", "MaxPool2d", "AvgPool2d"]
+__all__ = ("Conv2d", "MaxPool2d", "AvgPool2d")
 
 
 class Conv2d(Module):

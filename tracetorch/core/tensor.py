@@ -20,7 +20,7 @@ import numpy as np
 
 from . import autograd as _ag
 
-__all__ = ["Tensor", "ArrayLike"]
+__all__ = ("Tensor", "ArrayLike")
 
 ArrayLike = Union["Tensor", np.ndarray, float, int, list, tuple]
 
