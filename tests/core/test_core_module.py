@@ -118,3 +118,10 @@ def test_sequential_accepts_list_and_indexing():
     a, b = Linear(2, 3), ReLU()
     for net in (Sequential(a, b), Sequential([a, b])):
         assert net.layers == [a, b] and net[0] is a and len(net) == 2 and list(net) == [a, b]
+
+
+def test_sequential_passes_training_flag_tinytorch_style():
+    net = Sequential(Linear(3, 3), Dropout(0.5))
+    x = Tensor(np.ones((4, 3)))
+    np.testing.assert_array_equal(net(x, training=False).data, net.layers[0](x).data)
+    assert np.any(net(Tensor(np.ones((64, 3))), training=True).data == 0)

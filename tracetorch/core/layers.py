@@ -21,6 +21,7 @@ Example::
 """
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
@@ -299,6 +300,22 @@ class Flatten(Module):
         return f"start_dim={self.start_dim}"
 
 
+_TAKES_TRAINING: dict = {}
+
+
+def _takes_training(layer: Any) -> bool:
+    """Whether ``layer.forward`` accepts ``training=`` (cached per class)."""
+    cls = type(layer)
+    known = _TAKES_TRAINING.get(cls)
+    if known is None:
+        try:
+            known = "training" in inspect.signature(layer.forward).parameters
+        except (TypeError, ValueError, AttributeError):
+            known = False
+        _TAKES_TRAINING[cls] = known
+    return known
+
+
 class Sequential(Module):
     """Apply layers in order; ``Sequential(a, b)`` or ``Sequential([a, b])``.
 
@@ -315,9 +332,15 @@ class Sequential(Module):
             layers = tuple(layers[0])
         self.layers = list(layers)
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Any, training: Optional[bool] = None) -> Any:
+        """Chain the layers.  ``training`` (TinyTorch's signature) is passed on to the
+        layers whose ``forward`` takes a ``training`` argument, such as Dropout."""
+        if training is None:
+            for layer in self.layers:
+                x = layer(x)
+            return x
         for layer in self.layers:
-            x = layer(x)
+            x = layer(x, training=training) if _takes_training(layer) else layer(x)
         return x
 
     def append(self, layer: Any) -> "Sequential":
