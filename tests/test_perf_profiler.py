@@ -384,3 +384,50 @@ def test_arithmetic_intensity(flops, moved, ridge, intensity, regime):
     result = arithmetic_intensity(flops, moved, ridge)
     assert result["intensity"] == pytest.approx(intensity)
     assert result["regime"] == regime
+
+
+def test_torch_models_fall_back_to_the_engine(torch, profiler):
+    nn = torch.nn
+
+    class Block(nn.Module):
+        def __init__(self, lin):
+            super().__init__()
+            self.lin = lin
+
+        def forward(self, x):
+            return self.lin(x)
+
+    class Shared(nn.Module):
+        """peers.md: one bias-free Linear(100, 100) called once through each of three parents."""
+
+        def __init__(self):
+            super().__init__()
+            lin = nn.Linear(100, 100, bias=False)
+            self.a, self.b, self.c = Block(lin), Block(lin), Block(lin)
+
+        def forward(self, x):
+            return self.c(self.b(self.a(x)))
+
+    assert count_flops(Shared(), (1, 100)) == 3 * 2 * 100 * 100
+    assert profiler.count_flops(Shared(), (1, 100)) == 60_000
+
+
+def test_torch_backward_pass_is_measured_and_leaves_gradients_alone(torch, profiler):
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 2))
+    earlier = torch.full((8, 16), 3.0)
+    model[0].weight.grad = earlier
+    report = profiler.profile_backward_pass(model, torch.ones(4, 16))
+    assert report["backward_measured"] is True
+    assert report["backward_flops_source"] == "measured" and report["backward_flops"] > 0
+    assert report["gradient_memory_mb"] == (16 * 8 + 8 + 8 * 2 + 2) * 4 / MB_TO_BYTES
+    assert model[0].weight.grad is earlier and model[2].weight.grad is None
+
+
+def test_context_manager_counts_torch_layer_calls(torch, profiler):
+    model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    with profiler:
+        model(torch.ones(2, 16))
+        model(torch.ones(2, 16))
+    counts = profiler.operation_counts
+    assert (counts["Sequential"], counts["Linear"], counts["ReLU"]) == (2, 4, 2)
