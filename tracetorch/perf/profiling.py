@@ -67,8 +67,9 @@ class Profiler:
     Attributes:
         measurements: every ``profile_*`` report, keyed by a unique name (the class name, then
             ``"Linear_2"``, ``"Linear_3"``... for later models of the same class).
-        operation_counts: how often each method ran (those the ``profile_*`` methods call
-            included) and, after ``with profiler:``, how often each layer type was called.
+        operation_counts: how often each public method ran (including the calls the
+            ``profile_*`` methods make) and, after ``with profiler:``, how often each layer type
+            was called inside the block.
         prof: the engine's :class:`tracetorch.profile` of the last ``with`` block (also
             ``result``): the full call tree with per-layer FLOPs and times.
         elapsed: seconds the last ``with`` block took (``None`` before one has ended).
