@@ -15,6 +15,7 @@ MODULES = [
     "tracetorch.core.ops_math", "tracetorch.core.ops_linalg", "tracetorch.core.ops_reduce",
     "tracetorch.core.ops_shape", "tracetorch.core.ops_nn", "tracetorch.core.ops_conv",
     "tracetorch.core.ops_pool", "tracetorch.core.ops_norm", "tracetorch.core.init",
+    "tracetorch.core.conv_impl",
     "tracetorch.core.layers", "tracetorch.core.activations", "tracetorch.core.spatial",
     "tracetorch.core.normalization", "tracetorch.core.embeddings", "tracetorch.core.attention",
     "tracetorch.core.losses", "tracetorch.core.optim", "tracetorch.core.functional",

@@ -31,7 +31,9 @@ def test_linear(shape, bias):
 @pytest.mark.parametrize(
     "kwargs",
     [dict(kernel_size=3), dict(kernel_size=3, stride=2, padding=1),
-     dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 0)), dict(kernel_size=1, bias=False)],
+     dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 0)), dict(kernel_size=1, bias=False),
+     dict(kernel_size=2, padding=2), dict(kernel_size=(1, 3), padding=(0, 1)),
+     dict(kernel_size=(3, 2), padding=(2, 0))],
 )
 def test_conv2d(kwargs):
     check_layer(Conv2d(2, 3, **kwargs), x64(2, 2, 5, 6, seed=1))

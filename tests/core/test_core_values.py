@@ -38,7 +38,11 @@ def naive_pool(x, k, s, p, reduce, fill):
     return out
 
 
-@pytest.mark.parametrize("stride,padding,kernel", [(1, 0, 3), (2, 1, 3), ((1, 2), (2, 0), (3, 2)), (3, 0, 1)])
+@pytest.mark.parametrize(
+    "stride,padding,kernel",
+    [(1, 0, 3), (1, 1, 3), (1, 3, 2), (1, (0, 1), (1, 3)), (2, 1, 3), ((1, 2), (2, 0), (3, 2)),
+     (3, 0, 1)],
+)
 def test_conv_matches_naive(stride, padding, kernel):
     conv = Conv2d(3, 4, kernel, stride=stride, padding=padding)
     conv.bias.data = np.random.default_rng(0).standard_normal(4).astype(np.float32)

@@ -1,19 +1,15 @@
-"""2-D convolution as one fused autograd op (im2col + batched GEMM).
+"""2-D convolution as one fused autograd op.
 
-Forward: the padded input is viewed as sliding windows
-(``numpy.lib.stride_tricks.sliding_window_view``), copied once into a column matrix of
-shape (N, Cin*kh*kw, OH*OW), and multiplied by the (Cout, Cin*kh*kw) weight matrix in one
-batched ``np.matmul`` that lands directly in NCHW order.  Backward:
-
-* weight grad: ``g @ cols^T`` per image (batched GEMM) summed over the batch;
-* input grad: for each of the kh*kw kernel offsets, one batched GEMM ``W[:, :, i, j]^T @ g``
-  scattered into the strided input positions (col2im; the Python loop is over kernel
-  offsets only, never over images, channels or pixels);
-* bias grad: ``g.sum((0, 2, 3))``.
+The numeric work lives in :mod:`tracetorch.core.conv_impl`: stride-1 convolutions use the
+"stream" kernels (kw shifted copies of the input and one GEMM for all kernel rows; the input
+gradient is the same kernel run on the gradient with the flipped weight), other strides use
+im2col (``sliding_window_view`` + one copy + batched GEMM, col2im per kernel offset).  The
+bias is added inside the op; its gradient is ``g.sum((0, 2, 3))``.
 
 FLOPs (see :mod:`tracetorch.core.autograd`): forward ``2*kh*kw*Cin*Cout*OH*OW*N`` (gemm;
 bias add not counted); backward that amount for the weight grad plus the same for the input
-grad when the input requires grad (gemm; bias grad and batch sum not counted).
+grad when the input requires grad (gemm; bias grad not counted).  These are the analytic
+counts: the stream kernels also compute, then drop, outputs at row/image edges.
 
 Example::
 
@@ -27,9 +23,9 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from . import autograd as _ag
+from . import conv_impl
 from .autograd import Node
 from .tensor import Tensor
 
@@ -99,16 +95,13 @@ def conv2d(
             f"conv2d: input {xd.shape} with padding {(ph, pw)} is smaller than the kernel "
             f"{(kh, kw)}"
         )
-    xp = pad2d(xd, ph, pw)
-    windows = sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, ::sh, ::sw]
-    dtype = np.result_type(xd, wd)
-    cols = np.empty((n, c, kh, kw, oh, ow), dtype=dtype)
-    np.copyto(cols, windows.transpose(0, 1, 4, 5, 2, 3))
-    cols = cols.reshape(n, c * kh * kw, oh * ow)
-    out = np.matmul(wd.reshape(cout, -1), cols)
+    stream = sh == 1 and sw == 1
+    if stream:
+        out, saved = conv_impl.stream_forward(xd, wd, (ph, pw))
+    else:
+        out, saved = conv_impl.im2col_forward(xd, wd, (sh, sw), (ph, pw))
     if bias is not None:
-        out += bias.data.reshape(cout, 1)
-    out = out.reshape(n, cout, oh, ow)
+        out += bias.data.reshape(1, cout, 1, 1)
     flops = 2 * kh * kw * cin * cout * oh * ow * n
     tag = None
     if _ag._observer is not None:
@@ -118,41 +111,27 @@ def conv2d(
     rb = bias is not None and bias.requires_grad
     if not ((rx or rw or rb) and _ag._grad_enabled):
         return Tensor._wrap(out)
-    saved_cols = cols if rw else None  # the input grad does not need them
+    if not rw:
+        saved = None  # only the weight gradient reads the shifted/unfolded input
+    # The stream input-gradient needs padding <= k - 1 (it pads the gradient by k-1-p).
+    stream_dx = stream and ph <= kh - 1 and pw <= kw - 1
 
     def backward(g: np.ndarray) -> tuple:
-        g3 = g.reshape(n, cout, oh * ow)
         gx = gw = gb = None
         if rw:
-            gw = np.matmul(g3, saved_cols.transpose(0, 2, 1)).sum(axis=0).reshape(wd.shape)
+            if stream:
+                gw = conv_impl.stream_weight_grad(g, saved, wd.shape, (h + 2 * ph, w + 2 * pw))
+            else:
+                gw = conv_impl.im2col_weight_grad(g, saved, wd.shape)
         if rb:
-            gb = g3.sum(axis=(0, 2))
+            gb = g.sum(axis=(0, 2, 3))
         if rx:
-            gx = _input_grad(g3, wd, xp.shape, (oh, ow), (sh, sw))
-            if ph or pw:
-                gx = np.ascontiguousarray(gx[:, :, ph : ph + h, pw : pw + w])
+            if stream_dx:
+                gx = conv_impl.stream_input_grad(g, wd, (ph, pw))
+            else:
+                gx = conv_impl.im2col_input_grad(g, wd, xd.shape, (sh, sw), (ph, pw))
         return gx, gw, gb
 
     bflops = flops * (rx + rw)
     node = Node((x, weight, bias), backward, "conv2d", tag, True, bflops)
     return Tensor._from_op(out, node)
-
-
-def _input_grad(
-    g3: np.ndarray, wd: np.ndarray, padded_shape: tuple, out_hw: tuple, stride: tuple
-) -> np.ndarray:
-    """col2im: scatter ``W^T g`` back onto the padded input, one kernel offset at a time."""
-    n, c, hp, wp = padded_shape
-    cout, _, kh, kw = wd.shape
-    oh, ow = out_hw
-    sh, sw = stride
-    dtype = np.result_type(g3, wd)
-    grad = np.zeros(padded_shape, dtype=dtype)
-    part = np.empty((n, c, oh * ow), dtype=dtype)
-    w_t = wd.transpose(2, 3, 1, 0).astype(dtype, copy=False)  # (kh, kw, Cin, Cout)
-    g3 = g3.astype(dtype, copy=False)
-    for i in range(kh):
-        for j in range(kw):
-            np.matmul(w_t[i, j], g3, out=part)
-            grad[:, :, i : i + sh * oh : sh, j : j + sw * ow : sw] += part.reshape(n, c, oh, ow)
-    return grad
