@@ -87,9 +87,10 @@ class FlopRegistry:
         return NO_RULE
 
     def copy(self) -> "FlopRegistry":
-        """An independent registry holding the same rules."""
+        """A registry whose user rules are independent; built-in rules stay shared, so those a
+        framework adapter registers later (when its framework is first profiled) reach it too."""
         twin = FlopRegistry()
-        twin._builtin = dict(self._builtin)
+        twin._builtin = self._builtin
         twin._user = dict(self._user)
         return twin
 

@@ -1,0 +1,292 @@
+"""The torch adapter: what gets wrapped, how paths come out, and that nothing is left behind."""
+import os
+import subprocess
+import sys
+import threading
+import types
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch") if os.environ.get("CI") != "true" else __import__("torch")
+
+import tracetorch  # noqa: E402
+from tracetorch.adapters.base import all_subclasses  # noqa: E402
+from tracetorch.patching import BOARD  # noqa: E402
+from test_torch_models import Attn, Block, BoomNet, Shared  # noqa: E402
+
+nn = torch.nn
+F = torch.nn.functional
+torch.set_num_threads(2)
+
+
+def snapshot():
+    """Every attribute the adapter may touch, by identity."""
+    classes = list(all_subclasses(nn.Module)) + list(all_subclasses(torch.optim.Optimizer))
+    state = {("class", cls): dict(vars(cls)) for cls in classes}
+    state[("class", torch.Tensor)] = dict(vars(torch.Tensor))
+    for namespace in (torch, F, torch.autograd):
+        state[("module", namespace.__name__)] = {k: v for k, v in vars(namespace).items()
+                                                 if callable(v)}
+    return state
+
+
+def assert_same(before, after):
+    for key, attrs in before.items():
+        now = after[key]
+        assert set(now) == set(attrs), (key, set(now) ^ set(attrs))
+        for name, value in attrs.items():
+            assert now[name] is value, (key, name)
+
+
+def test_import_tracetorch_does_not_import_torch():
+    code = "import sys, tracetorch; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_every_module_class_defining_forward_is_wrapped_only_inside():
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU())
+    original = vars(nn.Linear)["forward"]
+    with tracetorch.profile():
+        assert vars(nn.Linear)["forward"] is not original
+        assert "forward" not in vars(nn.LazyLinear)  # inherits: gets no copy
+        assert (nn.Linear, "forward") in BOARD.patched()
+        model(torch.zeros(2, 3))
+    assert vars(nn.Linear)["forward"] is original
+    assert not BOARD.patched()
+
+
+def test_nothing_stays_patched_after_training_with_new_classes():
+    import torch._dynamo  # noqa: F401 - an optimizer step imports it, rebinding torch.manual_seed
+
+    before = snapshot()
+    assert_same(before, snapshot())
+    with tracetorch.profile() as prof:
+        class Inner(nn.Module):  # defined inside the block
+            def __init__(self):
+                super().__init__()
+                self.lin = nn.Linear(4, 4)
+
+            def forward(self, x):
+                return torch.relu(self.lin(x)) @ torch.ones(4, 2)
+
+        class MySGD(torch.optim.SGD):  # a new optimizer class, first built inside the block
+            def step(self, closure=None):
+                return super().step(closure)
+
+        model = Inner()
+        opt = MySGD(model.parameters(), lr=0.1)
+        loss = model(torch.randn(3, 4)).sum()
+        loss.backward()
+        opt.step()
+        prof.step()
+    assert prof.find("Inner").calls == 1
+    assert prof.find("Inner.lin").calls == 1
+    assert prof.find("MySGD.step").calls == 1
+    assert prof.find("backward").calls == 1
+    # Inner and MySGD exist only now: compare them with what they were defined as.
+    assert isinstance(vars(Inner)["forward"], types.FunctionType)
+    assert "__init_subclass__" not in vars(nn.Module)
+    assert "__init_subclass__" not in vars(torch.optim.Optimizer)
+    after = snapshot()
+    for key in list(after):
+        if key[0] == "class" and key[1] in (Inner, MySGD):
+            del after[key]
+    before_step = before.pop(("class", MySGD), None)
+    assert before_step is None
+    assert_same(before, after)
+    assert torch._C._len_torch_dispatch_stack() == 0
+
+
+def test_optimizer_built_inside_keeps_torchs_step_hooks_after_the_block():
+    class Fresh(torch.optim.SGD):
+        def step(self, closure=None):
+            return super().step(closure)
+
+    original = vars(Fresh)["step"]
+    param = nn.Parameter(torch.ones(2))
+    with tracetorch.profile() as prof:
+        opt = Fresh([param], lr=0.5)  # torch hooks Fresh.step now, around our wrapper
+        param.grad = torch.ones(2)
+        opt.step()
+    assert prof.find("Fresh.step").calls == 1
+    step = vars(Fresh)["step"]
+    assert step.__wrapped__ is original and step.hooked  # what torch itself would have left
+    seen = []
+    opt.register_step_pre_hook(lambda *a: seen.append(1))
+    opt.step()
+    assert seen == [1]
+
+
+def test_the_same_after_the_model_raises():
+    before = snapshot()
+    model = BoomNet()
+    x = torch.randn(2, 8)
+    with pytest.raises(RuntimeError, match="boom") as info:
+        with tracetorch.profile(model) as prof:
+            model(x)
+    assert str(info.value) == "boom"
+    assert_same(before, snapshot())
+    assert prof.find("lin").calls == 1
+    assert prof.find("lin").flops == 2 * 2 * 8 * 8 + 2 * 8
+    assert prof.find("boom").errors == 1
+    assert torch._C._len_torch_dispatch_stack() == 0
+    assert not model._forward_hooks and not model.lin._forward_hooks
+
+
+def test_paths_through_module_list_and_dict():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
+            self.blocks = nn.ModuleDict({"attn": nn.Linear(4, 4), "mlp": nn.ReLU()})
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return self.blocks["mlp"](self.blocks["attn"](x))
+
+    model = Net()
+    with tracetorch.profile(model) as prof:
+        model(torch.randn(1, 4))
+    paths = [n.path for n in prof.nodes()]
+    assert paths == ["", "layers.0", "layers.1", "blocks.attn", "blocks.mlp"]
+    with tracetorch.profile() as unnamed:  # no model given: parents' attribute names
+        model(torch.randn(1, 4))
+    assert [n.path for n in unnamed.nodes()] == [
+        "Net", "Net.layers.0", "Net.layers.1", "Net.blocks.attn", "Net.blocks.mlp"]
+
+
+def test_sequential_children_and_user_subclass_with_super_forward():
+    class Scaled(nn.Linear):
+        def forward(self, x):
+            return super().forward(x) * 2
+
+    model = nn.Sequential(Scaled(3, 5), nn.Sequential(nn.ReLU(), nn.Linear(5, 2)))
+    with tracetorch.profile(model) as prof:
+        model(torch.randn(4, 3))
+    assert [n.path for n in prof.nodes()] == ["", "0", "1", "1.0", "1.1"]
+    assert prof.find("0").calls == 1 and not prof.find("0").children  # super() is no new level
+    assert prof.find("0").flops == 2 * 4 * 3 * 5 + 4 * 5  # the Linear rule, found through the MRO
+
+
+def test_hooks_state_dict_and_outputs_are_identical():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.ReLU(), nn.Flatten(),
+                          nn.Linear(2 * 4 * 4, 3))
+    calls = []
+    model[0].register_forward_pre_hook(lambda m, a: calls.append("pre"))
+    model[4].register_forward_hook(lambda m, a, o: calls.append("post"))
+    model[4].register_full_backward_hook(lambda m, gi, go: calls.append("back"))
+    hooks = [(dict(m._forward_hooks), dict(m._forward_pre_hooks), dict(m._backward_hooks))
+             for m in model.modules()]
+    x = torch.randn(2, 1, 6, 6)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    model.eval()
+    expected = model(x)
+    calls.clear()
+    with tracetorch.profile(model):
+        got = model(x)
+    assert torch.equal(got, expected)
+    assert calls == ["pre", "post"]
+    assert [(dict(m._forward_hooks), dict(m._forward_pre_hooks), dict(m._backward_hooks))
+            for m in model.modules()] == hooks
+    assert model.state_dict().keys() == state.keys()
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in state.items())
+    model.train()
+    calls.clear()
+    with tracetorch.profile(model) as prof:
+        model(x).sum().backward()
+    assert calls == ["pre", "post", "back"]
+    assert prof.find("4").backward_time.count == 1
+
+
+def test_inputs_as_dicts_tuples_kwargs_and_non_tensor_outputs():
+    class DictIn(nn.Module):
+        def forward(self, batch):
+            return {"y": batch["x"] * 2, "n": 3}
+
+    class TupleIn(nn.Module):
+        def forward(self, pair, scale=1.0, *, mask=None):
+            a, b = pair
+            return (a @ b) * scale if mask is None else None
+
+    class Text(nn.Module):
+        def forward(self, x):
+            return "done"
+
+    model_d, model_t, text = DictIn(), TupleIn(), Text()
+    with tracetorch.profile(warn_unsupported=False) as prof:
+        out = model_d({"x": torch.ones(2, 3)})
+        model_t((torch.ones(2, 3), torch.ones(3, 4)), scale=2.0)
+        model_t(pair=(torch.ones(2, 3), torch.ones(3, 4)), mask=torch.ones(1))
+        assert text(torch.ones(1)) == "done"
+        assert text(None) == "done"
+    assert out["n"] == 3
+    node = prof.find("TupleIn")
+    assert node.calls == 2
+    assert node.gemm_flops == 2 * 2 * 3 * 4  # the call given a mask ran no product
+    assert ((2, 3), (3, 4), None) in node.input_shapes
+    assert prof.find("DictIn").input_shapes == [((2, 3),)]
+    assert prof.find("Text").calls == 2
+
+
+def test_shared_linear_three_call_sites_one_module_row():
+    model = Shared()
+    with tracetorch.profile(model) as prof:
+        model(torch.randn(1, 100))
+    assert prof.forward_flops == 60_000 and prof.gemm_flops == 60_000
+    sites = [n for n in prof.nodes() if n.type_name == "Linear"]
+    assert [n.path for n in sites] == ["a.lin", "b.lin", "c.lin"]
+    assert [n.flops for n in sites] == [20_000] * 3
+    rows = [r for r in prof.by_module().values() if r.type_name == "Linear"]
+    assert len(rows) == 1 and rows[0].calls == 3 and rows[0].flops == 60_000
+    assert rows[0].params == 10_000
+
+
+def test_other_threads_are_not_recorded():
+    model = Attn()
+    q = torch.randn(1, 64, 32)
+    with tracetorch.profile() as prof:
+        worker = threading.Thread(target=lambda: [model(q) for _ in range(3)])
+        worker.start()
+        worker.join()
+        model(q)
+    assert prof.find("Attn").calls == 1
+    assert prof.gemm_flops == 524_288
+
+
+def test_repeated_blocks_give_the_same_numbers_and_leave_no_state():
+    model = Shared()
+    x = torch.randn(1, 100)
+    results = []
+    for _ in range(3):
+        with tracetorch.profile(model) as prof:
+            model(x)
+        results.append(prof.forward_flops)
+    assert results == [60_000] * 3
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+def test_block_defined_class_calls_are_named_from_the_parent():
+    with tracetorch.profile() as prof:
+        class Holder(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = Block(nn.Linear(2, 2))
+
+            def forward(self, x):
+                return self.inner(x)
+
+        Holder()(torch.ones(1, 2))
+    assert [n.path for n in prof.nodes()] == ["Holder", "Holder.inner", "Holder.inner.lin"]
+
+
+def test_no_warning_for_containers_and_ruled_layers():
+    model = nn.Sequential(nn.Linear(2, 2), nn.Dropout(), nn.Flatten(), nn.Identity())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with tracetorch.profile(model) as prof:
+            model(torch.ones(1, 2))
+    assert prof.unsupported == {}

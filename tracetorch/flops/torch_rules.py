@@ -1,0 +1,326 @@
+"""Built-in FLOP rules for ``torch.nn`` layers (registered when the torch adapter starts).
+
+Each rule returns the *inclusive* cost of one call as ``FlopCount(flops, gemm, macs)``: ``gemm``
+is the matrix-product/convolution part (2 x MACs, what ``torch.utils.flop_counter`` counts, so
+``prof.gemm_flops`` compares like for like), ``flops`` adds the elementwise work each docstring
+lists, ``macs`` is ``gemm // 2`` where products exist. Counts cover the whole batch. Conventions
+for the elementwise part, per element touched: an activation is 1 FLOP; a bias add is 1; a
+normalisation is 2 for its statistics (sum, sum of squares) where it computes them, 2 to
+normalise (subtract, scale) and 2 for the affine transform when it has one.
+
+Example:
+    >>> import torch
+    >>> layer = torch.nn.Linear(4, 3)
+    >>> x = torch.zeros(2, 4)
+    >>> linear_rule(layer, (x,), layer(x))
+    FlopCount(flops=54, gemm=48, macs=24)
+"""
+from __future__ import annotations
+
+from math import ceil, prod
+from typing import Any, Optional, Tuple
+
+import torch
+from torch import nn
+
+from tracetorch.flops.registry import FlopCount, FlopRegistry, default_registry
+
+__all__ = ("register_torch_rules", "linear_rule", "mha_count")
+
+
+def _first_tensor(value: Any) -> Optional[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (tuple, list)):
+        for item in value:
+            found = _first_tensor(item)
+            if found is not None:
+                return found
+    if isinstance(value, nn.utils.rnn.PackedSequence):
+        return value.data
+    return None
+
+
+def _numel(value: Any) -> int:
+    tensor = _first_tensor(value)
+    return int(tensor.numel()) if tensor is not None else 0
+
+
+def _gemm(gemm: int, other: int = 0) -> FlopCount:
+    return FlopCount(int(gemm + other), int(gemm), int(gemm // 2))
+
+
+def _elementwise(flops: int) -> FlopCount:
+    return FlopCount(int(flops), 0, None)
+
+
+# ----------------------------------------------------------------------------- products
+def linear_rule(layer: nn.Linear, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+    """Linear: 2·rows·in·out for the product, plus rows·out for the bias."""
+    out = _numel(output)
+    return _gemm(2 * out * layer.in_features, out if layer.bias is not None else 0)
+
+
+def bilinear_rule(layer: nn.Bilinear, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+    """Bilinear: 2·rows·out·in1·in2 for x1ᵀWx2, plus rows·out for the bias."""
+    out = _numel(output)
+    return _gemm(2 * out * layer.in1_features * layer.in2_features,
+                 out if layer.bias is not None else 0)
+
+
+def conv_rule(layer: nn.modules.conv._ConvNd, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+    """ConvNd: 2 x (output elements) x (C_in/groups) x prod(kernel) — stride, padding and
+    dilation enter through the output shape — plus one add per output element for the bias."""
+    out = _numel(output)
+    per_output = (layer.in_channels // layer.groups) * prod(layer.kernel_size)
+    return _gemm(2 * out * per_output, out if layer.bias is not None else 0)
+
+
+def conv_transpose_rule(layer: nn.modules.conv._ConvTransposeNd, inputs: Tuple[Any, ...],
+                        output: Any) -> FlopCount:
+    """ConvTransposeNd: every input element meets C_out/groups filters: 2 x (input elements) x
+    (C_out/groups) x prod(kernel), plus one add per output element for the bias."""
+    per_input = (layer.out_channels // layer.groups) * prod(layer.kernel_size)
+    out = _numel(output)
+    return _gemm(2 * _numel(inputs) * per_input, out if layer.bias is not None else 0)
+
+
+def mha_count(layer: nn.MultiheadAttention, n: int, length: int, source: int) -> FlopCount:
+    """FLOPs of nn.MultiheadAttention for ``n`` sequences of ``length`` queries over ``source``
+    keys: q/k/v and output projections, the two attention products, softmax (3 per score)."""
+    e = layer.embed_dim
+    proj = 2 * n * (length * e * e + source * layer.kdim * e + source * layer.vdim * e)
+    attend = 2 * 2 * n * length * source * e
+    out = 2 * n * length * e * e
+    bias = 0
+    if layer.in_proj_bias is not None:
+        bias += n * (length + 2 * source) * e
+    if layer.out_proj.bias is not None:
+        bias += n * length * e
+    softmax = 3 * n * layer.num_heads * length * source
+    scale = n * length * e
+    return _gemm(proj + attend + out, bias + softmax + scale)
+
+
+def _mha_dims(layer: nn.MultiheadAttention, query: torch.Tensor,
+              key: Optional[torch.Tensor]) -> Tuple[int, int, int]:
+    if query.dim() == 2:  # unbatched (L, E)
+        return 1, query.shape[0], (key.shape[0] if key is not None else query.shape[0])
+    batch_dim, seq_dim = (0, 1) if layer.batch_first else (1, 0)
+    source = key.shape[seq_dim] if key is not None and key.dim() == 3 else query.shape[seq_dim]
+    return query.shape[batch_dim], query.shape[seq_dim], source
+
+
+def mha_rule(layer: nn.MultiheadAttention, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+    """MultiheadAttention: q/k/v projections 2·N·(L·E·E + S·kdim·E + S·vdim·E), scores and
+    weighted sum 2·2·N·L·S·E, output projection 2·N·L·E·E; biases, 3 per score for softmax
+    and 1 per query element for the scaling (bias_k / add_zero_attn are not counted)."""
+    query = inputs[0] if inputs else _first_tensor(output)
+    key = inputs[1] if len(inputs) > 1 and isinstance(inputs[1], torch.Tensor) else None
+    n, length, source = _mha_dims(layer, query, key)
+    return mha_count(layer, n, length, source)
+
+
+def encoder_layer_rule(layer: nn.TransformerEncoderLayer, inputs: Tuple[Any, ...],
+                       output: Any) -> FlopCount:
+    """TransformerEncoderLayer (needed because its inference fast path runs no children):
+    self-attention as MultiheadAttention, the two feed-forward Linears with biases, the
+    activation (1 per hidden element), two LayerNorms and two residual adds."""
+    x = inputs[0] if inputs else _first_tensor(output)
+    n, length, _ = _mha_dims(layer.self_attn, x, None)
+    tokens = n * length
+    e = layer.linear1.in_features
+    hidden = layer.linear1.out_features
+    attn = mha_count(layer.self_attn, n, length, length)
+    ffn = 2 * tokens * e * hidden * 2
+    bias = tokens * hidden * (layer.linear1.bias is not None) + tokens * e * (
+        layer.linear2.bias is not None)
+    other = tokens * hidden + 2 * _norm_flops(tokens * e, True, layer.norm1.weight is not None)
+    return _gemm(attn.gemm + ffn, (attn.flops - attn.gemm) + bias + other + 2 * tokens * e)
+
+
+# ----------------------------------------------------------------------------- recurrent
+_GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
+_GATE_ELEMENTWISE = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 9, "GRU": 7}
+
+
+def _timesteps(layer: nn.RNNBase, inputs: Tuple[Any, ...]) -> int:
+    x = inputs[0] if inputs else None
+    if isinstance(x, nn.utils.rnn.PackedSequence):
+        return int(x.data.shape[0])
+    if x is None:
+        return 0
+    if x.dim() == 2:  # unbatched (L, H_in)
+        return int(x.shape[0])
+    return int(x.shape[0] * x.shape[1])
+
+
+def rnn_rule(layer: nn.RNNBase, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+    """RNN/LSTM/GRU: per timestep, layer and direction, 2·G·H·(in + H_h) for the input and
+    hidden products (G gates: RNN 1, GRU 3, LSTM 4; LSTM projection 2·H·P more), 2·G·H for
+    the biases, and elementwise gate maths (RNN 1, GRU 7, LSTM 9 per hidden unit)."""
+    steps = _timesteps(layer, inputs)
+    gates = _GATES.get(layer.mode, 1)
+    h = layer.hidden_size
+    proj = getattr(layer, "proj_size", 0) or 0
+    h_out = proj or h
+    dirs = 2 if layer.bidirectional else 1
+    gemm = other = 0
+    for index in range(layer.num_layers):
+        width = layer.input_size if index == 0 else h_out * dirs
+        per_step = 2 * gates * h * (width + h_out) + (2 * h * proj if proj else 0)
+        gemm += dirs * steps * per_step
+        other += dirs * steps * (_GATE_ELEMENTWISE.get(layer.mode, 1) * h
+                                 + (2 * gates * h if layer.bias else 0))
+    return _gemm(gemm, other)
+
+
+def rnn_cell_rule(layer: nn.RNNCellBase, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+    """RNNCell/LSTMCell/GRUCell: one timestep of the matching recurrent layer per row."""
+    x = inputs[0] if inputs else None
+    rows = 1 if x is None or x.dim() == 1 else int(x.shape[0])
+    gates = {nn.LSTMCell: 4, nn.GRUCell: 3}.get(type(layer), 1)
+    elementwise = {nn.LSTMCell: 9, nn.GRUCell: 7}.get(type(layer), 1)
+    h = layer.hidden_size
+    gemm = 2 * rows * gates * h * (layer.input_size + h)
+    other = rows * (elementwise * h + (2 * gates * h if layer.bias else 0))
+    return _gemm(gemm, other)
+
+
+# ----------------------------------------------------------------------------- elementwise
+def _norm_flops(elements: int, statistics: bool, affine: bool) -> int:
+    return elements * (2 * statistics + 2 + 2 * affine)
+
+
+def batchnorm_rule(layer: nn.modules.batchnorm._NormBase, inputs: Tuple[Any, ...],
+                   output: Any) -> FlopCount:
+    """BatchNorm: 2 per element to normalise, 2 more if affine (the same in training and eval:
+    the batch statistics are not counted, so inference and training runs compare)."""
+    return _elementwise(_norm_flops(_numel(output), False, layer.affine))
+
+
+def layernorm_rule(layer: nn.LayerNorm, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+    """LayerNorm: 2 per element for the statistics, 2 to normalise, 2 more if affine."""
+    return _elementwise(_norm_flops(_numel(output), True, layer.elementwise_affine))
+
+
+def groupnorm_rule(layer: nn.GroupNorm, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+    """GroupNorm: 2 per element for the statistics, 2 to normalise, 2 more if affine."""
+    return _elementwise(_norm_flops(_numel(output), True, layer.affine))
+
+
+def instancenorm_rule(layer: nn.modules.instancenorm._InstanceNorm, inputs: Tuple[Any, ...],
+                      output: Any) -> FlopCount:
+    """InstanceNorm: 2 per element for the statistics, 2 to normalise, 2 more if affine."""
+    return _elementwise(_norm_flops(_numel(output), True, layer.affine))
+
+
+def rmsnorm_rule(layer: Any, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+    """RMSNorm: 2 per element for the sum of squares, 1 to scale, 1 more if affine."""
+    affine = getattr(layer, "weight", None) is not None
+    return _elementwise(_numel(output) * (3 + affine))
+
+
+def activation_rule(layer: nn.Module, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+    """Activation: 1 FLOP per output element, whatever the function."""
+    return _elementwise(_numel(output))
+
+
+def softmax_rule(layer: nn.Module, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+    """Softmax/LogSoftmax/Softmin: 3 per element (exponential, sum, divide)."""
+    return _elementwise(3 * _numel(output))
+
+
+def glu_rule(layer: nn.GLU, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+    """GLU: 2 per output element (sigmoid of one half, product with the other)."""
+    return _elementwise(2 * _numel(output))
+
+
+def pool_rule(layer: nn.Module, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+    """Max/average/LP pooling: one comparison or add per window element per output element."""
+    return _elementwise(_numel(output) * prod(_tuple(layer.kernel_size, _spatial_dims(layer))))
+
+
+def adaptive_pool_rule(layer: nn.Module, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+    """Adaptive pooling: each output element reduces its window (about input/output elements
+    per dimension, rounded up): one comparison or add per window element."""
+    x, out = _first_tensor(inputs), _first_tensor(output)
+    if x is None or out is None:
+        return _elementwise(0)
+    dims = len(_tuple(layer.output_size, 1))
+    window = prod(ceil(i / max(o, 1)) for i, o in zip(x.shape[-dims:], out.shape[-dims:]))
+    return _elementwise(out.numel() * window)
+
+
+def upsample_rule(layer: nn.Upsample, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+    """Upsample: nearest 0; (bi/tri)linear 2^d multiplies + 2^d−1 adds per output element
+    (3, 7, 15); bicubic 31 per output element."""
+    out = _numel(output)
+    mode = getattr(layer, "mode", "nearest")
+    per = {"linear": 3, "bilinear": 7, "trilinear": 15, "bicubic": 31}.get(mode, 0)
+    return _elementwise(out * per)
+
+
+def free_rule(layer: nn.Module, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+    """Lookups, copies and reshapes (Embedding, Identity, Flatten, Dropout...): 0 FLOPs."""
+    return _elementwise(0)
+
+
+def embedding_bag_rule(layer: nn.EmbeddingBag, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+    """EmbeddingBag: one add (sum/mean) or comparison (max) per looked-up element, one multiply
+    more with per_sample_weights, one divide per output element for mean."""
+    looked_up = _numel(inputs[:1]) * layer.embedding_dim
+    weighted = looked_up if len(inputs) > 2 and inputs[2] is not None else 0
+    mean = _numel(output) if layer.mode == "mean" else 0
+    return _elementwise(looked_up + weighted + mean)
+
+
+def _tuple(value: Any, n: int) -> Tuple[int, ...]:
+    if isinstance(value, (tuple, list)):
+        return tuple(int(v) if v is not None else 1 for v in value)
+    return (int(value),) * n
+
+
+def _spatial_dims(layer: nn.Module) -> int:
+    for klass in type(layer).__mro__:  # MaxPool2d -> 2, also for a user's subclass of it
+        name = klass.__name__
+        if name.endswith("d") and name[-2].isdigit():
+            return int(name[-2])
+    return 1
+
+
+# ----------------------------------------------------------------------------- registration
+def register_torch_rules(registry: FlopRegistry = default_registry) -> None:
+    """Register every built-in torch rule (user rules registered before or after still win)."""
+    def add(types: Any, rule: Any) -> None:
+        for layer_type in types if isinstance(types, tuple) else (types,):
+            registry.register(layer_type, builtin=True)(rule)
+
+    add(nn.Linear, linear_rule)
+    add(nn.Bilinear, bilinear_rule)
+    add((nn.Conv1d, nn.Conv2d, nn.Conv3d), conv_rule)
+    add((nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d), conv_transpose_rule)
+    add(nn.MultiheadAttention, mha_rule)
+    add(nn.TransformerEncoderLayer, encoder_layer_rule)
+    add(nn.RNNBase, rnn_rule)
+    add(nn.RNNCellBase, rnn_cell_rule)
+    add(nn.modules.batchnorm._BatchNorm, batchnorm_rule)
+    add(nn.LayerNorm, layernorm_rule)
+    add(nn.GroupNorm, groupnorm_rule)
+    add(nn.modules.instancenorm._InstanceNorm, instancenorm_rule)
+    if hasattr(nn, "RMSNorm"):
+        add(nn.RMSNorm, rmsnorm_rule)
+    add((nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.RReLU, nn.ELU, nn.SELU, nn.CELU,
+         nn.GELU, nn.SiLU, nn.Mish, nn.Sigmoid, nn.Tanh, nn.Hardtanh, nn.Hardsigmoid,
+         nn.Hardswish, nn.Hardshrink, nn.Softshrink, nn.Softplus, nn.Softsign, nn.Tanhshrink,
+         nn.Threshold, nn.LogSigmoid), activation_rule)
+    add((nn.Softmax, nn.LogSoftmax, nn.Softmin, nn.Softmax2d), softmax_rule)
+    add(nn.GLU, glu_rule)
+    add((nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d,
+         nn.LPPool1d, nn.LPPool2d), pool_rule)
+    add((nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d,
+         nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d), adaptive_pool_rule)
+    add(nn.Upsample, upsample_rule)
+    add(nn.EmbeddingBag, embedding_bag_rule)
+    add((nn.Embedding, nn.Identity, nn.Flatten, nn.Unflatten, nn.Dropout, nn.Dropout1d,
+         nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout), free_rule)
