@@ -7,7 +7,8 @@ with torch on CPU using the same number of threads as numpy's BLAS.  Times are m
 ``--reps`` runs after warm-up; FLOPs count 2 per multiply-add (bias adds excluded), and a
 backward pass computes both the input and the weight gradients.
 
-    python benchmarks/core_speed.py            # about 10-20 s
+    python benchmarks/core_speed.py              # about 10-20 s
+    python benchmarks/core_speed.py --threads 1  # steadier on a shared machine
 """
 from __future__ import annotations
 
@@ -19,7 +20,21 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
+
+def _pin_threads_from_argv(argv: Sequence[str]) -> None:
+    """``--threads N`` must reach OpenBLAS before numpy loads it, so it is read here."""
+    for i, arg in enumerate(argv):
+        value = arg.split("=", 1)[1] if arg.startswith("--threads=") else (
+            argv[i + 1] if arg == "--threads" and i + 1 < len(argv) else None)
+        if value:
+            for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+                os.environ[var] = value
+
+
+if __name__ == "__main__":
+    _pin_threads_from_argv(sys.argv[1:])
+
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -191,6 +206,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description="tracetorch.core Linear/Conv2d GFLOP/s")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--no-torch", action="store_true", help="skip the torch comparison")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="pin numpy's BLAS and torch to this many threads (default: "
+                             "numpy's own count; 1 is steadier on a busy machine)")
     args = parser.parse_args(argv)
     threads, how = blas_threads()
     torch = None

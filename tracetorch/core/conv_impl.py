@@ -29,7 +29,7 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
@@ -58,12 +58,13 @@ def _stream(x: np.ndarray, pad: Tuple[int, int], dtype: np.dtype, tail: int) -> 
 
 
 def stream_forward(
-    x: np.ndarray, w: np.ndarray, pad: Tuple[int, int]
+    x: np.ndarray, w: np.ndarray, pad: Tuple[int, int], bias: Optional[np.ndarray] = None
 ) -> Tuple[np.ndarray, np.ndarray]:
-    """Stride-1 convolution of NCHW ``x`` with ``w`` (O, C, kh, kw).
+    """Stride-1 convolution of NCHW ``x`` with ``w`` (O, C, kh, kw), plus ``bias`` (O,).
 
-    Returns (output (N, O, OH, OW), the row-shift matrix R (C*kw, N*Hp*Wp) that
-    :func:`stream_weight_grad` needs).
+    Returns (output (N, O, OH, OW), the row-shift matrix R whose first C*kw rows
+    :func:`stream_weight_grad` needs).  The bias rides along in the GEMM: R gets a row of
+    ones and the first kernel row's block of ``W_all`` a bias column, saving a pass.
     """
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
@@ -71,14 +72,21 @@ def stream_forward(
     hp, wp = h + 2 * ph, wd + 2 * pw
     oh, ow = hp - kh + 1, wp - kw + 1
     total = n * hp * wp
+    k = c * kw
     dtype = np.result_type(x, w)
     stream = _stream(x, pad, dtype, kw - 1)
     item = stream.itemsize
-    shifts = np.empty((c, kw, total), dtype=dtype)
-    np.copyto(shifts, as_strided(stream, (c, kw, total), (stream.strides[0], item, item)))
-    r = shifts.reshape(c * kw, total)
+    r = np.empty((k + (bias is not None), total), dtype=dtype)
+    np.copyto(
+        r[:k].reshape(c, kw, total),
+        as_strided(stream, (c, kw, total), (stream.strides[0], item, item)),
+    )
     # Row i of the kernel becomes rows [i*O, (i+1)*O) of W_all, columns ordered (c, j) like R.
-    w_all = w.transpose(2, 0, 1, 3).reshape(kh * o, c * kw).astype(dtype, copy=False)
+    w_all = np.zeros((kh * o, r.shape[0]), dtype=dtype)
+    w_all[:, :k] = w.transpose(2, 0, 1, 3).reshape(kh * o, k)
+    if bias is not None:
+        r[k] = 1.0
+        w_all[:o, k] = bias
     y = (w_all @ r).reshape(kh, o, n, hp, wp)
     out = np.empty((n, o, oh, ow), dtype=dtype)
     # Kernel row i reads the stream i rows further down: its block is sliced at row offset i.
@@ -100,6 +108,7 @@ def stream_weight_grad(
     _, c, kh, kw = w_shape
     hp, wp = padded_hw
     total = n * hp * wp
+    r = r[: c * kw]  # drop the bias row of ones
     # The gradient in stream layout: zero wherever the forward computed a dropped column.
     gs = np.zeros((o, n, hp, wp), dtype=r.dtype)
     gs[:, :, :oh, :ow] = g.transpose(1, 0, 2, 3)

@@ -97,11 +97,13 @@ def conv2d(
         )
     stream = sh == 1 and sw == 1
     if stream:
-        out, saved = conv_impl.stream_forward(xd, wd, (ph, pw))
+        out, saved = conv_impl.stream_forward(
+            xd, wd, (ph, pw), None if bias is None else bias.data
+        )
     else:
         out, saved = conv_impl.im2col_forward(xd, wd, (sh, sw), (ph, pw))
-    if bias is not None:
-        out += bias.data.reshape(1, cout, 1, 1)
+        if bias is not None:
+            out += bias.data.reshape(1, cout, 1, 1)
     flops = 2 * kh * kw * cin * cout * oh * ow * n
     tag = None
     if _ag._observer is not None:
