@@ -168,3 +168,15 @@ def test_norm_ops():
 def test_composite_chain(n, m, k):
     a, b = t64(n, m, seed=22), t64(m, k, seed=23)
     assert gradcheck(lambda: ((a @ b).tanh() * 2.0 - a.sum()).mean(axis=0), [a, b])
+
+
+def test_gradcheck_catches_a_wrong_backward():
+    from tracetorch.core.autograd import Node
+
+    x = t64(3, seed=24)
+
+    def wrong_square():  # backward forgets the factor 2
+        return Tensor._from_op(x.data ** 2, Node((x,), lambda g: (g * x.data,), "sq", None, False, 0))
+
+    with pytest.raises(AssertionError, match="gradcheck: input 0"):
+        gradcheck(wrong_square, [x])
