@@ -1,0 +1,56 @@
+"""Parameter counts on torch models: tied tensors once, buffers apart, frozen split out."""
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch") if os.environ.get("CI") != "true" else __import__("torch")
+
+import tracetorch  # noqa: E402
+from test_torch_models import Shared, resnet18  # noqa: E402
+
+nn = torch.nn
+
+
+class TiedLM(nn.Module):
+    """Input embedding and output head share one weight, as in GPT-2."""
+
+    def __init__(self, vocab=50, dim=8):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.norm = nn.BatchNorm1d(dim)  # buffers: running mean/var, batch count
+        self.head = nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.embed.weight
+        self.scale = nn.Parameter(torch.ones(dim))  # held directly by the root
+
+
+def test_resnet18():
+    model = resnet18()
+    assert tracetorch.count_parameters(model) == 11_689_512
+    table = tracetorch.parameter_table(model)
+    assert table.total == 11_689_512 and table.trainable == 11_689_512
+    assert table.buffers == sum(b.numel() for b in model.buffers())
+
+
+def test_tied_weights_counted_once_buffers_apart():
+    model = TiedLM()
+    assert tracetorch.count_parameters(model) == 50 * 8 + 2 * 8 + 8
+    table = tracetorch.parameter_table(model)
+    assert table.total == 50 * 8 + 2 * 8 + 8
+    assert table.buffers == 8 + 8 + 1
+    assert sum(r.total for r in table) == table.total
+
+
+def test_shared_module_and_frozen_parameters():
+    model = Shared()
+    assert tracetorch.count_parameters(model) == 10_000
+    model.a.lin.weight.requires_grad_(False)
+    table = tracetorch.parameter_table(model)
+    assert (table.total, table.trainable, table.frozen) == (10_000, 0, 10_000)
+
+
+def test_profile_tree_reports_parameters_per_node():
+    model = Shared()
+    with tracetorch.profile(model) as prof:
+        model(torch.randn(1, 100))
+    assert prof.find("").params == 10_000
+    assert prof.find("b.lin").params == 10_000
