@@ -13,7 +13,8 @@ import pytest
 
 import tracetorch
 from tracetorch.core import (
-    SGD, Adam, Conv2d, CrossEntropyLoss, Linear, Module, ReLU, Sequential, Tensor, manual_seed,
+    SGD, Adam, Conv2d, CrossEntropyLoss, Linear, Module, Optimizer, ReLU, Sequential, Tensor,
+    manual_seed,
 )
 from tracetorch.demo import run_demo
 
@@ -38,7 +39,7 @@ def _mlp() -> Sequential:
     return Sequential(Linear(IN, 8), ReLU(), Linear(8, OUT))
 
 
-def _training_step(model: Sequential, optimizer: SGD) -> Callable[[], None]:
+def _training_step(model: Sequential, optimizer: Optimizer) -> Callable[[], None]:
     x = Tensor(np.ones((ROWS, IN), dtype=np.float32))
     y = np.arange(ROWS) % OUT
     loss_fn = CrossEntropyLoss()
