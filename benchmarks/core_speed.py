@@ -69,17 +69,21 @@ def timed_backward(make_out: Callable[[], Tensor], grad: np.ndarray,
     return run
 
 
-def medians(runners: Dict[str, Callable[[], float]], reps: int, warmup: int = 3) -> Dict[str, float]:
+def medians(runners: Dict[str, Callable[[], float]], reps: int, threads: int,
+            warmup: int = 3) -> Dict[str, float]:
     """Median seconds per runner.
 
-    numpy-backed runners are interleaved rep by rep, so a burst of load from other
-    processes hits each alike.  torch runners are timed in a block of their own: torch's
-    OpenMP pool and numpy's OpenBLAS pool busy-wait after each call, and alternating them
-    makes whichever runs next wait for the other's spinning threads.
+    Runners are interleaved rep by rep, so a burst of load from other processes hits each
+    alike.  With more than one thread, torch runners are timed in a block of their own:
+    torch's OpenMP pool and numpy's OpenBLAS pool busy-wait after each call, and alternating
+    them makes whichever runs next wait for the other's spinning threads.
     """
     samples: Dict[str, List[float]] = {name: [] for name in runners}
-    groups = [[n for n in runners if not n.startswith("torch")],
-              [n for n in runners if n.startswith("torch")]]
+    if threads == 1:
+        groups = [list(runners)]
+    else:
+        groups = [[n for n in runners if not n.startswith("torch")],
+                  [n for n in runners if n.startswith("torch")]]
     for group in groups:
         for i in range(warmup + reps):
             for name in group:
@@ -114,7 +118,7 @@ def _no_grad(fn: Callable[[], object]) -> Callable[[], object]:
     return run
 
 
-def bench_linear(reps: int, torch) -> Dict[str, float]:
+def bench_linear(reps: int, threads: int, torch) -> Dict[str, float]:
     rng = np.random.default_rng(0)
     fin = fout = 1024
     layer = Linear(fin, fout)
@@ -138,7 +142,7 @@ def bench_linear(reps: int, torch) -> Dict[str, float]:
         runners["torch fwd"] = timed(_torch_no_grad(torch, lambda: tx @ tw + tb))
         runners["torch bwd"] = timed(
             lambda: torch.autograd.grad(out, (tx, tw, tb), tg, retain_graph=True))
-    res = medians(runners, reps)
+    res = medians(runners, reps, threads)
     res["flops"] = 2 * BATCH * fin * fout
     return res
 
@@ -151,7 +155,7 @@ def _torch_no_grad(torch, fn: Callable[[], object]) -> Callable[[], object]:
     return run
 
 
-def bench_conv(reps: int, torch) -> Dict[str, float]:
+def bench_conv(reps: int, threads: int, torch) -> Dict[str, float]:
     rng = np.random.default_rng(1)
     cin, cout, size, k = 16, 32, 32, 3
     conv = Conv2d(cin, cout, k, padding=1)
@@ -179,7 +183,7 @@ def bench_conv(reps: int, torch) -> Dict[str, float]:
         runners["torch fwd"] = timed(_torch_no_grad(torch, lambda: F.conv2d(tx, tw, tb, padding=1)))
         runners["torch bwd"] = timed(
             lambda: torch.autograd.grad(out, (tx, tw, tb), tg, retain_graph=True))
-    res = medians(runners, reps)
+    res = medians(runners, reps, threads)
     res["flops"] = 2 * k * k * cin * cout * size * size * BATCH
     return res
 
@@ -221,8 +225,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     print(f"numpy {np.__version__}, BLAS threads {threads} ({how}); "
           + (f"torch {torch.__version__} with {torch.get_num_threads()} threads"
              if torch is not None else "torch not available"))
-    summary = report("Linear 1024->1024, batch 64", bench_linear(args.reps, torch))
-    summary += report("Conv2d 16->32 3x3 pad 1 on 32x32, batch 64", bench_conv(args.reps, torch))
+    summary = report("Linear 1024->1024, batch 64", bench_linear(args.reps, threads, torch))
+    summary += report("Conv2d 16->32 3x3 pad 1 on 32x32, batch 64", bench_conv(args.reps, threads, torch))
     print("\nSummary (goals: Linear fwd core/numpy >= 0.8; Conv2d fwd core/torch >= 0.3)")
     for line in summary:
         print("  " + line)

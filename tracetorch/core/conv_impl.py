@@ -109,14 +109,17 @@ def stream_weight_grad(
     hp, wp = padded_hw
     total = n * hp * wp
     r = r[: c * kw]  # drop the bias row of ones
-    # The gradient in stream layout: zero wherever the forward computed a dropped column.
-    gs = np.zeros((o, n, hp, wp), dtype=r.dtype)
-    gs[:, :, :oh, :ow] = g.transpose(1, 0, 2, 3)
-    gs = gs.reshape(o, total)
+    # The gradient in stream layout, pixel-major (N*Hp*Wp, O): zero wherever the forward
+    # computed a dropped column.  Pixel-major makes each GEMM R_i @ G (C*kw x T) @ (T x O),
+    # which OpenBLAS runs faster than G^T @ R_i^T for such a long inner dimension.
+    gt = np.zeros((n, hp, wp, o), dtype=r.dtype)
+    gt[:, :oh, :ow, :] = g.transpose(0, 2, 3, 1)
+    gt = gt.reshape(total, o)
     grad = np.empty((o, c, kh, kw), dtype=r.dtype)
     for i in range(kh):
-        span = total - i * wp  # the last i rows of the stream only hold zeros of gs
-        grad[:, :, i, :] = (gs[:, :span] @ r[:, i * wp : i * wp + span].T).reshape(o, c, kw)
+        span = total - i * wp  # the last i rows of the stream only hold zeros of gt
+        part = r[:, i * wp : i * wp + span] @ gt[:span]  # (C*kw, O)
+        grad[:, :, i, :] = part.T.reshape(o, c, kw)
     return grad
 
 
