@@ -189,13 +189,14 @@ def test_graph_nodes_are_tagged_with_the_innermost_call_that_made_them():
 
         def forward(self, x):
             out = self.relu(self.lin(x))
-            out += x  # the block's own operation, between two in-place ReLU calls
+            out = out + x  # the block's own operation, between two in-place ReLU calls
             return self.relu(out)
 
     model = Res()
     x = torch.randn(2, 4, requires_grad=True) * 1  # input with history made outside any layer
-    with tracetorch.profile(model):
+    with tracetorch.profile(model) as prof:
         y = model(x)
+        y.sum().backward()  # the pass starts by assigning every node to its layer call
     chain = []
     node = y.grad_fn
     while node is not None:
@@ -205,3 +206,5 @@ def test_graph_nodes_are_tagged_with_the_innermost_call_that_made_them():
     assert chain[:4] == [("ReluBackward0", "relu"), ("AddBackward0", ""),
                          ("ReluBackward0", "relu"), ("AddmmBackward0", "lin")]
     assert TAG not in x.grad_fn.metadata  # history from before the call stays unclaimed
+    assert prof.find("lin").backward_flops == 2 * 4 * 2 * 4 * 2
+    assert prof.find("relu").backward_time.count == 1

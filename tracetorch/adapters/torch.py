@@ -42,7 +42,7 @@ import torch
 import wrapt
 
 from tracetorch.adapters.base import all_subclasses
-from tracetorch.adapters.torch_backward import AutogradPatches, mark_floor, tag_call
+from tracetorch.adapters.torch_backward import AutogradPatches, tag_call
 from tracetorch.adapters.torch_cuda import backward_timer_factory
 from tracetorch.adapters.torch_ops import OpPatches
 from tracetorch.patching import PatchBoard, PatchTarget, mark_instrumented
@@ -96,7 +96,6 @@ class TorchAdapter:
             autograd.install()
             previous = set_exit_observer(tag_call)
             cleanups.append(lambda: set_exit_observer(previous))
-            mark_floor()
             steps = self._steps
             cleanups.append(steps.restore)
             for cls in all_subclasses(torch.optim.Optimizer):

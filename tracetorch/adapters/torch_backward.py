@@ -1,25 +1,35 @@
 """Backward FLOPs and times per layer, measured from the autograd graph (not a fixed 2x).
 
-**Tagging, during forward.** After each layer call returns (the engine's exit observer), the
-autograd nodes that call created — those reachable from its output tensors' ``grad_fn`` without
-crossing its inputs' ``grad_fn`` — get the call's frame in ``node.metadata``. Children return
-before their parents, so a child's nodes are tagged first and a parent claims only the
-operations it ran itself. Nothing is added to modules or tensors; the tags live and die with
-the graph. Under ``torch.no_grad()``/inference mode this costs one ``is_grad_enabled()`` check.
+**Marking, during forward.** After each layer call returns (the engine's exit observer), the
+``grad_fn`` of each output tensor is marked, in ``node.metadata``, with the call's frame and its
+*frontier*: its inputs' ``grad_fn`` (for an in-place layer such as ``ReLU(inplace=True)``,
+whose output is its input, the history below its newest node). That is two dict entries per
+call: nothing is walked, and nothing is added to modules or tensors; the marks live and die
+with the graph. Under ``torch.no_grad()``/inference mode this costs one
+``is_grad_enabled()`` check.
+
+**Regions, when a backward pass starts.** One walk from the tensors being differentiated
+assigns every node to the innermost layer call whose region holds it: entering a marked output
+opens that call's region, reaching its frontier closes it. So a layer owns exactly the
+operations it ran itself (``Linear`` its ``addmm`` and weight transpose, a residual block its
+add), children own theirs, and nodes made outside every layer (a loss written with tensor
+maths, history from before the block) own none.
 
 **Counting, during backward.** While profiling, ``torch.autograd.backward`` (what
 ``Tensor.backward`` calls) and ``torch.autograd.grad`` run their pass under a
 ``TorchDispatchMode``. For every aten operation it asks torch which autograd node is executing
-(``torch._C._current_autograd_node()``), reads that node's tag, counts the operation's FLOPs
+(``torch._C._current_autograd_node()``), reads that node's layer, counts the operation's FLOPs
 with the formulas of :data:`BACKWARD_FORMULAS` (matrix products, convolutions and their
 backward, attention kernels: what ``torch.utils.flop_counter`` counts, so the totals agree) and
-times it. Each is charged with ``counter.backward_op(tag, ...)`` to the layer whose forward made
-the node; nodes made outside every layer (a loss written with tensor maths) go to the backward
-call itself. When the pass ends each layer it touched gets one backward sample.
+times it. Each is charged with ``counter.backward_op(frame, ...)`` to the layer call whose
+forward made the node; the rest goes to the backward call itself. When the pass ends each layer
+it touched gets one backward sample.
 
 The dispatch mode costs a few µs per aten operation of the backward pass, outside the measured
-operation times (the enclosing ``backward`` node's time includes it). Forward operations re-run
-inside a backward pass (activation checkpointing) count as backward work.
+operation times (the enclosing ``backward`` node's time includes it, and the region walk).
+Forward operations re-run inside a backward pass (activation checkpointing) count as backward
+work. A layer that computes from a tensor that is neither an input nor made inside it (one
+kept on ``self`` from an earlier call) also claims that tensor's untagged history.
 
 Example:
     >>> import torch
@@ -28,7 +38,6 @@ Example:
 """
 from __future__ import annotations
 
-import threading
 import time
 from math import prod
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -40,18 +49,17 @@ from tracetorch.adapters.torch_ops import conv_flops, sdpa_flops, set_suspended,
 from tracetorch.collector import Frame
 from tracetorch.recorder import OpCounter, current_frame
 
-__all__ = ("TAG", "tag_call", "BackwardCounter", "AutogradPatches", "backward_flops",
-           "BACKWARD_FORMULAS")
+__all__ = ("TAG", "MARKS", "tag_call", "assign_regions", "BackwardCounter", "AutogradPatches",
+           "backward_flops", "BACKWARD_FORMULAS")
 
 #: The key under which a node's creating layer call is kept in ``grad_fn.metadata``.
 TAG = "tracetorch"
-#: On a call's output nodes: where that call's own nodes end (its inputs' history).
-FRONTIER = "tracetorch.frontier"
+#: On a call's output nodes: ``[(frame, frontier), ...]``, innermost call first.
+MARKS = "tracetorch.marks"
 
 _aten = torch.ops.aten
 _grad_enabled = torch.is_grad_enabled
 _current_node = torch._C._current_autograd_node
-_LOCAL = threading.local()
 
 
 # ----------------------------------------------------------------------------- tagging
@@ -62,11 +70,6 @@ def _probe_node() -> Any:
 
 
 _ACCUMULATE = type(_probe_node().next_functions[0][0])
-
-
-def mark_floor() -> None:
-    """Remember where this thread's autograd history stands: older nodes are never tagged."""
-    _LOCAL.floor = _probe_node()._sequence_nr()
 
 
 def _tensors(value: Any, out: List[torch.Tensor], depth: int = 0) -> None:
@@ -82,77 +85,113 @@ def _tensors(value: Any, out: List[torch.Tensor], depth: int = 0) -> None:
 
 
 def tag_call(frame: Frame, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any) -> None:
-    """Exit observer: tag the autograd nodes this layer call created with its frame."""
+    """Exit observer: mark this call's output nodes with its frame and frontier."""
     if not _grad_enabled():
         return
     try:
-        outputs: List[torch.Tensor] = []
-        _tensors(output, outputs)
-        if outputs:
-            _tag(frame, args, kwargs, outputs)
-    except Exception:  # tagging must never break the user's model
+        if type(output) is torch.Tensor or isinstance(output, torch.Tensor):
+            fn = output.grad_fn
+            if fn is None:
+                return
+            if len(args) == 1 and not kwargs and isinstance(args[0], torch.Tensor):
+                if args[0] is output:  # in place: the history below its newest node
+                    frontier = tuple(n for n, _ in fn.next_functions if n is not None)
+                else:
+                    before = args[0].grad_fn
+                    frontier = () if before is None else (before,)
+                _mark(fn, frame, frontier)
+                return
+            outputs = [output]
+        else:
+            outputs = []
+            _tensors(output, outputs)
+            if not outputs:
+                return
+        _mark_all(frame, args, kwargs, outputs)
+    except Exception:  # marking must never break the user's model
         return
 
 
-def _tag(frame: Frame, args: Tuple[Any, ...], kwargs: Dict[str, Any],
-         outputs: List[torch.Tensor]) -> None:
-    """Claim the untagged nodes between ``outputs`` and the call's inputs.
+def _mark(fn: Any, frame: Frame, frontier: Tuple[Any, ...]) -> None:
+    meta = fn.metadata
+    marks = meta.get(MARKS)
+    if marks is None:
+        meta[MARKS] = [(frame, frontier)]
+    else:  # a parent returning its child's output: outer calls follow inner ones
+        marks.append((frame, frontier))
 
-    A child's nodes are already tagged; its output nodes carry its *frontier* (the nodes it
-    stopped at: its inputs' history), so the walk jumps over the child without visiting its
-    inside and goes on claiming what this call ran before calling it. An output that is also
-    an input (an in-place layer such as ``ReLU(inplace=True)``) claims only its newest node.
-    """
+
+def _mark_all(frame: Frame, args: Tuple[Any, ...], kwargs: Dict[str, Any],
+              outputs: List[torch.Tensor]) -> None:
     inputs: List[torch.Tensor] = []
     _tensors(args, inputs)
     if kwargs:
         _tensors(kwargs, inputs)
-    floor = getattr(_LOCAL, "floor", -1)
-    in_place = [o for o in outputs if any(o is t for t in inputs)]
-    stop = {t.grad_fn for t in inputs
-            if t.grad_fn is not None and not any(t is o for o in in_place)}
-    roots = []
-    for out in outputs:
-        fn = out.grad_fn
+    frontier: List[Any] = []
+    for tensor in inputs:
+        fn = tensor.grad_fn
         if fn is None:
             continue
-        if any(out is o for o in in_place):
-            meta = fn.metadata
-            if TAG not in meta and fn._sequence_nr() >= floor:
-                meta[TAG] = frame
-                meta[FRONTIER] = tuple(n for n, _ in fn.next_functions if n is not None)
+        if any(tensor is out for out in outputs):  # modified in place
+            frontier.extend(n for n, _ in fn.next_functions if n is not None)
         else:
-            roots.append(fn)
-    if not roots:
-        return
-    frontier: List[Any] = []
+            frontier.append(fn)
+    boundary = tuple(frontier)
+    seen: List[Any] = []
+    for out in outputs:
+        fn = out.grad_fn
+        if fn is not None and not any(fn is s for s in seen):
+            seen.append(fn)
+            _mark(fn, frame, boundary)
+
+
+class _Region:
+    __slots__ = ("frame", "frontier", "outer")
+
+    def __init__(self, frame: Frame, frontier: Tuple[Any, ...], outer: Optional["_Region"]):
+        self.frame = frame
+        self.frontier = frontier
+        self.outer = outer
+
+
+def assign_regions(roots: List[Any]) -> int:
+    """Tag every node reachable from ``roots`` with the innermost layer call owning it.
+
+    Returns how many nodes were tagged.
+    """
+    stack: List[Tuple[Any, Optional[_Region]]] = [(r, None) for r in roots if r is not None]
     seen = set()
-    stack = list(roots)
+    tagged = 0
     while stack:
-        node = stack.pop()
+        node, region = stack.pop()
         if node in seen:
             continue
         seen.add(node)
-        if node in stop:
-            frontier.append(node)
-            continue
         if type(node) is _ACCUMULATE:
             continue
+        while region is not None and any(node is f for f in region.frontier):
+            region = region.outer
         meta = node.metadata
-        if TAG in meta:
-            below = meta.get(FRONTIER)
-            if below:
-                stack.extend(below)
-            continue
-        if node._sequence_nr() < floor:
-            continue
-        meta[TAG] = frame
+        marks = meta.get(MARKS)
+        if marks:
+            for frame, frontier in reversed(marks):  # outermost call first
+                region = _Region(frame, frontier, region)
+        if region is not None:
+            meta[TAG] = region.frame
+            tagged += 1
+        elif TAG in meta:
+            del meta[TAG]
         for nxt, _ in node.next_functions:
             if nxt is not None:
-                stack.append(nxt)
-    boundary = tuple(frontier)
-    for fn in roots:
-        fn.metadata[FRONTIER] = boundary
+                stack.append((nxt, region))
+    return tagged
+
+
+def _roots_of(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> List[Any]:
+    first = args[0] if args else kwargs.get("tensors", kwargs.get("outputs"))
+    tensors: List[torch.Tensor] = []
+    _tensors(first, tensors)
+    return [t.grad_fn for t in tensors if t.grad_fn is not None]
 
 
 # ----------------------------------------------------------------------------- formulas
@@ -351,6 +390,10 @@ class AutogradPatches:
             frame = current_frame()
             if frame is None or suspended():
                 return original(*args, **kwargs)
+            try:
+                assign_regions(_roots_of(args, kwargs))
+            except Exception:  # attribution is best effort; the pass itself must run
+                pass
             mode = BackwardCounter(counter, frame, timer_factory())
             previous = set_suspended(True)
             try:

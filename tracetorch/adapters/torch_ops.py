@@ -269,19 +269,25 @@ def _targets() -> List[Tuple[Any, str, str]]:
     return [t for t in targets if hasattr(t[0], t[1])]
 
 
+# Nodes whose FLOPs come from a rule (or are declared free): their operations are not needed.
+_RULED = frozenset({"rule", "user", "free"})
+
+
 def _counting(original: Callable[..., Any], name: str, formula: Formula,
               forward_op: Callable[[str, int, bool], Any]) -> Callable[..., Any]:
     def counted(*args: Any, **kwargs: Any) -> Any:
         result = original(*args, **kwargs)
-        if current_frame() is not None and not getattr(_STATE, "suspended", False):
-            try:
-                gemm, other = formula(args, kwargs, result)
-            except Exception:  # an unusual call signature is not worth breaking the model for
-                return result
-            if gemm:
-                forward_op(name, gemm, True)
-            if other:
-                forward_op(name, other, False)
+        frame = current_frame()
+        if frame is None or frame[1].rule_state in _RULED or getattr(_STATE, "suspended", False):
+            return result  # outside every profile, or inside a layer whose rule says it all
+        try:
+            gemm, other = formula(args, kwargs, result)
+        except Exception:  # an unusual call signature is not worth breaking the model for
+            return result
+        if gemm:
+            forward_op(name, gemm, True)
+        if other:
+            forward_op(name, other, False)
         return result
 
     try:
