@@ -51,6 +51,12 @@ class Collector:
         self.model = model
         self.registry = registry if registry is not None else default_registry
         self.clock: Clock = clock if clock is not None else time.perf_counter_ns
+        #: The clock of steps and of the timeline (host time even when calls use a device clock).
+        self.host_clock: Clock = self.clock
+        #: ``(node, start, end)`` readings of a device clock, turned into times by
+        #: :meth:`resolve_times` at each fold; ``None`` while calls are timed on the host.
+        self.deferred: Optional[List[Tuple[CallNode, int, int]]] = None
+        self.device_clock: Any = None
         self.events: Optional[List[Tuple[CallNode, int, int, int]]] = [] if timeline else None
         self.max_events = max_events
         self.dropped_events = 0
@@ -188,8 +194,30 @@ class Collector:
 
     def fold(self) -> None:
         """Turn the counters collected since the last fold into each node's own FLOPs."""
+        self.resolve_times()
         self.flush_backward()
         _fold(self.root)
+
+    # ------------------------------------------------------------------ device clocks
+    def use_device_clock(self, device_clock: Any) -> None:
+        """Time calls with ``device_clock`` (see :mod:`tracetorch.adapters.torch_cuda`): its
+        readings are handles, ``device_clock.resolve(spans)`` later yields
+        ``(node, elapsed_ns, host_start_ns)`` for each ``(node, start, end)`` span."""
+        if self.device_clock is None:
+            self.device_clock = device_clock
+            self.clock = device_clock
+            self.deferred = []
+
+    def resolve_times(self) -> None:
+        """Fold the device-timed calls recorded since the last fold into their nodes."""
+        deferred = self.deferred
+        if not deferred:
+            return
+        self.deferred = []
+        for node, elapsed, host_start in self.device_clock.resolve(deferred):
+            node.time.add(elapsed)
+            if self.events is not None:
+                self.add_event(node, host_start, host_start + elapsed)
 
     def unsupported(self) -> Dict[str, int]:
         """Calls of leaf layers with no FLOP rule whose FLOPs nothing counted, by type."""
@@ -213,8 +241,11 @@ class Collector:
     def record_failure(self, node: CallNode, start: int, end: int) -> None:
         """A call that raised: it counts with its time and the operations it completed (no rule
         runs without an output)."""
-        node.time.add(end - start)
         node.errors += 1
+        if self.deferred is not None:
+            self.deferred.append((node, start, end))
+            return
+        node.time.add(end - start)
         if self.events is not None:
             self.add_event(node, start, end)
 

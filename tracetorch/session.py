@@ -108,13 +108,14 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
         # A profile opened inside another records alone and hands its calls over on exit.
         self._enclosing = current_frame()
         try:
+            _ADAPTERS.configure(self._collector)
             self._running = True
             self._apply_phase()
         except BaseException:
             self._running = False
             BOARD.release()
             raise
-        self._step_start = self._collector.clock()
+        self._step_start = self._collector.host_clock()
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
@@ -154,14 +155,14 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
 
         With a ``schedule``, only active steps count, and the next step's phase starts here.
         """
-        now = self._collector.clock()
+        now = self._collector.host_clock()
         if self._step_start is not None and self.phase == "active":
             self.step_times.add(now - self._step_start)
         self._collector.fold()
         self.step_count += 1
         if self._running:
             self._apply_phase()
-        self._step_start = self._collector.clock()
+        self._step_start = self._collector.host_clock()
 
     @property
     def phase(self) -> Phase:

@@ -73,6 +73,15 @@ class AdapterSet:
         if model is not None:
             yield from duck_targets(model)
 
+    def configure(self, collector: Any) -> None:
+        """Let every started adapter set up a profile being entered (a device clock...)."""
+        with self._lock:
+            adapters = list(self._started.values())
+        for adapter in adapters:
+            configure = getattr(adapter, "configure", None)
+            if configure is not None:
+                configure(collector)
+
     def _start(self, module_name: str, factory: Callable[[], Adapter]) -> List[Callable[[], None]]:
         with self._lock:
             if module_name in self._started:
