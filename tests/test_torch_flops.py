@@ -22,7 +22,7 @@ def profiled(model, *args, **kwargs):
     return prof
 
 
-# ----------------------------------------------------------------------------- rules vs FlopCounterMode
+# ------------------------------------------------------------------ rules vs FlopCounterMode
 GEMM_LAYERS = [
     (lambda: nn.Linear(5, 7), lambda: (torch.randn(2, 3, 5),)),
     (lambda: nn.Linear(5, 7, bias=False), lambda: (torch.randn(4, 5),)),

@@ -43,7 +43,7 @@ import wrapt
 
 from tracetorch.adapters.base import all_subclasses
 from tracetorch.adapters.torch_backward import AutogradPatches, tag_call
-from tracetorch.adapters.torch_cuda import backward_timer_factory
+from tracetorch.adapters.torch_cuda import backward_timer_factory, configure as cuda_configure
 from tracetorch.adapters.torch_ops import OpPatches
 from tracetorch.patching import PatchBoard, PatchTarget, mark_instrumented
 from tracetorch.recorder import OpCounter, make_wrapper, set_exit_observer
@@ -76,6 +76,10 @@ class TorchAdapter:
             if wraps_forward(cls):
                 yield PatchTarget(cls, "forward", "module")
         yield PatchTarget(torch.Tensor, "backward", "backward")
+
+    def configure(self, collector: Any) -> None:
+        """A profile is being entered: on CUDA, time its calls with events (see torch_cuda)."""
+        cuda_configure(collector)
 
     def start(self, board: PatchBoard, counter: OpCounter) -> List[Callable[[], None]]:
         """Start counting operations and gradients and watching for new classes; returns the
