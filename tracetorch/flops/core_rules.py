@@ -12,23 +12,26 @@ Linear                  2·in·out·rows (GEMM; bias add not counted, as PyTorch
 Conv2d                  2·kh·kw·Cin·Cout·OH·OW·batch (GEMM; bias add not counted)
 ReLU                    1·N (one comparison)
 Sigmoid                 4·N (negate, exp, add, divide)
-Tanh                    4·N (as 2·sigmoid(2x) − 1 costs after sharing the exp)
+Tanh                    1·N (one library call per element, as the core op counts it)
 GELU                    6·N (x·sigmoid(1.702·x): two multiplies and a sigmoid)
 Softmax                 5·N (max-subtract, exp, sum, divide, and the max itself)
 MaxPool2d / AvgPool2d   kh·kw·N (each window element compared or added once)
-LayerNorm               8·N (mean 1, variance 3, normalise 2, affine 2)
-BatchNorm2d             4·N (normalise 2, affine 2; batch statistics in training not counted)
+LayerNorm               7·N (mean 1, variance 2, normalise 2, affine 2)
+BatchNorm2d             7·N (as LayerNorm; in eval mode the statistics are not recomputed and
+                        4·N would be exact, but rules are cached per shape, not per mode)
 Dropout, Flatten,       0 (data movement or masking only)
 Embedding
 MultiHeadAttention      4 projections 2·rows·E·E each, QKᵀ and AV 2·B·L·L·E each (GEMM),
-                        plus scaling 1 and softmax 5 per score (B·H·L·L scores)
+                        scaling q (B·L·E) and softmax 5 per score (B·H·L·L scores); a
+                        mask's fill (1 per score) is not counted
 MSELoss                 3·N_in (subtract, square, accumulate)
-CrossEntropyLoss        6·N_in (log-softmax 5, pick-and-accumulate 1)
+CrossEntropyLoss        5·N·C + N (log-softmax 5 per logit, pick-and-accumulate 1 per row)
 SGD.step                2 per parameter element, +2 with momentum, +2 with weight decay
 Adam.step               12 per parameter element, +2 with weight decay
 ======================  =================================================================
 
-Layers without a rule here (Sequential, TransformerBlock, user subclasses of Module with their
+The numbers match the tensor operations of :mod:`tracetorch.core.autograd`, so a layer costs
+the same whether its rule or its counted operations report it. Layers without a rule here (Sequential, TransformerBlock, user subclasses of Module with their
 own forward) get their FLOPs from their children and the tensor operations they run.
 
 Example:
@@ -74,7 +77,7 @@ def conv2d_flops(layer: Any, inputs: Inputs, output: Any) -> FlopCount:
 
 
 def attention_flops(layer: Any, inputs: Inputs, output: Any) -> FlopCount:
-    """Projections, both attention matmuls, scaling and softmax over (B, L, E) self-attention."""
+    """Projections, both attention matmuls, q scaling and softmax over (B, L, E) self-attention."""
     x = inputs[0]
     embed = x.shape[-1]
     length = x.shape[-2]
@@ -83,7 +86,7 @@ def attention_flops(layer: Any, inputs: Inputs, output: Any) -> FlopCount:
     matmuls = 2 * 2 * batch * length * length * embed
     scores = batch * layer.num_heads * length * length
     gemm = projections + matmuls
-    return FlopCount(gemm + 6 * scores, gemm=gemm, macs=gemm // 2)
+    return FlopCount(gemm + batch * length * embed + 5 * scores, gemm=gemm, macs=gemm // 2)
 
 
 def _per_output(cost: int) -> Callable[[Any, Inputs, Any], int]:
@@ -100,6 +103,12 @@ def _per_input(cost: int) -> Callable[[Any, Inputs, Any], int]:
 
     rule.__doc__ = f"{cost} FLOP(s) per element of the first input."
     return rule
+
+
+def _cross_entropy_flops(layer: Any, inputs: Inputs, output: Any) -> int:
+    """5 per logit (log-softmax) and 1 per row (pick the target and accumulate)."""
+    logits = inputs[0]
+    return 5 * _size(logits) + _size(logits) // logits.shape[-1]
 
 
 def _pool_flops(layer: Any, inputs: Inputs, output: Any) -> int:
@@ -138,15 +147,15 @@ def register_core_rules(registry: FlopRegistry = default_registry) -> None:
         spatial.AvgPool2d: _pool_flops,
         activations.ReLU: _per_output(1),
         activations.Sigmoid: _per_output(4),
-        activations.Tanh: _per_output(4),
+        activations.Tanh: _per_output(1),
         activations.GELU: _per_output(6),
         activations.Softmax: _per_output(5),
-        normalization.LayerNorm: _per_output(8),
-        normalization.BatchNorm2d: _per_output(4),
+        normalization.LayerNorm: _per_output(7),
+        normalization.BatchNorm2d: _per_output(7),
         embeddings.Embedding: None,
         attention.MultiHeadAttention: attention_flops,
         losses.MSELoss: _per_input(3),
-        losses.CrossEntropyLoss: _per_input(6),
+        losses.CrossEntropyLoss: _cross_entropy_flops,
         optim.SGD: _sgd_flops,
         optim.Adam: _adam_flops,
     }
