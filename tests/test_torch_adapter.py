@@ -290,3 +290,15 @@ def test_no_warning_for_containers_and_ruled_layers():
         with tracetorch.profile(model) as prof:
             model(torch.ones(1, 2))
     assert prof.unsupported == {}
+
+
+@pytest.mark.parametrize("name", ["tracetorch.adapters.torch", "tracetorch.adapters.torch_ops",
+                                  "tracetorch.adapters.torch_backward",
+                                  "tracetorch.adapters.torch_cuda",
+                                  "tracetorch.flops.torch_rules"])
+def test_docstring_examples(name):
+    import doctest
+    import importlib
+
+    failures, tried = doctest.testmod(importlib.import_module(name))
+    assert tried > 0 and failures == 0

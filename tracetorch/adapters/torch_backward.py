@@ -54,7 +54,8 @@ __all__ = ("TAG", "MARKS", "tag_call", "assign_regions", "BackwardCounter", "Aut
 
 #: The key under which a node's creating layer call is kept in ``grad_fn.metadata``.
 TAG = "tracetorch"
-#: On a call's output nodes: ``[(frame, frontier), ...]``, innermost call first.
+#: On a call's output nodes: ``(frame, frontier, marks of the inner call or None)``: a parent
+#: returning its child's output marks it after the child, so the outermost call heads the chain.
 MARKS = "tracetorch.marks"
 
 _aten = torch.ops.aten
@@ -89,36 +90,38 @@ def tag_call(frame: Frame, args: Tuple[Any, ...], kwargs: Dict[str, Any], output
     if not _grad_enabled():
         return
     try:
-        if type(output) is torch.Tensor or isinstance(output, torch.Tensor):
-            fn = output.grad_fn
-            if fn is None:
-                return
-            if len(args) == 1 and not kwargs and isinstance(args[0], torch.Tensor):
-                if args[0] is output:  # in place: the history below its newest node
-                    frontier = tuple(n for n, _ in fn.next_functions if n is not None)
-                else:
-                    before = args[0].grad_fn
-                    frontier = () if before is None else (before,)
-                _mark(fn, frame, frontier)
-                return
-            outputs = [output]
+        fn = output.grad_fn
+    except AttributeError:  # not a tensor: a tuple, dict, dataclass... of outputs
+        outputs: List[torch.Tensor] = []
+        _tensors(output, outputs)
+        if outputs:
+            try:
+                _mark_all(frame, args, kwargs, outputs)
+            except Exception:  # marking must never break the user's model
+                pass
+        return
+    if fn is None:
+        return
+    try:
+        x = args[0] if len(args) == 1 and not kwargs else None
+        if isinstance(x, torch.Tensor):  # the common call: one tensor in, one out
+            if x is output:  # in place: the history below its newest node
+                frontier = tuple(n for n, _ in fn.next_functions if n is not None)
+            else:
+                before = x.grad_fn
+                frontier = () if before is None else (before,)
+            meta = fn.metadata
+            meta[MARKS] = (frame, frontier, meta.get(MARKS))
         else:
-            outputs = []
-            _tensors(output, outputs)
-            if not outputs:
-                return
-        _mark_all(frame, args, kwargs, outputs)
-    except Exception:  # marking must never break the user's model
+            _mark_all(frame, args, kwargs, [output])
+    except Exception:
         return
 
 
 def _mark(fn: Any, frame: Frame, frontier: Tuple[Any, ...]) -> None:
+    # A parent returning its child's output marks it again: the marks chain outwards.
     meta = fn.metadata
-    marks = meta.get(MARKS)
-    if marks is None:
-        meta[MARKS] = [(frame, frontier)]
-    else:  # a parent returning its child's output: outer calls follow inner ones
-        marks.append((frame, frontier))
+    meta[MARKS] = (frame, frontier, meta.get(MARKS))
 
 
 def _mark_all(frame: Frame, args: Tuple[Any, ...], kwargs: Dict[str, Any],
@@ -173,8 +176,12 @@ def assign_regions(roots: List[Any]) -> int:
             region = region.outer
         meta = node.metadata
         marks = meta.get(MARKS)
-        if marks:
-            for frame, frontier in reversed(marks):  # outermost call first
+        if marks is not None:
+            chain = []
+            while marks is not None:  # the outermost call marked last, so it heads the chain
+                chain.append(marks)
+                marks = marks[2]
+            for frame, frontier, _ in chain:  # open the outermost region first
                 region = _Region(frame, frontier, region)
         if region is not None:
             meta[TAG] = region.frame
