@@ -45,6 +45,26 @@ def test_import_tracetorch_does_not_import_torch():
     assert out.stdout.strip() == "False"
 
 
+def test_torch_imported_inside_an_open_block_is_profiled_from_then_on():
+    code = """
+import sys, types, tracetorch
+prof = tracetorch.profile()
+prof.__enter__()
+import torch
+wrapped = vars(torch.nn.Linear)['forward']
+torch.nn.Linear(2, 3)(torch.ones(4, 2))
+prof.__exit__(None, None, None)
+import torch.nn as nn
+restored = vars(nn.Linear)['forward']
+print(prof.find('Linear').calls, prof.forward_flops,
+      restored is not wrapped and isinstance(restored, types.FunctionType),
+      '__init_subclass__' in vars(nn.Module))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.split() == ["1", str(2 * 4 * 2 * 3 + 4 * 3), "True", "False"]
+
+
 def test_every_module_class_defining_forward_is_wrapped_only_inside():
     model = nn.Sequential(nn.Linear(3, 4), nn.ReLU())
     original = vars(nn.Linear)["forward"]
