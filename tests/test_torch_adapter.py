@@ -155,6 +155,26 @@ def test_the_same_after_the_model_raises():
     assert not model._forward_hooks and not model.lin._forward_hooks
 
 
+def test_keyboard_interrupt_in_backward_restores_everything():
+    class Interrupt(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise KeyboardInterrupt
+
+    before = snapshot()
+    lin = nn.Linear(2, 2)
+    with pytest.raises(KeyboardInterrupt):
+        with tracetorch.profile():
+            Interrupt.apply(lin(torch.ones(1, 2))).sum().backward()
+    assert_same(before, snapshot())
+    assert torch._C._len_torch_dispatch_stack() == 0
+    assert not BOARD.patched()
+
+
 def test_paths_through_module_list_and_dict():
     class Net(nn.Module):
         def __init__(self):
