@@ -70,6 +70,8 @@ class Collector:
         self._owners: List[Any] = []  # strong references keep the ids above unambiguous
         self._param_counts: Dict[int, int] = {}
         self._pending_backward: Dict[CallNode, int] = {}
+        # FLOPs of the backward pass in progress, for its Tensor.backward node's summary.
+        self._pass_flops = self._pass_gemm = 0
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, target: CallNode) -> Frame:
@@ -259,12 +261,24 @@ class Collector:
             node.backward_gemm_flops += flops
         pending = self._pending_backward
         pending[node] = pending.get(node, 0) + elapsed_ns
+        self._pass_flops += flops
+        if gemm:
+            self._pass_gemm += flops
 
-    def flush_backward(self) -> None:
-        """End of a backward pass: each layer it touched gets one backward sample."""
+    def flush_backward(self, pass_node: Optional[CallNode] = None) -> None:
+        """End of a backward pass: each layer it touched gets one backward sample.
+
+        The pass's own node (``Tensor.backward``), when given, gets the pass's FLOPs as its
+        ``flops``: a summary of work charged to the layers, which totals leave out (see
+        :attr:`tracetorch.result.ProfileResult.forward_flops`).
+        """
         for node, elapsed in self._pending_backward.items():
             node.backward_time.add(elapsed)
         self._pending_backward.clear()
+        if pass_node is not None:
+            pass_node.flops += self._pass_flops
+            pass_node.gemm_flops += self._pass_gemm
+            self._pass_flops = self._pass_gemm = 0
 
 
     # ------------------------------------------------------------------ nesting

@@ -151,7 +151,7 @@ def make_wrapper(kind: str, label: Optional[str] = None,
             entry = node.flops_cache[key] = collector.first_call(node, owner, args, kwargs, output)
         entry[0] += 1
         if kind == "backward":
-            collector.flush_backward()
+            collector.flush_backward(node)
         return output
 
     return wrapper

@@ -82,10 +82,14 @@ class ProfileResult:
         """The node at a dotted call path, e.g. ``prof.find("layers.0")``."""
         return self.root.find(path)
 
+    def _forward_nodes(self) -> List[CallNode]:
+        # A backward node's FLOPs summarise its passes, whose work the layers already hold.
+        return [n for n in self.root.walk() if n.kind != "backward"]
+
     @property
     def forward_flops(self) -> int:
         """FLOPs of every forward call (each node's own share, so nothing counts twice)."""
-        return sum(n.flops for n in self.root.walk())
+        return sum(n.flops for n in self._forward_nodes())
 
     @property
     def backward_flops(self) -> int:
@@ -98,9 +102,19 @@ class ProfileResult:
         return self.forward_flops + self.backward_flops
 
     @property
+    def forward_gemm_flops(self) -> int:
+        """Matmul and convolution FLOPs of the forward calls."""
+        return sum(n.gemm_flops for n in self._forward_nodes())
+
+    @property
+    def backward_gemm_flops(self) -> int:
+        """Matmul and convolution FLOPs of the gradient computation."""
+        return sum(n.backward_gemm_flops for n in self.root.walk())
+
+    @property
     def gemm_flops(self) -> int:
         """Matmul and convolution FLOPs, forward and backward (compare with FlopCounterMode)."""
-        return sum(n.gemm_flops + n.backward_gemm_flops for n in self.root.walk())
+        return self.forward_gemm_flops + self.backward_gemm_flops
 
     @property
     def other_flops(self) -> int:

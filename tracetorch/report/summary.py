@@ -47,8 +47,8 @@ def summary_lines(result: ProfileResult) -> List[str]:
         'Forward FLOPs: 4.00 KFLOPs (GEMM/conv 4.00 KFLOPs, other 0 FLOPs)'
     """
     nodes = result.nodes()
-    forward_gemm = sum(int(n.gemm_flops) for n in nodes)
-    backward_gemm = sum(int(n.backward_gemm_flops) for n in nodes)
+    forward_gemm = result.forward_gemm_flops
+    backward_gemm = result.backward_gemm_flops
     has_backward = any(n.backward_flops or n.backward_time.count for n in nodes)
     top_calls = sum(c.calls for c in result.root.children.values())
 
