@@ -2,22 +2,11 @@
 from __future__ import annotations
 
 import gc
-import os
 
 import numpy as np
 import pytest
 
 from tracetorch.bench import Measurement, benchmark, measure_latency
-
-
-@pytest.fixture
-def torch():
-    """torch, skipped when missing locally but required (never skipped) under CI."""
-    if os.environ.get("CI") == "true":
-        import torch as torch_module
-
-        return torch_module
-    return pytest.importorskip("torch")
 
 
 class FakeClock:

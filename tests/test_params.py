@@ -1,24 +1,14 @@
 """count_parameters and parameter_table: core, duck-typed and torch models, sharing, freezing."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from support.torch_models import shared_model
 from tracetorch.params import count_parameters, parameter_table
-
-
-@pytest.fixture
-def torch():
-    """torch, skipped when missing locally but required (never skipped) under CI."""
-    if os.environ.get("CI") == "true":
-        import torch as torch_module
-
-        return torch_module
-    return pytest.importorskip("torch")
 
 
 class Dense:
@@ -198,26 +188,7 @@ def test_torch_total_trainable_frozen(torch):
 
 
 def test_torch_shared_module_under_three_parents(torch):
-    nn = torch.nn
-
-    class Block(nn.Module):
-        def __init__(self, lin):
-            super().__init__()
-            self.lin = lin
-
-        def forward(self, x):
-            return self.lin(x)
-
-    class Shared(nn.Module):
-        def __init__(self):
-            super().__init__()
-            lin = nn.Linear(100, 100, bias=False)
-            self.a, self.b, self.c = Block(lin), Block(lin), Block(lin)
-
-        def forward(self, x):
-            return self.c(self.b(self.a(x)))
-
-    model = Shared()
+    model = shared_model(torch)
     assert count_parameters(model) == 10_000
     table = parameter_table(model)
     assert table.total == 10_000

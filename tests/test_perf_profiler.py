@@ -1,28 +1,18 @@
 """The TinyTorch-compatible facade (tracetorch.perf) and tracetorch.static_flops."""
 from __future__ import annotations
 
-import os
 import tracemalloc
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from support.torch_models import shared_model
 from tracetorch.core import Conv2d, Flatten, Linear, MaxPool2d, ReLU, Sequential, Tensor
 from tracetorch.perf import (BYTES_PER_FLOAT32, KB_TO_BYTES, MB_TO_BYTES, Profiler,
                              analyze_weight_distribution, arithmetic_intensity, quick_profile)
 from tracetorch.perf.profiling import _count_conv_flops, _count_linear_flops
 from tracetorch.static_flops import count_flops
-
-
-@pytest.fixture
-def torch():
-    """torch, skipped when missing locally but required (never skipped) under CI."""
-    if os.environ.get("CI") == "true":
-        import torch as torch_module
-
-        return torch_module
-    return pytest.importorskip("torch")
 
 
 @pytest.fixture
@@ -387,29 +377,8 @@ def test_arithmetic_intensity(flops, moved, ridge, intensity, regime):
 
 
 def test_torch_models_fall_back_to_the_engine(torch, profiler):
-    nn = torch.nn
-
-    class Block(nn.Module):
-        def __init__(self, lin):
-            super().__init__()
-            self.lin = lin
-
-        def forward(self, x):
-            return self.lin(x)
-
-    class Shared(nn.Module):
-        """peers.md: one bias-free Linear(100, 100) called once through each of three parents."""
-
-        def __init__(self):
-            super().__init__()
-            lin = nn.Linear(100, 100, bias=False)
-            self.a, self.b, self.c = Block(lin), Block(lin), Block(lin)
-
-        def forward(self, x):
-            return self.c(self.b(self.a(x)))
-
-    assert count_flops(Shared(), (1, 100)) == 3 * 2 * 100 * 100
-    assert profiler.count_flops(Shared(), (1, 100)) == 60_000
+    assert count_flops(shared_model(torch), (1, 100)) == 3 * 2 * 100 * 100
+    assert profiler.count_flops(shared_model(torch), (1, 100)) == 60_000
 
 
 def test_torch_backward_pass_is_measured_and_leaves_gradients_alone(torch, profiler):

@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+from support.torch_models import shared_classes
+
 torch = pytest.importorskip("torch") if os.environ.get("CI") != "true" else __import__("torch")
 nn = torch.nn
 F = torch.nn.functional
@@ -72,25 +74,8 @@ def resnet18():
 
 
 # ----------------------------------------------------------------------------- peers.md models
-class Block(nn.Module):
-    def __init__(self, lin):
-        super().__init__()
-        self.lin = lin
-
-    def forward(self, x):
-        return self.lin(x)
-
-
-class Shared(nn.Module):
-    """One Linear(100, 100, bias=False) held by three Block parents: 3 x 20,000 FLOPs."""
-
-    def __init__(self):
-        super().__init__()
-        lin = nn.Linear(100, 100, bias=False)
-        self.a, self.b, self.c = Block(lin), Block(lin), Block(lin)
-
-    def forward(self, x):
-        return self.c(self.b(self.a(x)))
+# One Linear(100, 100, bias=False) held by three Block parents (shared with the core tests).
+Block, Shared = shared_classes(torch)
 
 
 class Attn(nn.Module):

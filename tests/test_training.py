@@ -5,7 +5,6 @@ docstring (FLOPs = 2 x MACs; the whole batch) and, for torch, from FlopCounterMo
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Callable
 
 import numpy as np
@@ -283,12 +282,6 @@ def test_backward_flops_add_up_per_pass() -> None:
 
 
 # ------------------------------------------------------------------------------------ torch
-@pytest.fixture
-def torch() -> Any:
-    """torch, or a skip where it is not installed (CI, where it must be, fails instead)."""
-    return pytest.importorskip("torch") if os.environ.get("CI") != "true" else __import__("torch")
-
-
 def _flop_counter_total(fn: Callable[[], object]) -> int:  # requires torch
     from torch.utils.flop_counter import FlopCounterMode
 

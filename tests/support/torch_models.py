@@ -1,0 +1,50 @@
+"""Torch models shared by several test modules, built from a ``torch`` module passed in.
+
+torch is never imported here: the core test modules that use these models take torch from a
+fixture, and other tests check that torch stays unimported in the test process.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from types import ModuleType
+from typing import Any, Tuple
+
+__all__ = ("shared_classes", "shared_model")
+
+
+@lru_cache(maxsize=None)
+def shared_classes(torch: ModuleType) -> Tuple[type, type]:
+    """peers.md's ``(Block, Shared)`` classes, defined once per ``torch`` module.
+
+    ``Shared`` holds one bias-free ``Linear(100, 100)`` through three ``Block`` parents ``a``,
+    ``b`` and ``c`` and calls it once through each: 10,000 parameters, 3 x 20,000 FLOPs.
+    """
+    nn = torch.nn
+
+    class Block(nn.Module):
+        """Calls the module it is given (possibly shared with other blocks)."""
+
+        def __init__(self, lin: Any) -> None:
+            super().__init__()
+            self.lin = lin
+
+        def forward(self, x: Any) -> Any:
+            return self.lin(x)
+
+    class Shared(nn.Module):
+        """One Linear(100, 100, bias=False) held by three Block parents: 3 x 20,000 FLOPs."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            lin = nn.Linear(100, 100, bias=False)
+            self.a, self.b, self.c = Block(lin), Block(lin), Block(lin)
+
+        def forward(self, x: Any) -> Any:
+            return self.c(self.b(self.a(x)))
+
+    return Block, Shared
+
+
+def shared_model(torch: ModuleType) -> Any:
+    """A new peers.md ``Shared`` model (see :func:`shared_classes`)."""
+    return shared_classes(torch)[1]()
