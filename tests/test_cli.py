@@ -1,10 +1,8 @@
 """The ``tracetorch`` command end to end, in subprocesses: exit codes, output streams, files."""
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +12,7 @@ from typing import Any, List, Sequence
 
 import pytest
 
+from support.processes import run_captured
 from tracetorch.cli import main
 from tracetorch.progress import ProgressLine
 
@@ -34,8 +33,7 @@ for _ in range(3):
 def _tracetorch(*args: str, cwd: Path, command: Sequence[str] = (sys.executable, "-m",
                                                                   "tracetorch"),
                 timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([*command, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return run_captured([*command, *args], cwd, timeout)
 
 
 def _script(tmp_path: Path, ending: str = "", name: str = "train.py") -> Path:
@@ -230,19 +228,6 @@ def test_run_restores_sys_argv_and_path_in_process(tmp_path: Path, capsys: Any) 
     captured = capsys.readouterr()
     assert "args ['x']" in captured.out
     assert "exited with status 5" in captured.err
-
-
-@pytest.fixture
-def torch_installed() -> None:
-    """Skip where torch is not installed; in CI, where it must be, fail instead.
-
-    torch is only looked up, not imported: the test runs it in a subprocess, and other tests
-    check that tracetorch works with torch not imported.
-    """
-    if importlib.util.find_spec("torch") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("torch must be installed in CI")
-        pytest.skip("torch is not installed")
 
 
 def test_run_profiles_a_script_that_imports_torch(tmp_path: Path,

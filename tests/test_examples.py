@@ -1,36 +1,20 @@
 """Each example runs as a script, in a subprocess, and prints what it promises."""
 from __future__ import annotations
 
-import importlib.util
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Sequence
 
-import pytest
+from support.processes import run_captured
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def _run(args: Sequence[str], cwd: Path) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, stdin=subprocess.DEVNULL)
+    done = run_captured([sys.executable, *args], cwd, timeout=300)
     assert done.returncode == 0, done.stderr
     return done
-
-
-@pytest.fixture
-def torch_installed() -> None:
-    """Skip where torch is not installed; in CI, where it must be, fail instead.
-
-    torch is only looked up, not imported: the test runs it in a subprocess, and other tests
-    check that tracetorch works with torch not imported.
-    """
-    if importlib.util.find_spec("torch") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("torch must be installed in CI")
-        pytest.skip("torch is not installed")
 
 
 def test_profile_mlp(tmp_path: Path) -> None:
