@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
+from support.trees import encoder_tree
 from tracetorch.report.chrome import chrome_trace_events, export_chrome_trace
 from tracetorch.result import ProfileResult, TimelineEvent
 from tracetorch.tree import CallNode
@@ -20,12 +21,7 @@ def build(dropped: int = 0) -> ProfileResult:
     Pass 1 at t=10 000 ns:  model [0, 1000]; encoder [100, 700]; encoder.0 [100, 500]
     (same start as its parent, shorter); encoder.1 [500, 700]; head [700, 1000] (same end).
     """
-    root = CallNode.root()
-    model = root.child("", "Sequential", "m0")
-    encoder = model.child("encoder", "Encoder", "m1")
-    fc = encoder.child("0", "Linear", "m2")
-    relu = encoder.child("1", "ReLU", "m3")
-    head = model.child("head", "Linear", "m4")
+    root, model, encoder, fc, relu, head = encoder_tree()
     spans = [(fc, 100, 500), (relu, 500, 700), (encoder, 100, 700), (head, 700, 1000),
              (model, 0, 1000)]
     timeline: List[TimelineEvent] = []

@@ -6,6 +6,7 @@ from typing import Dict, List, Optional
 
 import pytest
 
+from support.trees import encoder_tree
 from tracetorch.report.table import node_label, render_flat, render_table
 from tracetorch.result import ProfileResult
 from tracetorch.stats import TimeStats
@@ -21,12 +22,7 @@ def build(steps: Optional[List[int]] = None, **extra: object) -> ProfileResult:
         1 ReLU         0.1 ms   100 FLOPs
       head Linear      0.3 ms   600 FLOPs GEMM, 300 MACs
     """
-    root = CallNode.root()
-    model = root.child("", "Sequential", "m0")
-    encoder = model.child("encoder", "Encoder", "m1")
-    fc = encoder.child("0", "Linear", "m2")
-    relu = encoder.child("1", "ReLU", "m3")
-    head = model.child("head", "Linear", "m4")
+    root, model, encoder, fc, relu, head = encoder_tree()
     for node, ns in ((model, 1_000_000), (encoder, 600_000), (fc, 400_000), (relu, 100_000),
                      (head, 300_000)):
         node.time.add(ns)

@@ -1,0 +1,37 @@
+"""Call trees built by hand for the report tests."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from tracetorch.tree import CallNode
+
+__all__ = ("EncoderTree", "encoder_tree")
+
+
+class EncoderTree(NamedTuple):
+    """The nodes of :func:`encoder_tree`, in the order it creates them."""
+
+    root: CallNode
+    model: CallNode
+    encoder: CallNode
+    fc: CallNode
+    relu: CallNode
+    head: CallNode
+
+
+def encoder_tree() -> EncoderTree:
+    """A fresh tree with no times or FLOPs yet::
+
+        Sequential ""        (m0)
+          encoder Encoder    (m1)
+            0 Linear         (m2)
+            1 ReLU           (m3)
+          head Linear        (m4)
+    """
+    root = CallNode.root()
+    model = root.child("", "Sequential", "m0")
+    encoder = model.child("encoder", "Encoder", "m1")
+    fc = encoder.child("0", "Linear", "m2")
+    relu = encoder.child("1", "ReLU", "m3")
+    head = model.child("head", "Linear", "m4")
+    return EncoderTree(root, model, encoder, fc, relu, head)
