@@ -14,7 +14,7 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, List, Optional
+from typing import Any, Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -28,6 +28,22 @@ def _grad_array(param: Tensor) -> Optional[np.ndarray]:
     if grad is None:
         return None
     return grad.data if isinstance(grad, Tensor) else np.asarray(grad)
+
+
+def _decayed_grads(params: List[Tensor],
+                   weight_decay: float) -> Iterator[Tuple[int, Tensor, np.ndarray]]:
+    """``(index, param, grad + weight_decay * param.data)`` for each param that has a grad.
+
+    With ``weight_decay == 0`` the grad array itself comes back (no copy): callers must not
+    write into it.
+    """
+    for i, p in enumerate(params):
+        g = _grad_array(p)
+        if g is None:
+            continue
+        if weight_decay:
+            g = g + weight_decay * p.data
+        yield i, p, g
 
 
 class Optimizer:
@@ -98,12 +114,7 @@ class SGD(Optimizer):
         self.momentum_buffers: List[Optional[np.ndarray]] = [None] * len(self.params)
 
     def step(self) -> None:
-        for i, p in enumerate(self.params):
-            g = _grad_array(p)
-            if g is None:
-                continue
-            if self.weight_decay:
-                g = g + self.weight_decay * p.data
+        for i, p, g in _decayed_grads(self.params, self.weight_decay):
             if self.momentum:
                 buf = self.momentum_buffers[i]
                 if buf is None:
@@ -157,12 +168,7 @@ class Adam(Optimizer):
         beta1, beta2 = self.betas
         correction1 = 1.0 - beta1**self.step_count
         correction2 = 1.0 - beta2**self.step_count
-        for i, p in enumerate(self.params):
-            g = _grad_array(p)
-            if g is None:
-                continue
-            if self.weight_decay:
-                g = g + self.weight_decay * p.data
+        for i, p, g in _decayed_grads(self.params, self.weight_decay):
             m = self.m_buffers[i]
             v = self.v_buffers[i]
             if m is None:
