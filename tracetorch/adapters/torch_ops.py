@@ -6,17 +6,17 @@ they land on the innermost layer running (and a layer with a rule of its own dis
 ``nn.Linear`` calling ``F.linear`` is counted once). On exit every attribute is put back as it
 was (an attribute the class did not own, such as ``torch.Tensor.__matmul__``, is deleted again).
 
-Counted, with FLOPs = 2 x MACs for the product (``gemm=True``) and the bias add apart
-(1 FLOP per output element, ``gemm=False``):
+Counted, with FLOPs = 2 x MACs for the product (``gemm=True``); a bias or added input fused
+into the call is not counted, as in the layer rules and in PyTorch's own counter:
 
 ============================================  ==================================================
 ``torch.matmul``, ``@``, ``Tensor.matmul``    2·batch·M·K·N (broadcast batch; 1-D operands too)
 ``mm`` / ``bmm``                              2·M·K·N / 2·B·M·K·N
-``addmm`` / ``baddbmm``                       as mm / bmm, plus M·N (B·M·N) for the added input
+``addmm`` / ``baddbmm``                       as mm / bmm
 ``einsum``                                    2 x product of all distinct index sizes for two
                                               operands; more operands are contracted left to
                                               right, each pair costed the same way; one operand 0
-``F.linear`` / ``F.bilinear``                 2·rows·in·out / 2·rows·out·in1·in2, plus bias
+``F.linear`` / ``F.bilinear``                 2·rows·in·out / 2·rows·out·in1·in2
 ``conv1d/2d/3d``                              2·N·C_out·prod(out spatial)·C_in/groups·prod(k)
 ``conv_transpose1d/2d/3d``                    2·N·prod(in spatial)·C_in·C_out/groups·prod(k)
 ``F.scaled_dot_product_attention``            2·batch·L·S·(E + E_v): the two products; the
@@ -42,7 +42,7 @@ from __future__ import annotations
 import functools
 import threading
 from math import prod
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import torch
 
@@ -52,8 +52,8 @@ __all__ = ("matmul_flops", "einsum_flops", "conv_flops", "sdpa_flops", "OpPatche
            "FORWARD_FORMULAS", "suspended")
 
 Shape = Tuple[int, ...]
-# (gemm FLOPs, other FLOPs) of one call, from its arguments and result.
-Formula = Callable[[Tuple[Any, ...], Dict[str, Any], Any], Tuple[int, int]]
+# The matmul/convolution FLOPs of one call, from its arguments and result.
+Formula = Callable[[Tuple[Any, ...], Dict[str, Any], Any], int]
 
 # Set while a backward pass runs in this thread: its (recomputed) forward ops are backward work,
 # counted by the backward counter, not here.
@@ -165,69 +165,62 @@ def _arg(args: Tuple[Any, ...], kwargs: Dict[str, Any], index: int, name: str) -
 
 def _f_matmul(args, kwargs, result):
     return matmul_flops(_shape(_arg(args, kwargs, 0, "input")),
-                        _shape(_arg(args, kwargs, 1, "other"))), 0
+                        _shape(_arg(args, kwargs, 1, "other")))
 
 
 def _f_mm(args, kwargs, result):
     a = _shape(_arg(args, kwargs, 0, "input"))
     b = _shape(_arg(args, kwargs, 1, "mat2"))
-    return 2 * a[0] * a[1] * b[1], 0
+    return 2 * a[0] * a[1] * b[1]
 
 
 def _f_bmm(args, kwargs, result):
     a = _shape(_arg(args, kwargs, 0, "input"))
     b = _shape(_arg(args, kwargs, 1, "mat2"))
-    return 2 * a[0] * a[1] * a[2] * b[2], 0
+    return 2 * a[0] * a[1] * a[2] * b[2]
 
 
 def _f_addmm(args, kwargs, result):
     a = _shape(_arg(args, kwargs, 1, "mat1"))
     b = _shape(_arg(args, kwargs, 2, "mat2"))
-    return 2 * a[0] * a[1] * b[1], a[0] * b[1]
+    return 2 * a[0] * a[1] * b[1]
 
 
 def _f_baddbmm(args, kwargs, result):
     a = _shape(_arg(args, kwargs, 1, "batch1"))
     b = _shape(_arg(args, kwargs, 2, "batch2"))
-    return 2 * a[0] * a[1] * a[2] * b[2], a[0] * a[1] * b[2]
+    return 2 * a[0] * a[1] * a[2] * b[2]
 
 
 def _f_einsum(args, kwargs, result):
     if not args or not isinstance(args[0], str):
-        return 0, 0  # the sublist form einsum(op, [0, 1], ...) is not costed
+        return 0  # the sublist form einsum(op, [0, 1], ...) is not costed
     operands = args[1:]
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
-    return einsum_flops(args[0], [_shape(t) for t in operands]), 0
+    return einsum_flops(args[0], [_shape(t) for t in operands])
 
 
 def _f_linear(args, kwargs, result):
     weight = _arg(args, kwargs, 1, "weight")
-    bias = _arg(args, kwargs, 2, "bias")
-    out = result.numel()
-    return 2 * out * weight.shape[-1], (out if bias is not None else 0)
+    return 2 * result.numel() * weight.shape[-1]
 
 
 def _f_bilinear(args, kwargs, result):
     weight = _arg(args, kwargs, 2, "weight")
-    bias = _arg(args, kwargs, 3, "bias")
-    out = result.numel()
-    return 2 * out * weight.shape[1] * weight.shape[2], (out if bias is not None else 0)
+    return 2 * result.numel() * weight.shape[1] * weight.shape[2]
 
 
 def _conv_formula(transposed: bool) -> Formula:
     def formula(args, kwargs, result):
         x = _shape(_arg(args, kwargs, 0, "input"))
         w = _shape(_arg(args, kwargs, 1, "weight"))
-        bias = _arg(args, kwargs, 2, "bias")
         out = _shape(result)
         if len(x) == len(w) - 1:  # unbatched input
             x, out = (1,) + x, (1,) + out
         if transposed:  # weight is (C_in, C_out/groups, k...): the FLOPs are the same product
-            gemm = 2 * x[0] * prod(x[2:]) * w[0] * w[1] * prod(w[2:])
-        else:
-            gemm = conv_flops(x, w, out, False)
-        return gemm, (prod(out) if bias is not None else 0)
+            return 2 * x[0] * prod(x[2:]) * w[0] * w[1] * prod(w[2:])
+        return conv_flops(x, w, out, False)
     return formula
 
 
@@ -235,7 +228,7 @@ def _f_sdpa(args, kwargs, result):
     q = _shape(_arg(args, kwargs, 0, "query"))
     k = _shape(_arg(args, kwargs, 1, "key"))
     v = _shape(_arg(args, kwargs, 2, "value"))
-    return sdpa_flops(q, k, v), 0
+    return sdpa_flops(q, k, v)
 
 
 _CONV = _conv_formula(False)
@@ -282,13 +275,11 @@ def _counting(original: Callable[..., Any], name: str, formula: Formula,
                 or getattr(_STATE, "suspended", False):
             return result  # outside every profile, or inside a layer whose rule says it all
         try:
-            gemm, other = formula(args, kwargs, result)
+            flops = formula(args, kwargs, result)
         except Exception:  # an unusual call signature is not worth breaking the model for
             return result
-        if gemm:
-            forward_op(name, gemm, True)
-        if other:
-            forward_op(name, other, False)
+        if flops:
+            forward_op(name, flops, True)
         return result
 
     try:
@@ -332,8 +323,3 @@ class OpPatches:
                 errors.append(exc)
         if errors:
             raise errors[0]
-
-
-def lookup(name: str) -> Optional[Formula]:
-    """The forward formula reported under ``name`` (for tests and rules)."""
-    return FORWARD_FORMULAS.get(name)

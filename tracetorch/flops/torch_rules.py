@@ -1,10 +1,12 @@
 """Built-in FLOP rules for ``torch.nn`` layers (registered when the torch adapter starts).
 
-Each rule returns the *inclusive* cost of one call as ``FlopCount(flops, gemm, macs)``: ``gemm``
-is the matrix-product/convolution part (2 x MACs, what ``torch.utils.flop_counter`` counts, so
+Bias adds are not counted (as the TinyTorch guide, ``tracetorch.core``'s rules and PyTorch's
+counter do), so a Linear or convolution costs exactly its product. Each rule returns the
+*inclusive* cost of one call as ``FlopCount(flops, gemm, macs)``: ``gemm`` is the
+matrix-product/convolution part (2 x MACs, what ``torch.utils.flop_counter`` counts, so
 ``prof.gemm_flops`` compares like for like), ``flops`` adds the elementwise work each docstring
 lists, ``macs`` is ``gemm // 2`` where products exist. Counts cover the whole batch. Conventions
-for the elementwise part, per element touched: an activation is 1 FLOP; a bias add is 1; a
+for the elementwise part, per element touched: an activation is 1 FLOP; a
 normalisation is 2 for its statistics (sum, sum of squares) where it computes them, 2 to
 normalise (subtract, scale) and 2 for the affine transform when it has one.
 
@@ -13,7 +15,7 @@ Example:
     >>> layer = torch.nn.Linear(4, 3)
     >>> x = torch.zeros(2, 4)
     >>> linear_rule(layer, (x,), layer(x))
-    FlopCount(flops=54, gemm=48, macs=24)
+    FlopCount(flops=48, gemm=48, macs=24)
 """
 from __future__ import annotations
 
@@ -56,33 +58,28 @@ def _elementwise(flops: int) -> FlopCount:
 
 # ----------------------------------------------------------------------------- products
 def linear_rule(layer: nn.Linear, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
-    """Linear: 2·rows·in·out for the product, plus rows·out for the bias."""
-    out = _numel(output)
-    return _gemm(2 * out * layer.in_features, out if layer.bias is not None else 0)
+    """Linear: 2·rows·in·out for the product."""
+    return _gemm(2 * _numel(output) * layer.in_features)
 
 
 def bilinear_rule(layer: nn.Bilinear, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
-    """Bilinear: 2·rows·out·in1·in2 for x1ᵀWx2, plus rows·out for the bias."""
-    out = _numel(output)
-    return _gemm(2 * out * layer.in1_features * layer.in2_features,
-                 out if layer.bias is not None else 0)
+    """Bilinear: 2·rows·out·in1·in2 for x1ᵀWx2."""
+    return _gemm(2 * _numel(output) * layer.in1_features * layer.in2_features)
 
 
 def conv_rule(layer: nn.modules.conv._ConvNd, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
     """ConvNd: 2 x (output elements) x (C_in/groups) x prod(kernel) — stride, padding and
-    dilation enter through the output shape — plus one add per output element for the bias."""
-    out = _numel(output)
+    dilation enter through the output shape."""
     per_output = (layer.in_channels // layer.groups) * prod(layer.kernel_size)
-    return _gemm(2 * out * per_output, out if layer.bias is not None else 0)
+    return _gemm(2 * _numel(output) * per_output)
 
 
 def conv_transpose_rule(layer: nn.modules.conv._ConvTransposeNd, inputs: Tuple[Any, ...],
                         output: Any) -> FlopCount:
     """ConvTransposeNd: every input element meets C_out/groups filters: 2 x (input elements) x
-    (C_out/groups) x prod(kernel), plus one add per output element for the bias."""
+    (C_out/groups) x prod(kernel)."""
     per_input = (layer.out_channels // layer.groups) * prod(layer.kernel_size)
-    out = _numel(output)
-    return _gemm(2 * _numel(inputs) * per_input, out if layer.bias is not None else 0)
+    return _gemm(2 * _numel(inputs) * per_input)
 
 
 def mha_count(layer: nn.MultiheadAttention, n: int, length: int, source: int) -> FlopCount:
@@ -92,14 +89,9 @@ def mha_count(layer: nn.MultiheadAttention, n: int, length: int, source: int) ->
     proj = 2 * n * (length * e * e + source * layer.kdim * e + source * layer.vdim * e)
     attend = 2 * 2 * n * length * source * e
     out = 2 * n * length * e * e
-    bias = 0
-    if layer.in_proj_bias is not None:
-        bias += n * (length + 2 * source) * e
-    if layer.out_proj.bias is not None:
-        bias += n * length * e
     softmax = 3 * n * layer.num_heads * length * source
     scale = n * length * e
-    return _gemm(proj + attend + out, bias + softmax + scale)
+    return _gemm(proj + attend + out, softmax + scale)
 
 
 def _mha_dims(layer: nn.MultiheadAttention, query: torch.Tensor,
@@ -113,7 +105,7 @@ def _mha_dims(layer: nn.MultiheadAttention, query: torch.Tensor,
 
 def mha_rule(layer: nn.MultiheadAttention, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
     """MultiheadAttention: q/k/v projections 2·N·(L·E·E + S·kdim·E + S·vdim·E), scores and
-    weighted sum 2·2·N·L·S·E, output projection 2·N·L·E·E; biases, 3 per score for softmax
+    weighted sum 2·2·N·L·S·E, output projection 2·N·L·E·E; 3 per score for softmax
     and 1 per query element for the scaling (bias_k / add_zero_attn are not counted)."""
     query = inputs[0] if inputs else _first_tensor(output)
     key = inputs[1] if len(inputs) > 1 and isinstance(inputs[1], torch.Tensor) else None
@@ -124,7 +116,7 @@ def mha_rule(layer: nn.MultiheadAttention, inputs: Tuple[Any, ...], output: Any)
 def encoder_layer_rule(layer: nn.TransformerEncoderLayer, inputs: Tuple[Any, ...],
                        output: Any) -> FlopCount:
     """TransformerEncoderLayer (needed because its inference fast path runs no children):
-    self-attention as MultiheadAttention, the two feed-forward Linears with biases, the
+    self-attention as MultiheadAttention, the two feed-forward Linears, the
     activation (1 per hidden element), two LayerNorms and two residual adds."""
     x = inputs[0] if inputs else _first_tensor(output)
     n, length, _ = _mha_dims(layer.self_attn, x, None)
@@ -133,10 +125,8 @@ def encoder_layer_rule(layer: nn.TransformerEncoderLayer, inputs: Tuple[Any, ...
     hidden = layer.linear1.out_features
     attn = mha_count(layer.self_attn, n, length, length)
     ffn = 2 * tokens * e * hidden * 2
-    bias = tokens * hidden * (layer.linear1.bias is not None) + tokens * e * (
-        layer.linear2.bias is not None)
     other = tokens * hidden + 2 * _norm_flops(tokens * e, True, layer.norm1.weight is not None)
-    return _gemm(attn.gemm + ffn, (attn.flops - attn.gemm) + bias + other + 2 * tokens * e)
+    return _gemm(attn.gemm + ffn, (attn.flops - attn.gemm) + other + 2 * tokens * e)
 
 
 # ----------------------------------------------------------------------------- recurrent
@@ -157,8 +147,8 @@ def _timesteps(layer: nn.RNNBase, inputs: Tuple[Any, ...]) -> int:
 
 def rnn_rule(layer: nn.RNNBase, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
     """RNN/LSTM/GRU: per timestep, layer and direction, 2·G·H·(in + H_h) for the input and
-    hidden products (G gates: RNN 1, GRU 3, LSTM 4; LSTM projection 2·H·P more), 2·G·H for
-    the biases, and elementwise gate maths (RNN 1, GRU 7, LSTM 9 per hidden unit)."""
+    hidden products (G gates: RNN 1, GRU 3, LSTM 4; LSTM projection 2·H·P more) and
+    elementwise gate maths (RNN 1, GRU 7, LSTM 9 per hidden unit)."""
     steps = _timesteps(layer, inputs)
     gates = _GATES.get(layer.mode, 1)
     h = layer.hidden_size
@@ -170,8 +160,7 @@ def rnn_rule(layer: nn.RNNBase, inputs: Tuple[Any, ...], output: Any) -> FlopCou
         width = layer.input_size if index == 0 else h_out * dirs
         per_step = 2 * gates * h * (width + h_out) + (2 * h * proj if proj else 0)
         gemm += dirs * steps * per_step
-        other += dirs * steps * (_GATE_ELEMENTWISE.get(layer.mode, 1) * h
-                                 + (2 * gates * h if layer.bias else 0))
+        other += dirs * steps * _GATE_ELEMENTWISE.get(layer.mode, 1) * h
     return _gemm(gemm, other)
 
 
@@ -183,7 +172,7 @@ def rnn_cell_rule(layer: nn.RNNCellBase, inputs: Tuple[Any, ...], output: Any) -
     elementwise = {nn.LSTMCell: 9, nn.GRUCell: 7}.get(type(layer), 1)
     h = layer.hidden_size
     gemm = 2 * rows * gates * h * (layer.input_size + h)
-    other = rows * (elementwise * h + (2 * gates * h if layer.bias else 0))
+    other = rows * elementwise * h
     return _gemm(gemm, other)
 
 
