@@ -1,5 +1,7 @@
 """TinyTorch-compatible profiling facade (``tinytorch.perf`` with ``tinytorch`` -> ``tracetorch``).
 
+The package exports exactly the public names of :mod:`tracetorch.perf.profiling`.
+
 Example:
     >>> from tracetorch.perf import Profiler
     >>> Profiler().measurements
@@ -7,19 +9,7 @@ Example:
 """
 from __future__ import annotations
 
-from tracetorch.perf.profiling import (ASSUMED_PEAK_GFLOPS, ASSUMED_RIDGE_FLOPS_PER_BYTE,
-                                       BYTES_PER_FLOAT32, KB_TO_BYTES, MB_TO_BYTES, Profiler,
-                                       analyze_weight_distribution, arithmetic_intensity,
-                                       quick_profile)
+from tracetorch.perf import profiling
+from tracetorch.perf.profiling import *  # noqa: F401,F403 - the names in profiling.__all__
 
-__all__ = (
-    "BYTES_PER_FLOAT32",
-    "KB_TO_BYTES",
-    "MB_TO_BYTES",
-    "ASSUMED_PEAK_GFLOPS",
-    "ASSUMED_RIDGE_FLOPS_PER_BYTE",
-    "Profiler",
-    "quick_profile",
-    "analyze_weight_distribution",
-    "arithmetic_intensity",
-)
+__all__ = profiling.__all__
