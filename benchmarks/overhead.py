@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import statistics
 import sys
 import time
@@ -150,17 +151,13 @@ def main(argv: List[str] | None = None) -> int:
     print(f"  memory goal < 20 MB for 1e6 calls: {'met' if memory < 20 else 'NOT met'}")
     restored = check_restored()
 
-    torch_bench = Path(__file__).with_name("overhead_torch.py")
-    if torch_bench.exists():
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            print("torch not installed: skipping the torch comparison")
-        else:
-            sys.path.insert(0, str(torch_bench.parent))
-            import overhead_torch
+    if importlib.util.find_spec("torch") is None:
+        print("torch not installed: skipping the torch comparison")
+    else:
+        sys.path.insert(0, str(Path(__file__).parent))
+        import overhead_torch
 
-            overhead_torch.main([f"--rounds={args.rounds}"])
+        overhead_torch.main([f"--rounds={args.rounds}"])
     return 0 if restored else 1
 
 
