@@ -93,7 +93,6 @@ def max(a: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
     if _ag._observer is not None:
         tag = _ag._observer.forward_op("max", ad.size, False)
     if a.requires_grad and _ag._grad_enabled:
-        shape = ad.shape
 
         def backward(g: np.ndarray) -> tuple:
             hit = ad == kept
