@@ -69,6 +69,7 @@ def test_tree_shape_calls_and_flops(dense_rules):
     assert [n.path for n in prof.nodes()] == ["", "layers.0", "layers.1", "layers.2"]
     assert [n.calls for n in prof.nodes()] == [3, 3, 3, 3]
     assert prof.find("layers.0").flops == 3 * 2 * 5 * 32
+    assert prof.find("layers.0").flops_per_call == 2 * 5 * 32
     assert prof.find("layers.1").flops == 3 * 5 * 8
     assert prof.find("layers.2").flops == 3 * 2 * 5 * 16
     assert prof.find("").flops == 0  # a container owns nothing itself

@@ -41,6 +41,7 @@ def test_mlp_flops_per_node_whole_batch():
     assert last.flops == 3 * 2 * 64 * 256 * 10
     assert prof.gemm_flops == 3 * 2 * 64 * (784 * 256 + 256 * 10)
     assert prof.forward_flops == prof.gemm_flops + 3 * 64 * 256
+    assert prof.other_flops == 3 * 64 * 256
     assert prof.find("").params == 203_530 and first.params == 200_960
     assert first.input_shapes == [((64, 784),)] and first.output_shapes == [((64, 256),)]
     assert tracetorch.count_flops(model, (64, 784)) == prof.forward_flops // 3
