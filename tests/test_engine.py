@@ -345,3 +345,25 @@ def test_bad_arguments(kwargs, error):
 def test_non_model_is_a_type_error():
     with pytest.raises(TypeError, match="model"):
         tracetorch.profile(42)
+
+
+def test_all_threads_records_other_threads_under_their_own_node(dense_rules):
+    model = Stack()
+    with tracetorch.profile(model, flop_rules=dense_rules, all_threads=True) as prof:
+        worker = threading.Thread(target=model, args=(np.ones((1, 4)),), name="loader")
+        worker.start()
+        worker.join()
+        model(np.ones((1, 4)))
+    group = prof.find("thread loader")
+    assert group.kind == "thread" and group.children[""].calls == 1
+    assert prof.find("").calls == 1  # the profiling thread's own call
+    assert prof.forward_flops == 2 * (320 + 40 + 160) // 5
+    assert group.total_ns == group.children[""].total_ns
+    assert tracetorch.recorder.all_threads_collector() is None
+
+
+def test_only_one_profile_may_watch_all_threads():
+    with tracetorch.profile(all_threads=True):
+        with pytest.raises(RuntimeError, match="all threads"):
+            with tracetorch.profile(all_threads=True):
+                pass

@@ -37,6 +37,9 @@ _RULED_KINDS = frozenset({"module", "optimizer"})
 # How a node is named when its parent holds no attribute naming it.
 _DEFAULT_NAMES = {"optimizer": "{}.step", "backward": "backward"}
 
+# Marks a paused root frame (a schedule's wait steps): other threads are not recorded then.
+_PAUSED = object()
+
 # Types already warned about as unsupported, process-wide, so a training loop warns once.
 _WARNED_UNSUPPORTED: Set[str] = set()
 
@@ -63,6 +66,8 @@ class Collector:
         self.warn_unsupported = warn_unsupported
         self.active = False
         self.root_frame: Frame = (self, root, None)
+        self.owner_thread = threading.get_ident()
+        self._lock = threading.Lock()
         self._user_rules: Dict[CallNode, Callable[..., int]] = {}
         self._names: Dict[int, Dict[int, str]] = {}
         self._keys: Dict[int, Tuple[Optional[weakref.ref], str]] = {}
@@ -78,7 +83,30 @@ class Collector:
         """Begin recording top-level calls under ``target``; returns the root frame."""
         self.active = True
         self.root_frame = (self, target, None)
+        self.owner_thread = threading.get_ident()
         return self.root_frame
+
+    def thread_frame(self) -> Optional[Frame]:
+        """For ``profile(all_threads=True)``: the frame of the calling thread, whose calls go
+        under a ``thread <name>`` node of their own (``None`` in the profiling thread itself,
+        or while the profile is paused by its schedule)."""
+        if self.root_frame[2] is not None or self.owner_thread == threading.get_ident():
+            return None
+        thread = threading.current_thread()
+        target = self.root_frame[1]
+        node = target.children_by_owner.get(id(thread))
+        if node is None:
+            with self._lock:
+                node = target.children_by_owner.get(id(thread))
+                if node is None:
+                    node = target.child(f"thread {thread.name}", "thread",
+                                        self._module_key(thread), kind="thread")
+                    target.children_by_owner[id(thread)] = node
+        return (self, node, thread)
+
+    def pause(self) -> None:
+        """Stop taking calls from other threads until the next :meth:`start`."""
+        self.root_frame = (self, self.root_frame[1], _PAUSED)
 
     def stop(self) -> None:
         """Stop recording, fold the counters and drop every reference to the user's objects."""
@@ -103,7 +131,7 @@ class Collector:
         key = self._module_key(owner)
         type_name = _type_name(owner, kind, label)
         default = label or _DEFAULT_NAMES.get(kind, "{}").format(type_name)
-        if parent_owner is None:
+        if parent_owner is None or parent_node.kind == "thread":
             name = "" if owner is self.model else default
         else:
             name = self._name_in(parent_owner, owner) or default

@@ -25,7 +25,7 @@ from tracetorch.introspect import signature
 from tracetorch.stats import FLUSH_EVERY
 
 __all__ = ("make_wrapper", "current_frame", "open_root", "close_root", "OpCounter",
-           "set_exit_observer")
+           "set_exit_observer", "record_all_threads", "all_threads_collector")
 
 #: The innermost open call of this context.
 _FRAME: ContextVar[Optional[Frame]] = ContextVar("tracetorch_frame", default=None)
@@ -33,6 +33,20 @@ _FRAME: ContextVar[Optional[Frame]] = ContextVar("tracetorch_frame", default=Non
 #: Called as ``observer(frame, args, kwargs, output)`` after each layer call that returned, while
 #: a framework adapter has set one (the torch adapter tags the autograd nodes the call created).
 _exit_observer: Optional[Callable[[Frame, Tuple[Any, ...], Dict[str, Any], Any], None]] = None
+
+#: The profile recording every thread's calls (``profile(all_threads=True)``), if any.
+_all_threads: Optional[Collector] = None
+
+
+def all_threads_collector() -> Optional[Collector]:
+    """The profile currently recording every thread's calls, if any."""
+    return _all_threads
+
+
+def record_all_threads(collector: Optional[Collector]) -> None:
+    """Let ``collector`` record calls made in threads where no profile is open (``None``: stop)."""
+    global _all_threads
+    _all_threads = collector
 
 
 def set_exit_observer(observer: Optional[Callable[..., None]]) -> Optional[Callable[..., None]]:
@@ -109,7 +123,10 @@ def make_wrapper(kind: str, label: Optional[str] = None,
                 kwargs: Dict[str, Any]) -> Any:
         frame = _FRAME.get()
         if frame is None:
-            return wrapped(*args, **kwargs)
+            # Only a profile asked to watch every thread looks further; others pay one test.
+            frame = _all_threads.thread_frame() if _all_threads is not None else None
+            if frame is None:
+                return wrapped(*args, **kwargs)
         owner = shared_owner or (wrapped if instance is None else instance)
         collector, parent, parent_owner = frame
         if parent_owner is owner:

@@ -22,7 +22,13 @@ from tracetorch.flops.registry import FlopRegistry, default_registry
 from tracetorch.introspect import is_layer
 from tracetorch.patching import BOARD
 from tracetorch.collector import Collector, Frame
-from tracetorch.recorder import close_root, current_frame, open_root
+from tracetorch.recorder import (
+    all_threads_collector,
+    close_root,
+    current_frame,
+    open_root,
+    record_all_threads,
+)
 from tracetorch.result import ProfileResult
 from tracetorch.schedule import Phase, schedule
 from tracetorch.tree import CallNode
@@ -55,6 +61,8 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
         warn_unsupported: warn once per layer type that has no FLOP rule.
         schedule: a :class:`tracetorch.schedule` choosing which steps (marked with
             :meth:`step`) are recorded; without one every step is.
+        all_threads: also record calls made in other threads (each thread under a
+            ``thread <name>`` node); by default a profile sees only its own thread/context.
 
     On exit every patched attribute is restored exactly, also when the block raises; the
     exception passes through unchanged and what ran before it stays recorded. A profile may be
@@ -74,7 +82,7 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
                  flop_rules: Optional[Dict[type, Any]] = None,
                  clock: Optional[Callable[[], int]] = None,
                  warn_unsupported: bool = True,
-                 schedule: Optional[schedule] = None) -> None:
+                 schedule: Optional[schedule] = None, all_threads: bool = False) -> None:
         if model is not None and not (is_layer(model) or callable(model)):
             raise TypeError(f"model must be a layer (an object with a forward method) or None, "
                             f"got {type(model).__name__}")
@@ -93,6 +101,7 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
         if schedule is not None and not callable(schedule):
             raise TypeError(f"schedule must be a tracetorch.schedule(...), got {schedule!r}")
         self.schedule = schedule
+        self.all_threads = bool(all_threads)
         self.step_count = 0
         self._running = False
         self._token: Optional[Token] = None
@@ -111,6 +120,8 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
             _ADAPTERS.configure(self._collector)
             self._running = True
             self._apply_phase()
+            if self.all_threads:
+                self._watch_all_threads()
         except BaseException:
             self._running = False
             BOARD.release()
@@ -121,6 +132,8 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
     def __exit__(self, *exc_info: Any) -> None:
         self._running = False
         try:
+            if self.all_threads:
+                record_all_threads(None)
             self._close_root()
         finally:
             try:
@@ -173,10 +186,18 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
         self._close_root()
         phase = self.phase
         if phase in ("wait", "done"):
+            self._collector.pause()
             return
         # Warm-up steps run recorded, into a scratch tree that the next step throws away.
         target = self.root if phase == "active" else CallNode.root()
         self._token = open_root(self._collector.start(target))
+
+    def _watch_all_threads(self) -> None:
+        watcher = all_threads_collector()
+        if watcher is not None and watcher is not self._collector:
+            raise RuntimeError("another profile already records all threads; only one "
+                               "profile(all_threads=True) may be open at a time")
+        record_all_threads(self._collector)
 
     def _close_root(self) -> None:
         token, self._token = self._token, None

@@ -32,7 +32,8 @@ class CallNode:
     Attributes:
         name: the name under the parent (``"0"``, ``"q_proj"``; the type name when unnamed).
         type_name: the class (or function) name.
-        kind: ``"module"``, ``"function"``, ``"backward"``, ``"optimizer"`` or ``"root"``.
+        kind: ``"module"``, ``"function"``, ``"backward"``, ``"optimizer"``, ``"thread"`` (the
+            calls of another thread, with ``profile(all_threads=True)``) or ``"root"``.
         module_key: identifies the instance, shared by every call site of one module.
         time: inclusive forward time per call.
         flops: forward FLOPs of all calls; ``gemm_flops`` the matmul/convolution part of it.
@@ -105,7 +106,9 @@ class CallNode:
 
     @property
     def total_ns(self) -> int:
-        """Inclusive forward time of all calls."""
+        """Inclusive forward time of all calls (for a ``thread`` group: its calls' total)."""
+        if self.kind == "thread":
+            return sum(c.total_ns for c in self.children.values())
         return self.time.total_ns
 
     @property
