@@ -260,3 +260,31 @@ def test_core_rules_match_the_counted_operations(layer, inputs):
     bias_adds = 4 * 4 * 6 if isinstance(layer, MultiHeadAttention) else 0
     assert prof.find("").flops_source == "rule"
     assert prof.find("").subtree_flops == counter.flops - bias_adds
+
+
+def test_keyboard_interrupt_and_generator_close_restore_everything():
+    class Interrupted(Module):
+        def forward(self, x):
+            raise KeyboardInterrupt
+
+    before = forwards_of_every_core_class()
+    model = Sequential(Linear(2, 2), Interrupted())
+    with pytest.raises(KeyboardInterrupt):
+        with tracetorch.profile(model):
+            model(Tensor(np.ones((1, 2), dtype=np.float32)))
+    assert not BOARD.active
+
+    def profiled_batches():
+        with tracetorch.profile(model) as prof:
+            for _ in range(10):
+                yield prof
+                model.layers[0](Tensor(np.ones((1, 2), dtype=np.float32)))
+
+    batches = profiled_batches()
+    prof = next(batches)
+    next(batches)
+    batches.close()  # GeneratorExit inside the block
+    assert not BOARD.active and not prof.running
+    assert prof.find("Linear").calls == 1
+    after = forwards_of_every_core_class()
+    assert all(after[cls] is before[cls] for cls in before)
