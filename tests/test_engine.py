@@ -362,8 +362,12 @@ def test_all_threads_records_other_threads_under_their_own_node(dense_rules):
     assert tracetorch.recorder.all_threads_collector() is None
 
 
-def test_only_one_profile_may_watch_all_threads():
-    with tracetorch.profile(all_threads=True):
+def test_only_one_profile_may_watch_all_threads(dense_rules):
+    model = Stack()
+    with tracetorch.profile(model, flop_rules=dense_rules, all_threads=True) as outer:
         with pytest.raises(RuntimeError, match="all threads"):
             with tracetorch.profile(all_threads=True):
                 pass
+        model(np.ones((1, 4)))  # the refused profile left nothing open in this context
+    assert outer.find("").calls == 1
+    assert tracetorch.recorder.current_frame() is None and not BOARD.active

@@ -124,6 +124,7 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
                 self._watch_all_threads()
         except BaseException:
             self._running = False
+            self._close_root()
             BOARD.release()
             raise
         self._step_start = self._collector.host_clock()
