@@ -29,6 +29,7 @@ Example::
 """
 from __future__ import annotations
 
+import threading
 from typing import Optional, Tuple
 
 import numpy as np
@@ -44,27 +45,96 @@ __all__ = (
 )
 
 
-def _stream(x: np.ndarray, pad: Tuple[int, int], dtype: np.dtype, tail: int) -> np.ndarray:
-    """Zero-padded NCHW ``x`` as a (C, N*Hp*Wp + tail) stream (channel-major)."""
+_work = threading.local()
+
+
+def _scratch(slot: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """A per-thread reusable work array for a temporary that never leaves this module.
+
+    The temporaries here are tens of MB; a fresh allocation of that size often comes back
+    from the OS as untouched pages, and the first-touch page faults measured 2-5 ms per
+    conv call (1000-3000 faults), as much as some of the copies themselves.  Reusing one
+    buffer per (slot, dtype) and thread avoids them, at the price of holding the largest
+    size seen so far.  Slot 0: a padded stream, then the GEMM result, or the weight-grad
+    layout of the gradient (never two at once); slot 1: the shifted rows R.
+    Contents are undefined.
+    """
+    size = int(np.prod(shape))
+    bufs = _work.__dict__.setdefault("bufs", {})
+    key = (slot, np.dtype(dtype))
+    buf = bufs.get(key)
+    if buf is None or buf.size < size:
+        buf = bufs[key] = np.empty(size, dtype=dtype)
+    return buf[:size].reshape(shape)
+
+
+def _zero_border(a: np.ndarray, ph: int, pw: int) -> None:
+    """Zero the ``ph`` top/bottom rows and ``pw`` left/right columns of (..., Hp, Wp) ``a``."""
+    if ph:
+        a[..., :ph, :] = 0.0
+        a[..., a.shape[-2] - ph :, :] = 0.0
+    if pw:
+        a[..., ph : a.shape[-2] - ph, :pw] = 0.0
+        a[..., ph : a.shape[-2] - ph, a.shape[-1] - pw :] = 0.0
+
+
+def _stream(
+    x: np.ndarray, pad: Tuple[int, int], dtype: np.dtype, tail: int, keep: bool
+) -> np.ndarray:
+    """Zero-padded NCHW ``x`` as a (C, N*Hp*Wp + tail) stream (channel-major).
+
+    Only the padding and the tail are zeroed (``np.zeros`` would zero-fill it all, a pass
+    as long as the copy).  ``keep``: the stream outlives the call (it is saved for the
+    weight gradient), so it gets its own array rather than a work buffer.
+    """
     n, c, h, w = x.shape
     ph, pw = pad
     hp, wp = h + 2 * ph, w + 2 * pw
     total = n * hp * wp
-    stream = np.zeros((c, total + tail), dtype=dtype)
-    stream[:, :total].reshape(c, n, hp, wp)[:, :, ph : ph + h, pw : pw + w] = x.transpose(
-        1, 0, 2, 3
-    )
+    shape = (c, total + tail)
+    stream = np.empty(shape, dtype=dtype) if keep else _scratch(0, shape, dtype)
+    image = stream[:, :total].reshape(c, n, hp, wp)
+    image[:, :, ph : ph + h, pw : pw + w] = x.transpose(1, 0, 2, 3)
+    _zero_border(image, ph, pw)
+    stream[:, total:] = 0.0
     return stream
 
 
+def _shifted_rows(stream: np.ndarray, kw: int, ones_row: bool) -> np.ndarray:
+    """R (C*kw [+ 1], T) with ``R[(c, j), t] = X[c, t + j]``, in work buffer 1.
+
+    One strided copy from the stream (long contiguous runs; writing the stream straight
+    into R's j = 0 block and shifting it within R measured ~2x slower).  ``ones_row``
+    appends a row of ones so the GEMM can add the bias.
+    """
+    c, total = stream.shape[0], stream.shape[1] - (kw - 1)
+    item = stream.itemsize
+    r = _scratch(1, (c * kw + ones_row, total), stream.dtype)
+    np.copyto(
+        r[: c * kw].reshape(c, kw, total),
+        as_strided(stream, (c, kw, total), (stream.strides[0], item, item)),
+    )
+    if ones_row:
+        r[-1] = 1.0
+    return r
+
+
 def stream_forward(
-    x: np.ndarray, w: np.ndarray, pad: Tuple[int, int], bias: Optional[np.ndarray] = None
-) -> Tuple[np.ndarray, np.ndarray]:
+    x: np.ndarray, w: np.ndarray, pad: Tuple[int, int], bias: Optional[np.ndarray] = None,
+    keep: bool = True,
+) -> Tuple[np.ndarray, Optional[np.ndarray]]:
     """Stride-1 convolution of NCHW ``x`` with ``w`` (O, C, kh, kw), plus ``bias`` (O,).
 
-    Returns (output (N, O, OH, OW), the row-shift matrix R whose first C*kw rows
-    :func:`stream_weight_grad` needs).  The bias rides along in the GEMM: R gets a row of
-    ones and the first kernel row's block of ``W_all`` a bias column, saving a pass.
+    Returns (output (N, O, OH, OW), the padded stream that :func:`stream_weight_grad`
+    needs, or None unless ``keep``).  Saving the stream rather than R costs the backward
+    one rebuild of R (~0.7 ms here) but keeps 1x rather than kw x the input alive.  The
+    bias rides along in the GEMM: R gets a row of ones and the first kernel row's block of
+    ``W_all`` a bias column, saving a pass.
+
+    The output is a strided view (of an (O, N, OH, Wp) array), not a contiguous array:
+    summing the kernel-row blocks over long contiguous runs and skipping the batch/channel
+    transpose is about twice as fast as writing an (N, O, OH, OW) array; numpy ops accept
+    such views.
     """
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
@@ -74,46 +144,54 @@ def stream_forward(
     total = n * hp * wp
     k = c * kw
     dtype = np.result_type(x, w)
-    stream = _stream(x, pad, dtype, kw - 1)
-    item = stream.itemsize
-    r = np.empty((k + (bias is not None), total), dtype=dtype)
-    np.copyto(
-        r[:k].reshape(c, kw, total),
-        as_strided(stream, (c, kw, total), (stream.strides[0], item, item)),
-    )
+    stream = _stream(x, pad, dtype, kw - 1, keep)
+    r = _shifted_rows(stream, kw, bias is not None)
     # Row i of the kernel becomes rows [i*O, (i+1)*O) of W_all, columns ordered (c, j) like R.
     w_all = np.zeros((kh * o, r.shape[0]), dtype=dtype)
     w_all[:, :k] = w.transpose(2, 0, 1, 3).reshape(kh * o, k)
     if bias is not None:
-        r[k] = 1.0
         w_all[:o, k] = bias
-    y = (w_all @ r).reshape(kh, o, n, hp, wp)
-    out = np.empty((n, o, oh, ow), dtype=dtype)
-    # Kernel row i reads the stream i rows further down: its block is sliced at row offset i.
-    first = y[0, :, :, 0:oh, 0:ow].transpose(1, 0, 2, 3)
+    # The stream is dead once R exists (unless kept), so Y may reuse work buffer 0.
+    y = np.matmul(w_all, r, out=_scratch(0, (kh * o, total), dtype)).reshape(kh, o, total)
+    # Kernel row i reads the stream i rows further down: block i is added shifted by i*Wp.
+    # Blocks 1..kh-2 are added into block 0 in place; the last add writes only the OH output
+    # rows of each image (all Wp columns, so each image is one contiguous run of OH*Wp
+    # values) into a fresh (O, N, OH, Wp) array, and the view crops the OW kept columns
+    # and swaps N and O.  Cropping columns in the add itself (32-value runs) or writing an
+    # (N, O, OH, OW) array measured ~1 ms slower here.
+    span = total - (kh - 1) * wp
+    y0 = y[0, :, :span]
+    for i in range(1, kh - 1):
+        np.add(y0, y[i, :, i * wp : i * wp + span], out=y0)
+    rows = np.empty((o, n, oh, wp), dtype=dtype)
+    first = y[0].reshape(o, n, hp * wp)[:, :, : oh * wp]
     if kh == 1:
-        out[...] = first
+        np.copyto(rows.reshape(o, n, oh * wp), first)
     else:
-        np.add(first, y[1, :, :, 1 : 1 + oh, 0:ow].transpose(1, 0, 2, 3), out=out)
-        for i in range(2, kh):
-            out += y[i, :, :, i : i + oh, 0:ow].transpose(1, 0, 2, 3)
-    return out, r
+        last = y[kh - 1].reshape(o, n, hp * wp)[:, :, (kh - 1) * wp : (kh - 1 + oh) * wp]
+        np.add(first, last, out=rows.reshape(o, n, oh * wp))
+    out = rows[:, :, :, :ow].transpose(1, 0, 2, 3)
+    return out, (stream if keep else None)
 
 
 def stream_weight_grad(
-    g: np.ndarray, r: np.ndarray, w_shape: tuple, padded_hw: Tuple[int, int]
+    g: np.ndarray, stream: np.ndarray, w_shape: tuple, padded_hw: Tuple[int, int]
 ) -> np.ndarray:
-    """Weight gradient of :func:`stream_forward` from the output gradient ``g`` and its ``R``."""
+    """Weight gradient of :func:`stream_forward` from the output gradient ``g`` and the
+    padded stream it saved: rebuild R, then one GEMM per kernel row."""
     n, o, oh, ow = g.shape
     _, c, kh, kw = w_shape
     hp, wp = padded_hw
     total = n * hp * wp
-    r = r[: c * kw]  # drop the bias row of ones
+    r = _shifted_rows(stream, kw, False)
     # The gradient in stream layout, pixel-major (N*Hp*Wp, O): zero wherever the forward
     # computed a dropped column.  Pixel-major makes each GEMM R_i @ G (C*kw x T) @ (T x O),
-    # which OpenBLAS runs faster than G^T @ R_i^T for such a long inner dimension.
-    gt = np.zeros((n, hp, wp, o), dtype=r.dtype)
+    # which OpenBLAS runs faster than G^T @ R_i^T for such a long inner dimension (4.5 vs
+    # 6.4 ms here), more than paying for the transposing copy.
+    gt = _scratch(0, (n, hp, wp, o), r.dtype)
     gt[:, :oh, :ow, :] = g.transpose(0, 2, 3, 1)
+    gt[:, :oh, ow:, :] = 0.0
+    gt[:, oh:, :, :] = 0.0
     gt = gt.reshape(total, o)
     grad = np.empty((o, c, kh, kw), dtype=r.dtype)
     for i in range(kh):
@@ -128,7 +206,7 @@ def stream_input_grad(g: np.ndarray, w: np.ndarray, pad: Tuple[int, int]) -> np.
     the gradient convolved (padding k-1-p) with the flipped kernel, channels swapped."""
     kh, kw = w.shape[2:]
     flipped = w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)
-    out, _ = stream_forward(g, flipped, (kh - 1 - pad[0], kw - 1 - pad[1]))
+    out, _ = stream_forward(g, flipped, (kh - 1 - pad[0], kw - 1 - pad[1]), keep=False)
     return out
 
 

@@ -2,7 +2,8 @@
 
 The numeric work lives in :mod:`tracetorch.core.conv_impl`: stride-1 convolutions use the
 "stream" kernels (kw shifted copies of the input and one GEMM for all kernel rows; the input
-gradient is the same kernel run on the gradient with the flipped weight), other strides use
+gradient is the same kernel run on the gradient with the flipped weight; the output and the
+input gradient are strided views, not contiguous arrays), other strides use
 im2col (``sliding_window_view`` + one copy + batched GEMM, col2im per kernel offset).  The
 bias is added inside the op; its gradient is ``g.sum((0, 2, 3))``.
 
@@ -97,8 +98,10 @@ def conv2d(
         )
     stream = sh == 1 and sw == 1
     if stream:
+        # Only the weight gradient reads the saved padded stream; skip keeping it otherwise.
+        keep = weight.requires_grad and _ag._grad_enabled
         out, saved = conv_impl.stream_forward(
-            xd, wd, (ph, pw), None if bias is None else bias.data
+            xd, wd, (ph, pw), None if bias is None else bias.data, keep
         )
     else:
         out, saved = conv_impl.im2col_forward(xd, wd, (sh, sw), (ph, pw))
@@ -114,7 +117,7 @@ def conv2d(
     if not ((rx or rw or rb) and _ag._grad_enabled):
         return Tensor._wrap(out)
     if not rw:
-        saved = None  # only the weight gradient reads the shifted/unfolded input
+        saved = None  # only the weight gradient reads the padded stream / unfolded input
     # The stream input-gradient needs padding <= k - 1 (it pads the gradient by k-1-p).
     stream_dx = stream and ph <= kh - 1 and pw <= kw - 1
 
