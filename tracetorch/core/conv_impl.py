@@ -10,7 +10,9 @@ kernel row's partial sums at once; the output is the sum of the kh row blocks of
 read at its vertical shift.  Positions that straddle a row or image edge are computed and
 dropped (about (Hp*Wp - OH*OW) / (Hp*Wp) of the columns).  The input gradient of a stride-1
 convolution is itself a stride-1 convolution (of the gradient, padded by k-1-p, with the
-flipped, transposed kernel), so it reuses the same kernel.
+flipped, transposed kernel), so it reuses the same kernel.  Outputs (and so input gradients)
+are strided (N, O, OH, OW) views of (O, N, OH, Wp) arrays, and the forward saves only the
+padded stream; the weight gradient rebuilds R from it.
 
 **im2col kernels (any stride).**  ``sliding_window_view`` exposes every window; one copy
 makes the (N, Cin*kh*kw, OH*OW) column tensor and a batched GEMM gives the output; the input
@@ -29,7 +31,6 @@ Example::
 """
 from __future__ import annotations
 
-import threading
 from typing import Optional, Tuple
 
 import numpy as np
@@ -45,29 +46,6 @@ __all__ = (
 )
 
 
-_work = threading.local()
-
-
-def _scratch(slot: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
-    """A per-thread reusable work array for a temporary that never leaves this module.
-
-    The temporaries here are tens of MB; a fresh allocation of that size often comes back
-    from the OS as untouched pages, and the first-touch page faults measured 2-5 ms per
-    conv call (1000-3000 faults), as much as some of the copies themselves.  Reusing one
-    buffer per (slot, dtype) and thread avoids them, at the price of holding the largest
-    size seen so far.  Slot 0: a padded stream, then the GEMM result, or the weight-grad
-    layout of the gradient (never two at once); slot 1: the shifted rows R.
-    Contents are undefined.
-    """
-    size = int(np.prod(shape))
-    bufs = _work.__dict__.setdefault("bufs", {})
-    key = (slot, np.dtype(dtype))
-    buf = bufs.get(key)
-    if buf is None or buf.size < size:
-        buf = bufs[key] = np.empty(size, dtype=dtype)
-    return buf[:size].reshape(shape)
-
-
 def _zero_border(a: np.ndarray, ph: int, pw: int) -> None:
     """Zero the ``ph`` top/bottom rows and ``pw`` left/right columns of (..., Hp, Wp) ``a``."""
     if ph:
@@ -78,21 +56,17 @@ def _zero_border(a: np.ndarray, ph: int, pw: int) -> None:
         a[..., ph : a.shape[-2] - ph, a.shape[-1] - pw :] = 0.0
 
 
-def _stream(
-    x: np.ndarray, pad: Tuple[int, int], dtype: np.dtype, tail: int, keep: bool
-) -> np.ndarray:
+def _stream(x: np.ndarray, pad: Tuple[int, int], dtype: np.dtype, tail: int) -> np.ndarray:
     """Zero-padded NCHW ``x`` as a (C, N*Hp*Wp + tail) stream (channel-major).
 
     Only the padding and the tail are zeroed (``np.zeros`` would zero-fill it all, a pass
-    as long as the copy).  ``keep``: the stream outlives the call (it is saved for the
-    weight gradient), so it gets its own array rather than a work buffer.
+    as long as the copy, since freed buffers of this size are usually reused).
     """
     n, c, h, w = x.shape
     ph, pw = pad
     hp, wp = h + 2 * ph, w + 2 * pw
     total = n * hp * wp
-    shape = (c, total + tail)
-    stream = np.empty(shape, dtype=dtype) if keep else _scratch(0, shape, dtype)
+    stream = np.empty((c, total + tail), dtype=dtype)
     image = stream[:, :total].reshape(c, n, hp, wp)
     image[:, :, ph : ph + h, pw : pw + w] = x.transpose(1, 0, 2, 3)
     _zero_border(image, ph, pw)
@@ -101,7 +75,7 @@ def _stream(
 
 
 def _shifted_rows(stream: np.ndarray, kw: int, ones_row: bool) -> np.ndarray:
-    """R (C*kw [+ 1], T) with ``R[(c, j), t] = X[c, t + j]``, in work buffer 1.
+    """R (C*kw [+ 1], T) with ``R[(c, j), t] = X[c, t + j]``.
 
     One strided copy from the stream (long contiguous runs; writing the stream straight
     into R's j = 0 block and shifting it within R measured ~2x slower).  ``ones_row``
@@ -109,7 +83,7 @@ def _shifted_rows(stream: np.ndarray, kw: int, ones_row: bool) -> np.ndarray:
     """
     c, total = stream.shape[0], stream.shape[1] - (kw - 1)
     item = stream.itemsize
-    r = _scratch(1, (c * kw + ones_row, total), stream.dtype)
+    r = np.empty((c * kw + ones_row, total), dtype=stream.dtype)
     np.copyto(
         r[: c * kw].reshape(c, kw, total),
         as_strided(stream, (c, kw, total), (stream.strides[0], item, item)),
@@ -120,15 +94,14 @@ def _shifted_rows(stream: np.ndarray, kw: int, ones_row: bool) -> np.ndarray:
 
 
 def stream_forward(
-    x: np.ndarray, w: np.ndarray, pad: Tuple[int, int], bias: Optional[np.ndarray] = None,
-    keep: bool = True,
-) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+    x: np.ndarray, w: np.ndarray, pad: Tuple[int, int], bias: Optional[np.ndarray] = None
+) -> Tuple[np.ndarray, np.ndarray]:
     """Stride-1 convolution of NCHW ``x`` with ``w`` (O, C, kh, kw), plus ``bias`` (O,).
 
     Returns (output (N, O, OH, OW), the padded stream that :func:`stream_weight_grad`
-    needs, or None unless ``keep``).  Saving the stream rather than R costs the backward
-    one rebuild of R (~0.7 ms here) but keeps 1x rather than kw x the input alive.  The
-    bias rides along in the GEMM: R gets a row of ones and the first kernel row's block of
+    needs).  Saving the stream rather than R costs the backward one rebuild of R (~0.7 ms
+    on the benchmark shape) but keeps about 1x rather than kw x the input alive.  The bias
+    rides along in the GEMM: R gets a row of ones and the first kernel row's block of
     ``W_all`` a bias column, saving a pass.
 
     The output is a strided view (of an (O, N, OH, Wp) array), not a contiguous array:
@@ -144,34 +117,34 @@ def stream_forward(
     total = n * hp * wp
     k = c * kw
     dtype = np.result_type(x, w)
-    stream = _stream(x, pad, dtype, kw - 1, keep)
+    stream = _stream(x, pad, dtype, kw - 1)
     r = _shifted_rows(stream, kw, bias is not None)
     # Row i of the kernel becomes rows [i*O, (i+1)*O) of W_all, columns ordered (c, j) like R.
     w_all = np.zeros((kh * o, r.shape[0]), dtype=dtype)
     w_all[:, :k] = w.transpose(2, 0, 1, 3).reshape(kh * o, k)
     if bias is not None:
         w_all[:o, k] = bias
-    # The stream is dead once R exists (unless kept), so Y may reuse work buffer 0.
-    y = np.matmul(w_all, r, out=_scratch(0, (kh * o, total), dtype)).reshape(kh, o, total)
+    y = (w_all @ r).reshape(kh, o, total)
     # Kernel row i reads the stream i rows further down: block i is added shifted by i*Wp.
     # Blocks 1..kh-2 are added into block 0 in place; the last add writes only the OH output
     # rows of each image (all Wp columns, so each image is one contiguous run of OH*Wp
     # values) into a fresh (O, N, OH, Wp) array, and the view crops the OW kept columns
     # and swaps N and O.  Cropping columns in the add itself (32-value runs) or writing an
-    # (N, O, OH, OW) array measured ~1 ms slower here.
+    # (N, O, OH, OW) array measured ~1 ms slower here; returning a view of block 0 instead
+    # of a fresh array is ~1 ms faster but keeps the kh x larger Y alive with the output.
     span = total - (kh - 1) * wp
     y0 = y[0, :, :span]
     for i in range(1, kh - 1):
         np.add(y0, y[i, :, i * wp : i * wp + span], out=y0)
-    rows = np.empty((o, n, oh, wp), dtype=dtype)
-    first = y[0].reshape(o, n, hp * wp)[:, :, : oh * wp]
     if kh == 1:
-        np.copyto(rows.reshape(o, n, oh * wp), first)
+        rows = y[0].reshape(o, n, hp, wp)  # nothing to add; Y is no larger than the output
     else:
+        rows = np.empty((o, n, oh, wp), dtype=dtype)
+        first = y[0].reshape(o, n, hp * wp)[:, :, : oh * wp]
         last = y[kh - 1].reshape(o, n, hp * wp)[:, :, (kh - 1) * wp : (kh - 1 + oh) * wp]
         np.add(first, last, out=rows.reshape(o, n, oh * wp))
     out = rows[:, :, :, :ow].transpose(1, 0, 2, 3)
-    return out, (stream if keep else None)
+    return out, stream
 
 
 def stream_weight_grad(
@@ -188,7 +161,7 @@ def stream_weight_grad(
     # computed a dropped column.  Pixel-major makes each GEMM R_i @ G (C*kw x T) @ (T x O),
     # which OpenBLAS runs faster than G^T @ R_i^T for such a long inner dimension (4.5 vs
     # 6.4 ms here), more than paying for the transposing copy.
-    gt = _scratch(0, (n, hp, wp, o), r.dtype)
+    gt = np.empty((n, hp, wp, o), dtype=r.dtype)
     gt[:, :oh, :ow, :] = g.transpose(0, 2, 3, 1)
     gt[:, :oh, ow:, :] = 0.0
     gt[:, oh:, :, :] = 0.0
@@ -206,7 +179,7 @@ def stream_input_grad(g: np.ndarray, w: np.ndarray, pad: Tuple[int, int]) -> np.
     the gradient convolved (padding k-1-p) with the flipped kernel, channels swapped."""
     kh, kw = w.shape[2:]
     flipped = w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)
-    out, _ = stream_forward(g, flipped, (kh - 1 - pad[0], kw - 1 - pad[1]), keep=False)
+    out, _ = stream_forward(g, flipped, (kh - 1 - pad[0], kw - 1 - pad[1]))
     return out
 
 

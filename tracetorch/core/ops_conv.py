@@ -98,10 +98,8 @@ def conv2d(
         )
     stream = sh == 1 and sw == 1
     if stream:
-        # Only the weight gradient reads the saved padded stream; skip keeping it otherwise.
-        keep = weight.requires_grad and _ag._grad_enabled
         out, saved = conv_impl.stream_forward(
-            xd, wd, (ph, pw), None if bias is None else bias.data, keep
+            xd, wd, (ph, pw), None if bias is None else bias.data
         )
     else:
         out, saved = conv_impl.im2col_forward(xd, wd, (sh, sw), (ph, pw))
