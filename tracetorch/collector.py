@@ -61,6 +61,8 @@ class Collector:
         self.deferred: Optional[List[Tuple[CallNode, int, int]]] = None
         self.device_clock: Any = None
         self.events: Optional[List[Tuple[CallNode, int, int, int]]] = [] if timeline else None
+        # Host clock and no timeline: the wrapper appends durations itself (the common case).
+        self.plain_timing = self.events is None
         self.max_events = max_events
         self.dropped_events = 0
         self.warn_unsupported = warn_unsupported
@@ -237,6 +239,7 @@ class Collector:
             self.device_clock = device_clock
             self.clock = device_clock
             self.deferred = []
+            self.plain_timing = False
 
     def resolve_times(self) -> None:
         """Fold the device-timed calls recorded since the last fold into their nodes."""
@@ -268,16 +271,21 @@ class Collector:
         else:
             self.dropped_events += 1
 
-    def record_failure(self, node: CallNode, start: int, end: int) -> None:
-        """A call that raised: it counts with its time and the operations it completed (no rule
-        runs without an output)."""
-        node.errors += 1
+    def add_duration(self, node: CallNode, start: int, end: int) -> None:
+        """Time one call: a device clock's readings wait for the next fold, a timeline keeps
+        the event. (Without either, the wrapper inlines the plain case: ``plain_timing``.)"""
         if self.deferred is not None:
             self.deferred.append((node, start, end))
             return
         node.time.add(end - start)
         if self.events is not None:
             self.add_event(node, start, end)
+
+    def record_failure(self, node: CallNode, start: int, end: int) -> None:
+        """A call that raised: it counts with its time and the operations it completed (no rule
+        runs without an output)."""
+        node.errors += 1
+        self.add_duration(node, start, end)
 
     def add_backward(self, node: CallNode, flops: int, gemm: bool, elapsed_ns: int) -> None:
         """Attribute one gradient operation to the layer whose forward created it (ignored once

@@ -148,18 +148,15 @@ def make_wrapper(kind: str, label: Optional[str] = None,
             raise
         end = clock()
         _FRAME.reset(token)
-        if _exit_observer is not None and module_kind:
-            _exit_observer(inner, args, kwargs, output)
-        deferred = collector.deferred
-        if deferred is None:
-            pending = node.time.pending  # TimeStats.add, inlined: this line runs on every call
+        if collector.plain_timing:
+            pending = node.time.pending  # TimeStats.add, inlined: this runs on every call
             pending.append(end - start)
             if len(pending) >= FLUSH_EVERY:
                 node.time.flush()
-            if collector.events is not None:
-                collector.add_event(node, start, end)
-        else:  # a device clock: its readings become times at the next fold
-            deferred.append((node, start, end))
+        else:
+            collector.add_duration(node, start, end)
+        if _exit_observer is not None and module_kind:
+            _exit_observer(inner, args, kwargs, output)
         key = getattr(args[0], "shape", None) if len(args) == 1 and not kwargs else None
         if key is None:
             key = signature(args, kwargs)
