@@ -71,7 +71,7 @@ Sequential               1  2.70 KFLOPs  1.30 KMACs     100 us     1.00 ms  100.
     1 (ReLU)             1    100 FLOPs           -     100 us      100 us   10.0%  1.00 MFLOP/s
   head (Linear)          1    600 FLOPs    300 MACs     300 us      300 us   30.0%  2.00 MFLOP/s
 
-FLOPs, MACs, FLOP/s and Total time include children; Self time excludes them.
+FLOPs, MACs, FLOP/s, Total time and the Bwd columns include children; Self time excludes them.
 FLOP/s = FLOPs / Total time; % time = Total time / profile total.
 Forward FLOPs: 2.70 KFLOPs (GEMM/conv 2.60 KFLOPs, other 100 FLOPs)
 Total time:    1.00 ms in 1 top-level call"""
@@ -207,7 +207,9 @@ def test_backward_columns_appear_only_with_backward_data() -> None:
     assert "Bwd time" in text and "Bwd FLOPs" in text
     assert row_of(text, "0 (Linear)")["Bwd time"] == "800 us"
     encoder = row_of(text, "encoder (Encoder)")
-    assert (encoder["Bwd time"], encoder["Bwd FLOPs"]) == ("-", "4.00 KFLOPs")
+    # Like Total time and FLOPs, the Bwd columns include the children.
+    assert (encoder["Bwd time"], encoder["Bwd FLOPs"]) == ("800 us", "4.00 KFLOPs")
+    assert row_of(text, "head (Linear)")["Bwd time"] == "-"  # no backward timed there
     assert "Backward FLOPs: 4.00 KFLOPs (GEMM/conv 4.00 KFLOPs, other 0 FLOPs)" in text
     assert "Total FLOPs:    6.70 KFLOPs" in text
     assert "Bwd time" not in render_table(with_bwd, show_backward=False)

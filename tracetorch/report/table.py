@@ -29,7 +29,6 @@ from tracetorch.report.units import (
     MISSING, format_count, format_flops, format_macs, format_percent, format_rate, format_time_ns,
 )
 from tracetorch.result import AggregateRow, ProfileResult
-from tracetorch.stats import TimeStats
 from tracetorch.tree import CallNode
 
 __all__ = ("SORT_KEYS", "FLAT_VIEWS", "render_table", "render_flat", "node_label")
@@ -39,7 +38,8 @@ SORT_KEYS: Tuple[str, ...] = ("total", "self", "flops", "calls", "name", "call_o
 #: Accepted ``view`` values of :func:`render_flat`.
 FLAT_VIEWS: Tuple[str, ...] = ("type", "module")
 
-LEGEND_TREE = ("FLOPs, MACs, FLOP/s and Total time include children; Self time excludes them.\n"
+LEGEND_TREE = ("FLOPs, MACs, FLOP/s, Total time and the Bwd columns include children; "
+               "Self time excludes them.\n"
                "FLOP/s = FLOPs / Total time; % time = Total time / profile total.")
 LEGEND_FLAT = ("FLOPs, MACs and FLOP/s are each row's own, children excluded.\n"
                "FLOP/s = FLOPs / Self time; % time = Self time / profile total.")
@@ -97,12 +97,17 @@ class _Inclusive:
         self.flops: Dict[int, int] = {}
         self.macs: Dict[int, Optional[int]] = {}
         self.backward_flops: Dict[int, int] = {}
+        # Backward time of the subtree, or None where no backward pass was timed at all.
+        self.backward_ns: Dict[int, Optional[int]] = {}
         order = list(root.walk())
         for node in reversed(order):
             kids = list(node.children.values())
             self.flops[id(node)] = int(node.flops) + sum(self.flops[id(c)] for c in kids)
             self.backward_flops[id(node)] = (int(node.backward_flops)
                                              + sum(self.backward_flops[id(c)] for c in kids))
+            timed = [node.backward_time.total_ns] if node.backward_time.count else []
+            timed += [t for t in (self.backward_ns[id(c)] for c in kids) if t is not None]
+            self.backward_ns[id(node)] = sum(timed) if timed else None
             # MACs are only defined for some layers; a subtree has MACs if any part of it does.
             parts = [node.macs] + [self.macs[id(c)] for c in kids]
             known = [int(m) for m in parts if m is not None]
@@ -152,9 +157,8 @@ def _select(result: ProfileResult, sort_by: str, depth: Optional[int], min_perce
     return rows, below_depth, below_percent
 
 
-def _backward_time(stats: TimeStats) -> str:
-    # "-" = no backward pass timed here, which is not the same as one that took 0 ns.
-    return format_time_ns(stats.total_ns) if stats.count else MISSING
+def _time_or_missing(ns: Optional[int]) -> str:
+    return MISSING if ns is None else format_time_ns(ns)
 
 
 def _has_backward(result: ProfileResult) -> bool:
@@ -210,7 +214,8 @@ def render_table(result: ProfileResult, sort_by: str = "total", depth: Optional[
     ]
     if show_backward:
         columns += [
-            Column("Bwd time", lambda r: _backward_time(r[0].backward_time)),
+            # "-" = no backward pass timed here, which is not the same as one that took 0 ns.
+            Column("Bwd time", lambda r: _time_or_missing(inc.backward_ns[id(r[0])])),
             Column("Bwd FLOPs", lambda r: format_flops(inc.backward_flops[id(r[0])])),
         ]
 
