@@ -371,3 +371,22 @@ def test_only_one_profile_may_watch_all_threads(dense_rules):
         model(np.ones((1, 4)))  # the refused profile left nothing open in this context
     assert outer.find("").calls == 1
     assert tracetorch.recorder.current_frame() is None and not BOARD.active
+
+
+def test_isolated_profile_keeps_its_calls_from_the_enclosing_one(dense_rules):
+    model = Stack()
+    with tracetorch.profile(model, flop_rules=dense_rules) as outer:
+        with tracetorch.profile(model, flop_rules=dense_rules, isolated=True) as inner:
+            model(np.ones((1, 4)))
+        model(np.ones((1, 4)))
+    assert inner.find("").calls == 1 and outer.find("").calls == 1
+
+
+def test_count_flops_inside_a_profile_does_not_leak_into_it():
+    from tracetorch.core import Linear, Tensor
+
+    layer = Linear(4, 4)
+    with tracetorch.profile(layer) as prof:
+        assert tracetorch.count_flops(layer, (2, 4)) == 64
+        layer(Tensor(np.ones((1, 4), dtype=np.float32)))
+    assert prof.find("").calls == 1 and prof.forward_flops == 32

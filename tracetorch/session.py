@@ -63,6 +63,8 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
             :meth:`step`) are recorded; without one every step is.
         all_threads: also record calls made in other threads (each thread under a
             ``thread <name>`` node); by default a profile sees only its own thread/context.
+        isolated: opened inside another profile, keep what this one records to itself
+            (``count_flops`` uses it); by default the enclosing profile receives it on exit.
 
     On exit every patched attribute is restored exactly, also when the block raises; the
     exception passes through unchanged and what ran before it stays recorded. A profile may be
@@ -82,7 +84,8 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
                  flop_rules: Optional[Dict[type, Any]] = None,
                  clock: Optional[Callable[[], int]] = None,
                  warn_unsupported: bool = True,
-                 schedule: Optional[schedule] = None, all_threads: bool = False) -> None:
+                 schedule: Optional[schedule] = None, all_threads: bool = False,
+                 isolated: bool = False) -> None:
         if model is not None and not (is_layer(model) or callable(model)):
             raise TypeError(f"model must be a layer (an object with a forward method) or None, "
                             f"got {type(model).__name__}")
@@ -102,6 +105,7 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
             raise TypeError(f"schedule must be a tracetorch.schedule(...), got {schedule!r}")
         self.schedule = schedule
         self.all_threads = bool(all_threads)
+        self.isolated = bool(isolated)
         self.step_count = 0
         self._running = False
         self._token: Optional[Token] = None
@@ -115,7 +119,7 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
                                "to nest profiles")
         BOARD.acquire(_ADAPTERS.targets(self.model), on_first=_ADAPTERS.open)
         # A profile opened inside another records alone and hands its calls over on exit.
-        self._enclosing = current_frame()
+        self._enclosing = None if self.isolated else current_frame()
         try:
             _ADAPTERS.configure(self._collector)
             self._running = True

@@ -60,7 +60,7 @@ def forward_flops_and_output(model: Any, x: Any) -> Tuple[int, Any]:
     from tracetorch.session import profile
 
     call = as_callable(model, "model")
-    with profile(model, timing=False) as prof:
+    with profile(model, timing=False, isolated=True) as prof:
         if is_torch_module(model):
             import torch  # a torch model exists, so torch is already imported
 

@@ -80,6 +80,6 @@ def step_flops(model: Any, step: Callable[[Any], None], x: Any) -> Tuple[int, in
     """
     from tracetorch.session import profile
 
-    with profile(model, timing=False) as prof:
+    with profile(model, timing=False, isolated=True) as prof:
         step(x)
     return prof.forward_flops, prof.backward_flops
