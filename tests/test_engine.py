@@ -390,3 +390,28 @@ def test_count_flops_inside_a_profile_does_not_leak_into_it():
         assert tracetorch.count_flops(layer, (2, 4)) == 64
         layer(Tensor(np.ones((1, 4), dtype=np.float32)))
     assert prof.find("").calls == 1 and prof.forward_flops == 32
+
+
+def test_step_times_exact_quantiles_survive_a_round_trip(tmp_path):
+    ticks = iter(range(0, 10**9, 1000))
+    with tracetorch.profile(clock=lambda: next(ticks)) as prof:
+        for pause in (1, 2, 3, 4, 10):
+            for _ in range(pause):
+                prof._collector.clock()  # let the fake clock run: steps of 1..10 ticks
+            prof.step()
+    expected = float(np.quantile([2000, 3000, 4000, 5000, 11000], 0.9))
+    assert prof.step_times.quantile(0.9) == expected
+    prof.save(str(tmp_path / "run.json"))
+    assert tracetorch.load(str(tmp_path / "run.json")).step_times.quantile(0.9) == expected
+
+
+def test_sketch_takes_over_past_the_exact_limit():
+    from tracetorch.stats import TimeStats
+
+    stats = TimeStats(exact_limit=3)
+    for ns in (100, 200, 300):
+        stats.add(ns)
+    assert stats.quantile(0.5) == 200.0
+    stats.add(10_000)
+    assert stats.quantile(1.0) == 10_000 and stats.quantile(0.5) == pytest.approx(200, rel=0.02)
+    assert stats.to_dict()["exact"] is None

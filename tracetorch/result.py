@@ -18,7 +18,10 @@ from typing import Any, Dict, List, Optional, Tuple
 from tracetorch.stats import TimeStats
 from tracetorch.tree import CallNode
 
-__all__ = ("ProfileResult", "AggregateRow", "TimelineEvent")
+__all__ = ("ProfileResult", "AggregateRow", "TimelineEvent", "EXACT_STEPS")
+
+#: Step durations kept exactly (for interpolated p50/p90) before a sketch takes over.
+EXACT_STEPS = 10_000
 
 #: One recorded call for the Chrome trace: (node, start ns, end ns, thread id).
 TimelineEvent = Tuple[CallNode, int, int, int]
@@ -70,7 +73,7 @@ class ProfileResult:
         self.unsupported: Dict[str, int] = dict(unsupported or {})
         self.timeline = timeline
         self.dropped_events = dropped_events
-        self.step_times = step_times if step_times is not None else TimeStats()
+        self.step_times = step_times if step_times is not None else TimeStats(EXACT_STEPS)
         self.meta: Dict[str, Any] = dict(meta or {})
 
     # ---------------------------------------------------------------- totals

@@ -1,6 +1,8 @@
 """Bounded per-node timing statistics: count, sum, min, max, mean/std and quantiles.
 
-A million calls must cost O(1) memory per node, so durations are not kept. The hot path only
+A million calls must cost O(1) memory per node, so durations are not kept (except, on request,
+the first ``exact_limit`` of them, which gives exact interpolated quantiles for small sets such as
+a run's training steps, where a sketch's nearest-rank answer would be coarse). The hot path only
 appends an integer to a short buffer; every :data:`FLUSH_EVERY` samples the buffer is folded,
 vectorised, into exact moments (Chan's parallel variance update) and into a log-bucketed
 histogram whose buckets are ``GROWTH`` apart, so any quantile it reports is within about 1% of a
@@ -18,7 +20,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -42,10 +44,14 @@ class TimeStats:
         (6.0, 1.0)
     """
 
-    __slots__ = ("pending", "_count", "_total", "_min", "_max", "_mean", "_m2", "_buckets")
+    __slots__ = ("pending", "_count", "_total", "_min", "_max", "_mean", "_m2", "_buckets",
+                 "exact_limit", "_exact")
 
-    def __init__(self) -> None:
+    def __init__(self, exact_limit: int = 0) -> None:
         self.pending: List[int] = []
+        self.exact_limit = exact_limit
+        # Every sample while there are at most exact_limit of them, then None for good.
+        self._exact: Optional[List[int]] = [] if exact_limit else None
         self._count = 0
         self._total = 0
         self._min = 0
@@ -65,6 +71,10 @@ class TimeStats:
         """Fold the buffered samples into the moments and the histogram."""
         if not self.pending:
             return
+        if self._exact is not None:
+            self._exact.extend(self.pending)
+            if len(self._exact) > self.exact_limit:
+                self._exact = None
         batch = np.asarray(self.pending, dtype=np.int64)
         self.pending = []
         n = int(batch.size)
@@ -105,6 +115,11 @@ class TimeStats:
         self._total += other._total
         for key, cnt in other._buckets.items():
             self._buckets[key] = self._buckets.get(key, 0) + cnt
+        if self._exact is not None and other._exact is not None \
+                and len(self._exact) + len(other._exact) <= self.exact_limit:
+            self._exact.extend(other._exact)
+        else:
+            self._exact = None
 
     @property
     def count(self) -> int:
@@ -143,12 +158,15 @@ class TimeStats:
         return math.sqrt(self._m2 / self._count) if self._count else 0.0
 
     def quantile(self, q: float) -> float:
-        """The ``q``-quantile (0 ≤ q ≤ 1) within about 1% relative error; exact min/max at the ends."""
+        """The ``q``-quantile (0 ≤ q ≤ 1): exact (linear interpolation, as ``numpy.percentile``)
+        while every sample is kept, else within about 1% relative error; exact min/max."""
         if not 0.0 <= q <= 1.0:
             raise ValueError(f"q must be within [0, 1], got {q!r}")
         self.flush()
         if self._count == 0:
             return 0.0
+        if self._exact is not None:
+            return float(np.quantile(np.asarray(self._exact, dtype=np.float64), q))
         if q == 0.0:
             return float(self._min)
         if q == 1.0:
@@ -168,12 +186,16 @@ class TimeStats:
             "count": self._count, "total_ns": self._total, "min_ns": self._min,
             "max_ns": self._max, "mean_ns": self._mean, "m2": self._m2,
             "buckets": [[k, v] for k, v in sorted(self._buckets.items())],
+            "exact_limit": self.exact_limit,
+            "exact": self._exact,
         }
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "TimeStats":
         """Rebuild statistics saved by :meth:`to_dict`."""
-        stats = cls()
+        stats = cls(int(data.get("exact_limit", 0)))
+        exact = data.get("exact")
+        stats._exact = [int(v) for v in exact] if exact is not None else None
         stats._count = int(data["count"])
         stats._total = int(data["total_ns"])
         stats._min = int(data["min_ns"])

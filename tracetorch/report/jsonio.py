@@ -217,7 +217,19 @@ class _Reader:
                 self.fail(at, f"expected a [bucket, count] pair, got {len(pair)} items")
             self.integer(pair[0], f"{at}[0]")
             self.integer(pair[1], f"{at}[1]", minimum=0)
-        return TimeStats.from_dict({key: data[key] for key in _STATS_KEYS})
+        fields = {key: data[key] for key in _STATS_KEYS}
+        # Kept samples (small sets such as step times) are optional: older files lack them.
+        if data.get("exact") is not None:
+            limit = self.integer(self.field(data, "exact_limit", where), f"{where}.exact_limit",
+                                 minimum=0)
+            samples = self.lst(data["exact"], f"{where}.exact")
+            for i, sample in enumerate(samples):
+                self.integer(sample, f"{where}.exact[{i}]", minimum=0)
+            if len(samples) != data["count"] or len(samples) > limit:
+                self.fail(f"{where}.exact", f"expected {data['count']} samples (at most "
+                                            f"{limit}), got {len(samples)}")
+            fields.update(exact=samples, exact_limit=limit)
+        return TimeStats.from_dict(fields)
 
     def signature(self, value: Any, where: str) -> Optional[ShapeSignature]:
         if value is None:
