@@ -168,28 +168,17 @@ def _f_matmul(args, kwargs, result):
                         _shape(_arg(args, kwargs, 1, "other")))
 
 
-def _f_mm(args, kwargs, result):
-    a = _shape(_arg(args, kwargs, 0, "input"))
-    b = _shape(_arg(args, kwargs, 1, "mat2"))
-    return 2 * a[0] * a[1] * b[1]
+def _product(first: int, names: Tuple[str, str]) -> Formula:
+    """mm/bmm and their ``add`` forms: operands ``(…, m, k)`` and ``(…, k, n)`` at positions
+    ``first`` and ``first + 1`` cost 2·batch·m·k·n (the added input is not counted)."""
+    def formula(args, kwargs, result):
+        a = _shape(_arg(args, kwargs, first, names[0]))
+        b = _shape(_arg(args, kwargs, first + 1, names[1]))
+        return 2 * prod(a) * b[-1]
+    return formula
 
 
-def _f_bmm(args, kwargs, result):
-    a = _shape(_arg(args, kwargs, 0, "input"))
-    b = _shape(_arg(args, kwargs, 1, "mat2"))
-    return 2 * a[0] * a[1] * a[2] * b[2]
-
-
-def _f_addmm(args, kwargs, result):
-    a = _shape(_arg(args, kwargs, 1, "mat1"))
-    b = _shape(_arg(args, kwargs, 2, "mat2"))
-    return 2 * a[0] * a[1] * b[1]
-
-
-def _f_baddbmm(args, kwargs, result):
-    a = _shape(_arg(args, kwargs, 1, "batch1"))
-    b = _shape(_arg(args, kwargs, 2, "batch2"))
-    return 2 * a[0] * a[1] * a[2] * b[2]
+_MM = _product(0, ("input", "mat2"))
 
 
 def _f_einsum(args, kwargs, result):
@@ -236,7 +225,8 @@ _CONV_T = _conv_formula(True)
 
 #: Formulas by the name a counted function is reported under.
 FORWARD_FORMULAS: Dict[str, Formula] = {
-    "matmul": _f_matmul, "mm": _f_mm, "bmm": _f_bmm, "addmm": _f_addmm, "baddbmm": _f_baddbmm,
+    "matmul": _f_matmul, "mm": _MM, "bmm": _MM, "addmm": _product(1, ("mat1", "mat2")),
+    "baddbmm": _product(1, ("batch1", "batch2")),
     "einsum": _f_einsum, "linear": _f_linear, "bilinear": _f_bilinear,
     "conv1d": _CONV, "conv2d": _CONV, "conv3d": _CONV,
     "conv_transpose1d": _CONV_T, "conv_transpose2d": _CONV_T, "conv_transpose3d": _CONV_T,
