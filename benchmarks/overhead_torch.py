@@ -150,6 +150,43 @@ def block_cost(repeats: int = 5) -> float:
     return statistics.median(times)
 
 
+def wrapped_class_count() -> int:
+    """How many ``nn.Module`` classes a profile block wraps (those defining ``forward``)."""
+    from tracetorch.patching import BOARD
+
+    with tracetorch.profile():
+        return sum(1 for cls, attr in BOARD.patched()
+                   if attr == "forward" and issubclass(cls, torch.nn.Module))
+
+
+class _PassThrough(torch.overrides.TorchFunctionMode):
+    """The cheapest function mode: what routing every torch call through Python costs."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+        return func(*args, **(kwargs or {}))
+
+
+def op_costs(calls: int = 20_000) -> Dict[str, float]:
+    """ns added per torch op: an empty TorchFunctionMode on every op (``relu``), and tracetorch's
+    counting wrapper on a counted op (``mm``) called outside any layer."""
+    x, a = torch.randn(1, 8), torch.randn(8, 8)
+
+    def per_call(fn: Callable[[], object]) -> float:
+        start = time.perf_counter_ns()
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter_ns() - start) / calls
+
+    samples: Dict[str, List[float]] = {"function mode": [], "counted op": []}
+    for _ in range(7):
+        plain_relu, plain_mm = per_call(lambda: torch.relu(x)), per_call(lambda: torch.mm(x, a))
+        with _PassThrough():
+            samples["function mode"].append(per_call(lambda: torch.relu(x)) - plain_relu)
+        with tracetorch.profile():
+            samples["counted op"].append(per_call(lambda: torch.mm(x, a)) - plain_mm)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
@@ -160,7 +197,11 @@ def main(argv: Optional[List[str]] = None) -> int:
           f"calls/forward, median of {args.rounds} rounds x {args.forwards} forwards")
     report(measure(args.rounds, args.forwards, grad=False), "inference (torch.no_grad)")
     report(measure(args.rounds, args.forwards, grad=True), "training forward (autograd on)")
-    print(f"  entering + leaving a profile block: {block_cost():.1f} ms")
+    print(f"  entering + leaving a profile block: {block_cost():.1f} ms "
+          f"({wrapped_class_count()} nn.Module classes wrapped)")
+    costs = op_costs()
+    print(f"  an empty TorchFunctionMode adds {costs['function mode']:.0f} ns to every torch op; "
+          f"tracetorch's counting of a counted op (torch.mm) adds {costs['counted op']:.0f} ns")
     return 0
 
 
