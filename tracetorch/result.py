@@ -97,7 +97,7 @@ class ProfileResult:
     @property
     def backward_flops(self) -> int:
         """FLOPs of gradient computation recorded inside the profile."""
-        return sum(n.backward_flops for n in self.root.walk())
+        return self.root.subtree_sum("backward_flops")
 
     @property
     def total_flops(self) -> int:
@@ -112,7 +112,7 @@ class ProfileResult:
     @property
     def backward_gemm_flops(self) -> int:
         """Matmul and convolution FLOPs of the gradient computation."""
-        return sum(n.backward_gemm_flops for n in self.root.walk())
+        return self.root.subtree_sum("backward_gemm_flops")
 
     @property
     def gemm_flops(self) -> int:

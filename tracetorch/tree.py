@@ -121,20 +121,25 @@ class CallNode:
         """Mean forward FLOPs per call."""
         return self.flops / self.calls if self.calls else 0.0
 
+    def subtree_sum(self, field: str) -> int:
+        """``field`` (``"flops"``, ``"gemm_flops"``, ``"backward_flops"``...) summed over this
+        node and every descendant."""
+        return sum(getattr(node, field) for node in self.walk())
+
     @property
     def subtree_flops(self) -> int:
         """This node's FLOPs plus every descendant's (what the node cost, inclusive)."""
-        return self.flops + sum(c.subtree_flops for c in self.children.values())
+        return self.subtree_sum("flops")
 
     @property
     def subtree_gemm_flops(self) -> int:
         """Matmul/convolution FLOPs of this node and every descendant."""
-        return self.gemm_flops + sum(c.subtree_gemm_flops for c in self.children.values())
+        return self.subtree_sum("gemm_flops")
 
     @property
     def subtree_backward_flops(self) -> int:
         """Backward FLOPs of this node and every descendant."""
-        return self.backward_flops + sum(c.subtree_backward_flops for c in self.children.values())
+        return self.subtree_sum("backward_flops")
 
     @property
     def path(self) -> str:
