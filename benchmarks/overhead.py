@@ -122,7 +122,7 @@ def measure_real_model(rounds: int) -> None:
     """The demo CNN's training step (batch 32, 28x28), plain against profiled: overhead where
     layers do real work."""
     from tracetorch.core import SGD, CrossEntropyLoss
-    from tracetorch.demo import build_cnn, make_dataset, train_step
+    from tracetorch.cli.demo import build_cnn, make_dataset, train_step
 
     model, loss_fn = build_cnn(), CrossEntropyLoss()
     optimizer = SGD(model.parameters(), lr=0.01)

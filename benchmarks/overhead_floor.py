@@ -10,7 +10,7 @@ piece of what a call-tree profiler must do per call:
 * ``+shape``      count the call under its input shape (so FLOP rules run once per shape);
 * ``tracetorch``  the real thing: the layers inside ``tracetorch.profile()``.
 
-This is the floor under ``tracetorch.profile``'s hot path (``tracetorch/recorder.py``): it shows
+This is the floor under ``tracetorch.profile``'s hot path (``tracetorch/engine/hotpath.py``): it shows
 how close a pure-Python design can get to the goal of 1.5x the bare wrapper's added cost.
 
 Run: ``python benchmarks/overhead_floor.py [--rounds 11]``

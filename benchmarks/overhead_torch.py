@@ -152,7 +152,7 @@ def block_cost(repeats: int = 5) -> float:
 
 def wrapped_class_count() -> int:
     """How many ``nn.Module`` classes a profile block wraps (those defining ``forward``)."""
-    from tracetorch.patching import BOARD
+    from tracetorch.engine.patches import BOARD
 
     with tracetorch.profile():
         return sum(1 for cls, attr in BOARD.patched()

@@ -13,8 +13,8 @@ from typing import Any, List, Sequence
 import pytest
 
 from support.processes import run_captured
-from tracetorch.cli import main
-from tracetorch.progress import ProgressLine
+from tracetorch.cli.main import main
+from tracetorch.cli.progress import ProgressLine
 
 MODEL_SCRIPT = """\
 import sys

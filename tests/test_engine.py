@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tracetorch
-from tracetorch.patching import BOARD
+from tracetorch.engine.patches import BOARD
 
 
 class FakeClock:
@@ -359,7 +359,7 @@ def test_all_threads_records_other_threads_under_their_own_node(dense_rules):
     assert prof.find("").calls == 1  # the profiling thread's own call
     assert prof.forward_flops == 2 * (320 + 40 + 160) // 5
     assert group.total_ns == group.children[""].total_ns
-    assert tracetorch.recorder.all_threads_collector() is None
+    assert tracetorch.engine.hotpath.all_threads_collector() is None
 
 
 def test_only_one_profile_may_watch_all_threads(dense_rules):
@@ -370,7 +370,7 @@ def test_only_one_profile_may_watch_all_threads(dense_rules):
                 pass
         model(np.ones((1, 4)))  # the refused profile left nothing open in this context
     assert outer.find("").calls == 1
-    assert tracetorch.recorder.current_frame() is None and not BOARD.active
+    assert tracetorch.engine.hotpath.current_frame() is None and not BOARD.active
 
 
 def test_isolated_profile_keeps_its_calls_from_the_enclosing_one(dense_rules):

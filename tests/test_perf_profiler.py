@@ -1,4 +1,4 @@
-"""The TinyTorch-compatible facade (tracetorch.perf) and tracetorch.static_flops."""
+"""The TinyTorch-compatible facade (tracetorch.perf) and tracetorch.flop_count."""
 from __future__ import annotations
 
 import tracemalloc
@@ -12,7 +12,7 @@ from tracetorch.core import Conv2d, Flatten, Linear, MaxPool2d, ReLU, Sequential
 from tracetorch.perf import (BYTES_PER_FLOAT32, KB_TO_BYTES, MB_TO_BYTES, Profiler,
                              analyze_weight_distribution, arithmetic_intensity, quick_profile)
 from tracetorch.perf.profiling import _count_conv_flops, _count_linear_flops
-from tracetorch.static_flops import count_flops
+from tracetorch.flop_count import count_flops
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from tracetorch.core import (
     Sequential,
     Tensor,
 )
-from tracetorch.patching import BOARD
+from tracetorch.engine.patches import BOARD
 
 
 def forwards_of_every_core_class():
@@ -100,7 +100,7 @@ def test_class_defined_inside_the_block_is_recorded_and_restored():
 
         Late()(Tensor(np.ones(3, dtype=np.float32)))
     assert prof.find("Late").calls == 1 and prof.find("Late").flops == 3
-    assert "forward" in vars(Late) and not tracetorch.patching.is_instrumented(vars(Late)["forward"])
+    assert "forward" in vars(Late) and not tracetorch.engine.patches.is_instrumented(vars(Late)["forward"])
     after = forwards_of_every_core_class()
     assert all(after[cls] is before[cls] for cls in before)
 

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch") if os.environ.get("CI") != "true" else __im
 
 import tracetorch  # noqa: E402
 from tracetorch.adapters.base import all_subclasses  # noqa: E402
-from tracetorch.patching import BOARD  # noqa: E402
+from tracetorch.engine.patches import BOARD  # noqa: E402
 from test_torch_models import Attn, Block, BoomNet, Shared  # noqa: E402
 
 nn = torch.nn
@@ -332,9 +332,9 @@ def test_no_warning_for_containers_and_ruled_layers():
     assert prof.unsupported == {}
 
 
-@pytest.mark.parametrize("name", ["tracetorch.adapters.torch", "tracetorch.adapters.torch_ops",
-                                  "tracetorch.adapters.torch_backward",
-                                  "tracetorch.adapters.torch_cuda",
+@pytest.mark.parametrize("name", ["tracetorch.adapters.torch", "tracetorch.adapters.torch.ops",
+                                  "tracetorch.adapters.torch.backward",
+                                  "tracetorch.adapters.torch.cuda",
                                   "tracetorch.flops.torch_rules"])
 def test_docstring_examples(name):
     import doctest

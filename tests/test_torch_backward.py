@@ -178,7 +178,7 @@ def test_no_grad_forward_tags_nothing():
 
 
 def test_graph_nodes_are_tagged_with_the_innermost_call_that_made_them():
-    from tracetorch.adapters.torch_backward import TAG
+    from tracetorch.adapters.torch.backward import TAG
 
     class Res(nn.Module):
         def __init__(self):

@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch") if os.environ.get("CI") != "true" else __import__("torch")
 
 import tracetorch  # noqa: E402
-from tracetorch.adapters import torch_cuda  # noqa: E402
+from tracetorch.adapters.torch import cuda as torch_cuda  # noqa: E402
 
 nn = torch.nn
 pytestmark = pytest.mark.filterwarnings("ignore:tracetorch has no FLOP rule")

@@ -15,7 +15,7 @@ from tracetorch.core import (
     SGD, Adam, Conv2d, CrossEntropyLoss, Linear, Module, Optimizer, ReLU, Sequential, Tensor,
     manual_seed,
 )
-from tracetorch.demo import run_demo
+from tracetorch.cli.demo import run_demo
 
 ROWS, IN, OUT = 4, 5, 3
 

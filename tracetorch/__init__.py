@@ -22,8 +22,8 @@ from tracetorch.instrument import instrument
 from tracetorch.params import count_parameters, parameter_table
 from tracetorch.result import ProfileResult
 from tracetorch.schedule import schedule
-from tracetorch.session import profile
-from tracetorch.static_flops import count_flops
+from tracetorch.profiler import profile
+from tracetorch.flop_count import count_flops
 
 __all__ = (
     "__version__",

@@ -22,8 +22,8 @@ from typing import Any, Callable, Optional, TypeVar, Union, overload
 import wrapt
 
 from tracetorch.flops.registry import default_registry
-from tracetorch.patching import is_instrumented, mark_instrumented
-from tracetorch.recorder import make_wrapper
+from tracetorch.engine.patches import is_instrumented, mark_instrumented
+from tracetorch.engine.hotpath import make_wrapper
 
 __all__ = ("instrument",)
 

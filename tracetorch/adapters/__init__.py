@@ -18,8 +18,8 @@ import wrapt
 
 from tracetorch.adapters.base import Adapter
 from tracetorch.adapters.duck import duck_targets
-from tracetorch.patching import PatchBoard, PatchTarget
-from tracetorch.recorder import OpCounter
+from tracetorch.engine.patches import PatchBoard, PatchTarget
+from tracetorch.engine.hotpath import OpCounter
 
 __all__ = ("ADAPTERS", "AdapterSet", "Adapter", "duck_targets")
 

@@ -24,8 +24,8 @@ except ImportError:  # pragma: no cover - Python < 3.8 is not supported anyway
     raise
 
 if TYPE_CHECKING:
-    from tracetorch.patching import PatchBoard, PatchTarget
-    from tracetorch.recorder import OpCounter
+    from tracetorch.engine.patches import PatchBoard, PatchTarget
+    from tracetorch.engine.hotpath import OpCounter
 
 __all__ = ("Adapter", "all_subclasses")
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Callable, Iterator, List
 
 from tracetorch.adapters.base import all_subclasses
-from tracetorch.patching import PatchBoard, PatchTarget
-from tracetorch.recorder import OpCounter
+from tracetorch.engine.patches import PatchBoard, PatchTarget
+from tracetorch.engine.hotpath import OpCounter
 
 __all__ = ("CoreAdapter",)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from tracetorch.introspect import layer_classes
-from tracetorch.patching import PatchTarget, defining_class
+from tracetorch.engine.patches import PatchTarget, defining_class
 
 __all__ = ("duck_targets",)
 

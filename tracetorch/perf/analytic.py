@@ -2,7 +2,7 @@
 
 These are the TinyTorch profiler's hand formulas, kept for its API: GEMM/convolution FLOPs only
 (2 FLOPs per multiply-add; bias adds are not counted) and always for the whole batch. For a
-count of everything a model executes, use :func:`tracetorch.static_flops.count_flops`.
+count of everything a model executes, use :func:`tracetorch.flop_count.count_flops`.
 
 Example:
     >>> class Linear:
@@ -16,7 +16,7 @@ import math
 from typing import Any, Sequence, Tuple
 
 from tracetorch.params import numel
-from tracetorch.static_flops import check_shape
+from tracetorch.flop_count import check_shape
 
 __all__ = ("layer_parameter_count", "linear_flops", "linear_output_shape", "conv2d_flops",
            "conv2d_output_shape")

@@ -78,7 +78,7 @@ def step_flops(model: Any, step: Callable[[Any], None], x: Any) -> Tuple[int, in
         >>> forward >= 2 * 3 * 4 * 2 and backward > 0
         True
     """
-    from tracetorch.session import profile
+    from tracetorch.profiler import profile
 
     with profile(model, timing=False, isolated=True) as prof:
         step(x)

@@ -38,8 +38,8 @@ from tracetorch.perf.derived import (ASSUMED_PEAK_GFLOPS, ASSUMED_RIDGE_FLOPS_PE
                                      optimizer_memory_estimates)
 from tracetorch.perf.memory import gradient_bytes, memory_report
 from tracetorch.perf.weights import analyze_weight_distribution
-from tracetorch.session import profile
-from tracetorch.static_flops import check_shape, dummy_input, forward_flops_and_output
+from tracetorch.profiler import profile
+from tracetorch.flop_count import check_shape, dummy_input, forward_flops_and_output
 
 __all__ = (
     "BYTES_PER_FLOAT32",
@@ -148,7 +148,7 @@ class Profiler:
         forms of TinyTorch (matmul/convolution only, no bias); a ``Sequential``, or a
         forward-less object with a ``layers`` list, is walked layer by layer with shapes
         propagated; anything else runs once on a zero input under the engine
-        (:func:`tracetorch.static_flops.count_flops`), which counts every operation.
+        (:func:`tracetorch.flop_count.count_flops`), which counts every operation.
 
         Raises:
             ValueError: ``input_shape`` is not a non-empty tuple of positive ints.

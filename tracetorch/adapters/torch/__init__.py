@@ -23,10 +23,10 @@ class is built inside the block, torch's own step hook (``Optimizer._patch_step_
 wraps ours; on exit that class gets torch's hook around its original ``step``, exactly what it
 would have had without the profiler.
 
-**Operations and gradients.** :mod:`~tracetorch.adapters.torch_ops` counts matrix products,
-convolutions and attention in functional code; :mod:`~tracetorch.adapters.torch_backward` tags
+**Operations and gradients.** :mod:`~tracetorch.adapters.torch.ops` counts matrix products,
+convolutions and attention in functional code; :mod:`~tracetorch.adapters.torch.backward` tags
 autograd nodes with the layer call that made them and measures backward FLOPs and times per
-layer; :mod:`~tracetorch.adapters.torch_cuda` times CUDA work with events.
+layer; :mod:`~tracetorch.adapters.torch.cuda` times CUDA work with events.
 
 Example:
     >>> import torch
@@ -44,11 +44,11 @@ import torch
 import wrapt
 
 from tracetorch.adapters.base import all_subclasses
-from tracetorch.adapters.torch_backward import AutogradPatches, tag_call
-from tracetorch.adapters.torch_cuda import backward_timer_factory, configure as cuda_configure
-from tracetorch.adapters.torch_ops import OpPatches
-from tracetorch.patching import PatchBoard, PatchTarget, mark_instrumented
-from tracetorch.recorder import OpCounter, make_wrapper, set_exit_observer
+from tracetorch.adapters.torch.backward import AutogradPatches, tag_call
+from tracetorch.adapters.torch.cuda import backward_timer_factory, configure as cuda_configure
+from tracetorch.adapters.torch.ops import OpPatches
+from tracetorch.engine.patches import PatchBoard, PatchTarget, mark_instrumented
+from tracetorch.engine.hotpath import OpCounter, make_wrapper, set_exit_observer
 
 __all__ = ("TorchAdapter", "wraps_forward")
 
@@ -80,7 +80,7 @@ class TorchAdapter:
         yield PatchTarget(torch.Tensor, "backward", "backward")
 
     def configure(self, collector: Any) -> None:
-        """A profile is being entered: on CUDA, time its calls with events (see torch_cuda)."""
+        """A profile is being entered: on CUDA, time its calls with events (see .cuda)."""
         cuda_configure(collector)
 
     def start(self, board: PatchBoard, counter: OpCounter) -> List[Callable[[], None]]:

@@ -2,9 +2,9 @@
 
 The innermost open call lives in a :class:`~contextvars.ContextVar`, so threads and asyncio
 tasks keep separate stacks and a profile never sees another thread's calls. A frame is a plain
-tuple ``(collector, node, owner)`` (see :mod:`tracetorch.collector`); only the innermost profile
+tuple ``(collector, node, owner)`` (see :mod:`tracetorch.engine.collector`); only the innermost profile
 of a context records, and a nested profile hands what it saw to the enclosing one when it exits
-(:meth:`tracetorch.collector.Collector.graft_into`), so each sees its own calls and the hot path
+(:meth:`tracetorch.engine.collector.Collector.graft_into`), so each sees its own calls and the hot path
 handles exactly one frame.
 
 Per call the wrapper finds the child node (created once per caller and callee), reads the clock
@@ -20,7 +20,7 @@ from __future__ import annotations
 from contextvars import ContextVar, Token
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from tracetorch.collector import Collector, Frame
+from tracetorch.engine.collector import Collector, Frame
 from tracetorch.introspect import signature
 from tracetorch.stats import FLUSH_EVERY
 

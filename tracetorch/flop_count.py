@@ -57,7 +57,7 @@ def forward_flops_and_output(model: Any, x: Any) -> Tuple[int, Any]:
         (2, 3)
     """
     # Imported here: the engine imports the adapters, which a parameter count never needs.
-    from tracetorch.session import profile
+    from tracetorch.profiler import profile
 
     call = as_callable(model, "model")
     with profile(model, timing=False, isolated=True) as prof:

@@ -1,6 +1,6 @@
 """What one profile collects, and everything the hot path leaves for later.
 
-The hot path (:mod:`tracetorch.recorder`) only appends a duration and bumps a per-shape counter.
+The hot path (:mod:`tracetorch.engine.hotpath`) only appends a duration and bumps a per-shape counter.
 The rest happens here: naming and creating a node on its first call under a parent, running the
 FLOP rule once per distinct input shape, charging backward operations, keeping the capped
 timeline, and :meth:`Collector.fold`, which turns the counters into each node's own FLOPs at every
@@ -232,7 +232,7 @@ class Collector:
 
     # ------------------------------------------------------------------ device clocks
     def use_device_clock(self, device_clock: Any) -> None:
-        """Time calls with ``device_clock`` (see :mod:`tracetorch.adapters.torch_cuda`): its
+        """Time calls with ``device_clock`` (see :mod:`tracetorch.adapters.torch.cuda`): its
         readings are handles, ``device_clock.resolve(spans)`` later yields
         ``(node, elapsed_ns, host_start_ns)`` for each ``(node, start, end)`` span."""
         if self.device_clock is None:

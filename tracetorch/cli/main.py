@@ -26,13 +26,13 @@ import traceback
 from typing import Callable, List, NoReturn, Optional, Sequence
 
 import tracetorch
-from tracetorch.demo import run_demo
-from tracetorch.progress import ProgressLine
+from tracetorch.cli.demo import run_demo
+from tracetorch.cli.progress import ProgressLine
 from tracetorch.report.chrome import export_chrome_trace
 from tracetorch.report.jsonio import load_result, save_result
 from tracetorch.report.table import FLAT_VIEWS, SORT_KEYS, render_flat, render_table
 from tracetorch.result import ProfileResult
-from tracetorch.session import profile
+from tracetorch.profiler import profile
 
 __all__ = ("main", "run_script", "CliError", "COMMANDS")
 

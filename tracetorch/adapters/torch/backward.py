@@ -45,9 +45,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tracetorch.adapters.torch_ops import conv_flops, sdpa_flops, set_suspended, suspended
-from tracetorch.collector import Frame
-from tracetorch.recorder import OpCounter, current_frame
+from tracetorch.adapters.torch.ops import conv_flops, sdpa_flops, set_suspended, suspended
+from tracetorch.engine.collector import Frame
+from tracetorch.engine.hotpath import OpCounter, current_frame
 
 __all__ = ("TAG", "MARKS", "tag_call", "assign_regions", "BackwardCounter", "AutogradPatches",
            "backward_flops", "BACKWARD_FORMULAS")
@@ -315,7 +315,7 @@ class BackwardCounter(TorchDispatchMode):
     """Charges each aten operation of a backward pass to the layer that created its node.
 
     ``fallback`` receives operations of untagged nodes. ``timer`` (a device timer, see
-    :mod:`tracetorch.adapters.torch_cuda`) replaces the host clock where set.
+    :mod:`tracetorch.adapters.torch.cuda`) replaces the host clock where set.
     """
 
     @classmethod

@@ -47,7 +47,7 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import torch
 
-from tracetorch.recorder import OpCounter, current_frame
+from tracetorch.engine.hotpath import OpCounter, current_frame
 
 __all__ = ("matmul_flops", "einsum_flops", "conv_flops", "sdpa_flops", "OpPatches",
            "FORWARD_FORMULAS", "suspended")

@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tu
 
 import wrapt
 
-from tracetorch.recorder import make_wrapper
+from tracetorch.engine.hotpath import make_wrapper
 
 __all__ = ("BOARD", "PatchTarget", "PatchBoard", "defining_class", "is_instrumented", "mark_instrumented")
 

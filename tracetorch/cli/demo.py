@@ -27,10 +27,10 @@ from tracetorch.core import (
     SGD, Conv2d, CrossEntropyLoss, Flatten, Linear, MaxPool2d, Module, Optimizer, ReLU,
     Sequential, Tensor, manual_seed,
 )
-from tracetorch.progress import ProgressLine
+from tracetorch.cli.progress import ProgressLine
 from tracetorch.report.units import format_time_ns
 from tracetorch.schedule import schedule
-from tracetorch.session import profile
+from tracetorch.profiler import profile
 
 __all__ = (
     "DemoRun",

@@ -20,9 +20,9 @@ from typing import Any, Callable, Dict, Optional, TypeVar
 from tracetorch.adapters import AdapterSet
 from tracetorch.flops.registry import FlopRegistry, default_registry
 from tracetorch.introspect import is_layer
-from tracetorch.patching import BOARD
-from tracetorch.collector import Collector, Frame
-from tracetorch.recorder import (
+from tracetorch.engine.patches import BOARD
+from tracetorch.engine.collector import Collector, Frame
+from tracetorch.engine.hotpath import (
     all_threads_collector,
     close_root,
     current_frame,

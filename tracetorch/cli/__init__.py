@@ -1,0 +1,10 @@
+"""The ``tracetorch`` command line: ``run``, ``report``, ``demo`` and the progress line.
+
+Example:
+    >>> from tracetorch.cli import main
+    >>> callable(main)
+    True
+"""
+from tracetorch.cli.main import main
+
+__all__ = ("main",)
