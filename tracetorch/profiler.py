@@ -15,14 +15,15 @@ from __future__ import annotations
 import functools
 import time
 from contextvars import Token
-from typing import Any, Callable, Dict, Optional, TypeVar
+from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
 
 from tracetorch.adapters import AdapterSet
 from tracetorch.flops.registry import FlopRegistry, default_registry
 from tracetorch.introspect import is_layer
 from tracetorch.engine.patches import BOARD
-from tracetorch.engine.collector import Collector, Frame
+from tracetorch.engine.collector import Collector
 from tracetorch.engine.hotpath import (
+    Frame,
     all_threads_collector,
     close_root,
     current_frame,
@@ -65,6 +66,9 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
             ``thread <name>`` node); by default a profile sees only its own thread/context.
         isolated: opened inside another profile, keep what this one records to itself
             (``count_flops`` uses it); by default the enclosing profile receives it on exit.
+        ops: count the tensor operations run inside layers that have no FLOP rule (custom
+            layers, functional code). ``False`` keeps rules only, for the lowest overhead: no
+            torch function mode is active inside layers (see ``benchmarks/overhead_torch.py``).
 
     On exit every patched attribute is restored exactly, also when the block raises; the
     exception passes through unchanged and what ran before it stays recorded. A profile may be
@@ -85,7 +89,7 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
                  clock: Optional[Callable[[], int]] = None,
                  warn_unsupported: bool = True,
                  schedule: Optional[schedule] = None, all_threads: bool = False,
-                 isolated: bool = False) -> None:
+                 isolated: bool = False, ops: bool = True) -> None:
         if model is not None and not (is_layer(model) or callable(model)):
             raise TypeError(f"model must be a layer (an object with a forward method) or None, "
                             f"got {type(model).__name__}")
@@ -99,7 +103,8 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
         self._collector = Collector(
             self.root, model, registry=_registry_with(flop_rules),
             clock=(clock or time.perf_counter_ns) if timing else _zero_clock,
-            timeline=timeline, max_events=max_events, warn_unsupported=warn_unsupported)
+            timeline=timeline, max_events=max_events, warn_unsupported=warn_unsupported,
+            count_ops=bool(ops))
         self.timeline = self._collector.events
         if schedule is not None and not callable(schedule):
             raise TypeError(f"schedule must be a tracetorch.schedule(...), got {schedule!r}")
@@ -108,7 +113,7 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
         self.isolated = bool(isolated)
         self.step_count = 0
         self._running = False
-        self._token: Optional[Token] = None
+        self._token: Optional[Tuple[Token, bool]] = None
         self._enclosing: Optional[Frame] = None
         self._step_start: Optional[int] = None
 
@@ -143,7 +148,7 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
         finally:
             try:
                 enclosing, self._enclosing = self._enclosing, None
-                if enclosing is not None and enclosing[0].active:
+                if enclosing is not None and enclosing.collector.active:
                     self._collector.fold()
                     self._collector.graft_into(enclosing)
                 self._collector.stop()

@@ -12,11 +12,18 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Literal, Optional, Tuple
 
 from tracetorch.stats import TimeStats
 
-__all__ = ("CallNode", "MAX_SHAPES", "Shape", "ShapeSignature")
+__all__ = ("CallNode", "MAX_SHAPES", "NodeKind", "RuleState", "Shape", "ShapeSignature")
+
+#: What a node stands for: a layer call, an instrumented function, a backward pass, an optimizer
+#: step, another thread's calls (``profile(all_threads=True)``) or the tree's root.
+NodeKind = Literal["root", "module", "function", "backward", "optimizer", "thread"]
+#: Where a node's FLOPs come from: a registered rule, ``instrument(flops=...)``, a rule of
+#: ``None`` (declared free) or no rule (its counted tensor operations).
+RuleState = Literal["rule", "user", "free", "none"]
 
 #: How many distinct input/output shape signatures a node keeps.
 MAX_SHAPES = 4
@@ -50,10 +57,10 @@ class CallNode:
         "name", "type_name", "kind", "module_key", "parent", "children", "time",
         "flops", "gemm_flops", "macs", "flops_source", "params", "input_shapes",
         "output_shapes", "backward_time", "backward_flops", "backward_gemm_flops", "errors",
-        "flops_cache", "children_by_owner", "rule_state", "op_flops", "op_gemm",
+        "flops_cache", "children_by_owner", "rule_state", "op_flops", "op_gemm", "frame",
     )
 
-    def __init__(self, name: str, type_name: str, module_key: str, kind: str = "module",
+    def __init__(self, name: str, type_name: str, module_key: str, kind: NodeKind = "module",
                  parent: Optional["CallNode"] = None) -> None:
         self.name = name
         self.type_name = type_name
@@ -81,16 +88,20 @@ class CallNode:
         self.children_by_owner: Dict[int, CallNode] = {}
         # "rule", "user", "free" (a rule of None) or "none", and tensor operations run directly
         # in this node's calls since the last fold.
-        self.rule_state = "none"
+        self.rule_state: RuleState = "none"
         self.op_flops = 0
         self.op_gemm = 0
+        # The open-call record the hot path installs for this node's calls, made once when the
+        # node is created (see tracetorch.engine.hotpath.Frame); None on the root and after stop.
+        self.frame: Any = None
 
     @classmethod
     def root(cls) -> "CallNode":
         """An empty root whose children are the top-level calls."""
         return cls("", "", "", kind="root")
 
-    def child(self, name: str, type_name: str, module_key: str, kind: str = "module") -> "CallNode":
+    def child(self, name: str, type_name: str, module_key: str,
+              kind: NodeKind = "module") -> "CallNode":
         """The child called ``name``, created on first use."""
         node = self.children.get(name)
         if node is None:

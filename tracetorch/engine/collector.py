@@ -20,19 +20,19 @@ import warnings
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
+from tracetorch.engine.hotpath import Frame
 from tracetorch.flops.registry import NO_RULE, FlopCount, FlopRegistry, default_registry
 from tracetorch.introspect import named_submodules, signature
-from tracetorch.tree import CallNode
+from tracetorch.tree import CallNode, NodeKind
 
-__all__ = ("Collector", "Frame")
-
-#: One open call: (collector, node, the instance or function being called).
-Frame = Tuple["Collector", CallNode, Any]
+__all__ = ("Collector",)
 
 Clock = Callable[[], int]
 
 # Node kinds whose FLOPs may come from a registered rule (backward FLOPs are always counted).
 _RULED_KINDS = frozenset({"module", "optimizer"})
+# Rule states under which a call's own tensor operations are not needed (the rule says it all).
+_RULED_STATES = frozenset({"rule", "user", "free"})
 
 # How a node is named when its parent holds no attribute naming it.
 _DEFAULT_NAMES = {"optimizer": "{}.step", "backward": "backward"}
@@ -49,7 +49,8 @@ class Collector:
 
     def __init__(self, root: CallNode, model: Any, *, registry: Optional[FlopRegistry] = None,
                  clock: Optional[Clock] = None, timeline: bool = False,
-                 max_events: int = 100_000, warn_unsupported: bool = True) -> None:
+                 max_events: int = 100_000, warn_unsupported: bool = True,
+                 count_ops: bool = True) -> None:
         self.root = root
         self.model = model
         self.registry = registry if registry is not None else default_registry
@@ -66,13 +67,15 @@ class Collector:
         self.max_events = max_events
         self.dropped_events = 0
         self.warn_unsupported = warn_unsupported
+        #: Count tensor operations run inside layers without a rule (``profile(ops=...)``).
+        self.count_ops = count_ops
         self.active = False
-        self.root_frame: Frame = (self, root, None)
+        self.root_frame = Frame(self, root, None, True)
         self.owner_thread = threading.get_ident()
         self._lock = threading.Lock()
         self._user_rules: Dict[CallNode, Callable[..., int]] = {}
         self._names: Dict[int, Dict[int, str]] = {}
-        self._keys: Dict[int, Tuple[Optional[weakref.ref], str]] = {}
+        self._keys: Dict[int, Tuple[Optional[weakref.ref], str, type]] = {}
         self._next_key = 0
         self._owners: List[Any] = []  # strong references keep the ids above unambiguous
         self._param_counts: Dict[int, int] = {}
@@ -84,7 +87,7 @@ class Collector:
     def start(self, target: CallNode) -> Frame:
         """Begin recording top-level calls under ``target``; returns the root frame."""
         self.active = True
-        self.root_frame = (self, target, None)
+        self.root_frame = Frame(self, target, None, True)
         self.owner_thread = threading.get_ident()
         return self.root_frame
 
@@ -92,10 +95,10 @@ class Collector:
         """For ``profile(all_threads=True)``: the frame of the calling thread, whose calls go
         under a ``thread <name>`` node of their own (``None`` in the profiling thread itself,
         or while the profile is paused by its schedule)."""
-        if self.root_frame[2] is not None or self.owner_thread == threading.get_ident():
+        if self.root_frame.owner is not None or self.owner_thread == threading.get_ident():
             return None
         thread = threading.current_thread()
-        target = self.root_frame[1]
+        target = self.root_frame.node
         node = target.children_by_owner.get(id(thread))
         if node is None:
             with self._lock:
@@ -103,12 +106,13 @@ class Collector:
                 if node is None:
                     node = target.child(f"thread {thread.name}", "thread",
                                         self._module_key(thread), kind="thread")
+                    node.frame = Frame(self, node, thread, True)
                     target.children_by_owner[id(thread)] = node
-        return (self, node, thread)
+        return node.frame
 
     def pause(self) -> None:
         """Stop taking calls from other threads until the next :meth:`start`."""
-        self.root_frame = (self, self.root_frame[1], _PAUSED)
+        self.root_frame = Frame(self, self.root_frame.node, _PAUSED, True)
 
     def stop(self) -> None:
         """Stop recording, fold the counters and drop every reference to the user's objects."""
@@ -117,19 +121,18 @@ class Collector:
         for node in self.root.walk():
             node.children_by_owner.clear()
             node.flops_cache.clear()
+            node.frame = None
             node.time.flush()
         self._user_rules.clear()
         self._names.clear()
-        # Without a weak reference an id could be reused by another object once ours is gone.
-        self._keys = {k: v for k, v in self._keys.items() if v[0] is not None}
         self._owners.clear()
         self._param_counts.clear()
 
     # ------------------------------------------------------------------ tree building
-    def new_child(self, frame: Frame, owner: Any, kind: str, label: Optional[str],
+    def new_child(self, frame: Frame, owner: Any, kind: NodeKind, label: Optional[str],
                   flops_fn: Optional[Callable[..., int]]) -> CallNode:
         """Name and create the node for the first call of ``owner`` under ``frame``."""
-        _, parent_node, parent_owner = frame
+        _, parent_node, parent_owner, _ = frame
         key = self._module_key(owner)
         type_name = _type_name(owner, kind, label)
         default = label or _DEFAULT_NAMES.get(kind, "{}").format(type_name)
@@ -152,13 +155,18 @@ class Collector:
         elif kind in _RULED_KINDS:
             rule = self.registry.lookup(type(owner))
             node.rule_state = "none" if rule is NO_RULE else ("free" if rule is None else "rule")
+        node.frame = Frame(self, node, owner, self.count_ops and node.rule_state not in _RULED_STATES)
         parent_node.children_by_owner[id(owner)] = node
         return node
 
     def _module_key(self, owner: Any) -> str:
         known = self._keys.get(id(owner))
-        if known is not None and known[0] is not None and known[0]() is owner:
-            return known[1]
+        if known is not None:
+            ref, key, type_ = known
+            # Without a weak reference (``__slots__`` classes, builtins) the same id and type
+            # stand for the same owner: a profile entered again must find its nodes again.
+            if (ref() is owner) if ref is not None else type(owner) is type_:
+                return key
         # Keys outlive a recording (by_module folds call sites by them, and a profile entered
         # again must find the same module), so they are counters checked through weak refs.
         key = f"m{self._next_key}"
@@ -167,7 +175,7 @@ class Collector:
             ref: Optional[weakref.ref] = weakref.ref(owner)
         except TypeError:
             ref = None
-        self._keys[id(owner)] = (ref, key)
+        self._keys[id(owner)] = (ref, key, type(owner))
         self._owners.append(owner)
         return key
 
@@ -323,7 +331,7 @@ class Collector:
 
         Call after :meth:`fold` and before :meth:`stop` (the owners are still known here).
         """
-        outer, parent, _ = frame
+        outer, parent, _, _ = frame
         owners = {self._keys[id(o)][1]: o for o in self._owners if id(o) in self._keys}
         mapping: Dict[CallNode, CallNode] = {self.root: parent}
         parent.flops += self.root.flops

@@ -1,11 +1,11 @@
 """The hot path: what runs on every wrapped call while a profile is active.
 
 The innermost open call lives in a :class:`~contextvars.ContextVar`, so threads and asyncio
-tasks keep separate stacks and a profile never sees another thread's calls. A frame is a plain
-tuple ``(collector, node, owner)`` (see :mod:`tracetorch.engine.collector`); only the innermost profile
-of a context records, and a nested profile hands what it saw to the enclosing one when it exits
-(:meth:`tracetorch.engine.collector.Collector.graft_into`), so each sees its own calls and the hot path
-handles exactly one frame.
+tasks keep separate stacks and a profile never sees another thread's calls. An open call is a
+:class:`Frame`, made once per node when the node is created (``node.frame``), so a call costs no
+allocation. Only the innermost profile of a context records; a nested profile hands what it saw
+to the enclosing one when it exits (see :mod:`tracetorch.engine.fold`), so each sees its own
+calls and the hot path handles exactly one frame.
 
 Per call the wrapper finds the child node (created once per caller and callee), reads the clock
 twice, appends the duration and bumps the counter of the call's input shape. Everything else —
@@ -18,14 +18,33 @@ Example:
 from __future__ import annotations
 
 from contextvars import ContextVar, Token
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, NamedTuple, Optional, Tuple
 
-from tracetorch.engine.collector import Collector, Frame
 from tracetorch.introspect import signature
 from tracetorch.stats import FLUSH_EVERY
+from tracetorch.tree import CallNode, NodeKind
 
-__all__ = ("make_wrapper", "current_frame", "open_root", "close_root", "OpCounter",
-           "set_exit_observer", "record_all_threads", "all_threads_collector")
+if TYPE_CHECKING:
+    from tracetorch.engine.collector import Collector
+
+__all__ = ("Frame", "make_wrapper", "current_frame", "open_root", "close_root", "OpCounter",
+           "set_exit_observer", "set_op_switch", "record_all_threads", "all_threads_collector")
+
+
+class Frame(NamedTuple):
+    """One open call: the profile recording it, its node, the instance (or function) called,
+    and whether tensor operations are counted while it runs.
+
+    ``ops`` is False inside a call whose FLOPs come from a rule (its operations would be thrown
+    away) and everywhere with ``profile(ops=False)``; a framework whose operation counting has a
+    cost per operation (torch's function mode) turns it off there through :func:`set_op_switch`.
+    """
+
+    collector: "Collector"
+    node: CallNode
+    owner: Any
+    ops: bool
+
 
 #: The innermost open call of this context.
 _FRAME: ContextVar[Optional[Frame]] = ContextVar("tracetorch_frame", default=None)
@@ -34,16 +53,20 @@ _FRAME: ContextVar[Optional[Frame]] = ContextVar("tracetorch_frame", default=Non
 #: a framework adapter has set one (the torch adapter tags the autograd nodes the call created).
 _exit_observer: Optional[Callable[[Frame, Tuple[Any, ...], Dict[str, Any], Any], None]] = None
 
+#: ``switch(on) -> changed``: turns a framework's operation counting on or off in this thread,
+#: returning whether it changed anything (then the wrapper switches back when the call ends).
+_op_switch: Optional[Callable[[bool], bool]] = None
+
 #: The profile recording every thread's calls (``profile(all_threads=True)``), if any.
-_all_threads: Optional[Collector] = None
+_all_threads: Optional["Collector"] = None
 
 
-def all_threads_collector() -> Optional[Collector]:
+def all_threads_collector() -> Optional["Collector"]:
     """The profile currently recording every thread's calls, if any."""
     return _all_threads
 
 
-def record_all_threads(collector: Optional[Collector]) -> None:
+def record_all_threads(collector: Optional["Collector"]) -> None:
     """Let ``collector`` record calls made in threads where no profile is open (``None``: stop)."""
     global _all_threads
     _all_threads = collector
@@ -56,31 +79,51 @@ def set_exit_observer(observer: Optional[Callable[..., None]]) -> Optional[Calla
     return previous
 
 
+def set_op_switch(switch: Optional[Callable[[bool], bool]]) -> Optional[Callable[[bool], bool]]:
+    """Install (or with ``None`` remove) the operation-counting switch; returns the previous."""
+    global _op_switch
+    previous, _op_switch = _op_switch, switch
+    return previous
+
+
 def current_frame() -> Optional[Frame]:
     """The innermost open call of this context (``None`` outside every profile)."""
     return _FRAME.get()
 
 
-def open_root(frame: Frame) -> Token:
-    """Make a profile record this context's calls from now on."""
-    return _FRAME.set(frame)
+def open_root(frame: Frame) -> Tuple[Token, bool]:
+    """Make a profile record this context's calls from now on; returns what
+    :func:`close_root` needs to undo it."""
+    previous = _FRAME.get()
+    switched = _switch(previous.ops if previous is not None else False, frame.ops)
+    return _FRAME.set(frame), switched
 
 
-def close_root(collector: Collector, token: Token) -> None:
-    """Undo :func:`open_root`. A token made in another context (a generator finalised
-    elsewhere) cannot be reset; then the context simply stops recording into ``collector``."""
+def close_root(collector: "Collector", opened: Tuple[Token, bool]) -> None:
+    """Undo :func:`open_root`. A token made in another context (a profile exited in another
+    thread, a generator finalised elsewhere) cannot be reset; then the context simply stops
+    recording into ``collector`` (its frames are ignored once the collector is inactive)."""
+    token, switched = opened
     try:
         _FRAME.reset(token)
     except ValueError:
         frame = _FRAME.get()
-        if frame is not None and frame[0] is collector:
+        if frame is not None and frame.collector is collector:
             _FRAME.set(None)
+        return
+    if switched and _op_switch is not None:
+        frame = _FRAME.get()
+        _op_switch(frame.ops if frame is not None else False)
+
+
+def _switch(current: bool, wanted: bool) -> bool:
+    return current is not wanted and _op_switch is not None and _op_switch(wanted)
 
 
 class OpCounter:
     """Receives tensor operations from a framework and charges them to the innermost open call.
 
-    It implements ``tracetorch.core.autograd.OpObserver``; the torch adapter calls the same two
+    It implements ``tracetorch.core.autograd.OpObserver``; the torch adapter calls the same
     methods. The frame returned by :meth:`forward_op` tags the operation's autograd node, so its
     gradient is later charged to the layer call that created it.
     """
@@ -88,9 +131,9 @@ class OpCounter:
     def forward_op(self, name: str, flops: int, gemm: bool) -> Optional[Frame]:
         """Charge a forward operation to the innermost open call."""
         frame = _FRAME.get()
-        if frame is None:
+        if frame is None or not frame.collector.active:
             return None
-        node = frame[1]
+        node = frame.node
         node.op_flops += flops
         if gemm:
             node.op_gemm += flops
@@ -101,19 +144,32 @@ class OpCounter:
         """Charge a gradient operation to the layer call whose forward created it."""
         frame = tag if tag is not None else _FRAME.get()
         if frame is not None:
-            frame[0].add_backward(frame[1], flops, gemm, elapsed_ns)
+            frame.collector.add_backward(frame.node, flops, gemm, elapsed_ns)
+
+    def backward_clock(self, tag: Optional[Frame]) -> Callable[[], int]:
+        """The clock that times gradient operations charged to ``tag``: the profile's own
+        (``profile(clock=...)``; a clock that always reads 0 with ``timing=False``)."""
+        frame = tag if tag is not None else _FRAME.get()
+        return frame.collector.host_clock if frame is not None else _no_clock
+
+
+def _no_clock() -> int:
+    return 0
 
 
 class _BackwardPass:
     """Stands for "a backward pass" as the owner of backward nodes."""
 
 
-def make_wrapper(kind: str, label: Optional[str] = None,
-                 flops_fn: Optional[Callable[..., int]] = None) -> Callable[..., Any]:
+def make_wrapper(kind: NodeKind, label: Optional[str] = None,
+                 flops_fn: Optional[Callable[..., int]] = None,
+                 guard: Optional[Callable[[], bool]] = None) -> Callable[..., Any]:
     """The wrapt wrapper for one patched callable.
 
     ``kind`` names what the node is (``"module"``, ``"function"``, ``"backward"``,
-    ``"optimizer"``); ``label`` names function nodes; ``flops_fn`` is ``instrument(flops=...)``.
+    ``"optimizer"``); ``label`` names function nodes; ``flops_fn`` is ``instrument(flops=...)``;
+    ``guard() -> True`` sends the call straight through unrecorded (torch: while a compiler or
+    tracer runs the code, which must see the model exactly as it is).
     """
     # Every backward pass is the same node whichever tensor it starts from.
     shared_owner = _BackwardPass() if kind == "backward" else None
@@ -121,6 +177,8 @@ def make_wrapper(kind: str, label: Optional[str] = None,
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Tuple[Any, ...],
                 kwargs: Dict[str, Any]) -> Any:
+        if guard is not None and guard():
+            return wrapped(*args, **kwargs)
         frame = _FRAME.get()
         if frame is None:
             # Only a profile asked to watch every thread looks further; others pay one test.
@@ -128,14 +186,16 @@ def make_wrapper(kind: str, label: Optional[str] = None,
             if frame is None:
                 return wrapped(*args, **kwargs)
         owner = shared_owner or (wrapped if instance is None else instance)
-        collector, parent, parent_owner = frame
-        if parent_owner is owner:
-            # super().forward() or a layer calling itself: the same call, not a new level.
+        collector, parent, parent_owner, ops = frame
+        if parent_owner is owner or not collector.active:
+            # super().forward() or a layer calling itself is the same call, not a new level; a
+            # frame left by a profile that ended elsewhere (another thread) records nothing.
             return wrapped(*args, **kwargs)
         node = parent.children_by_owner.get(id(owner))
         if node is None:
             node = collector.new_child(frame, owner, kind, label, flops_fn)
-        inner = (collector, node, owner)
+        inner = node.frame
+        switched = ops is not inner.ops and _op_switch is not None and _op_switch(inner.ops)
         token = _FRAME.set(inner)
         clock = collector.clock
         start = clock()
@@ -144,10 +204,14 @@ def make_wrapper(kind: str, label: Optional[str] = None,
         except BaseException:
             end = clock()
             _FRAME.reset(token)
+            if switched:
+                _op_switch(ops)  # type: ignore[misc]
             collector.record_failure(node, start, end)
             raise
         end = clock()
         _FRAME.reset(token)
+        if switched:
+            _op_switch(ops)  # type: ignore[misc]
         if collector.plain_timing:
             pending = node.time.pending  # TimeStats.add, inlined: this runs on every call
             pending.append(end - start)

@@ -46,8 +46,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tracetorch.adapters.torch.ops import conv_flops, sdpa_flops, set_suspended, suspended
-from tracetorch.engine.collector import Frame
-from tracetorch.engine.hotpath import OpCounter, current_frame
+from tracetorch.engine.hotpath import Frame, OpCounter, current_frame
 
 __all__ = ("TAG", "MARKS", "tag_call", "assign_regions", "BackwardCounter", "AutogradPatches",
            "backward_flops", "BACKWARD_FORMULAS")
@@ -409,7 +408,7 @@ class AutogradPatches:
             finally:
                 set_suspended(previous)
                 mode.finish()
-                frame[0].flush_backward()
+                frame.collector.flush_backward()
 
         counted_pass.__wrapped__ = original  # type: ignore[attr-defined]
         counted_pass.__name__ = getattr(original, "__name__", "backward")

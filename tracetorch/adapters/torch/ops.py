@@ -262,7 +262,7 @@ def _counting(original: Callable[..., Any], name: str, formula: Formula,
     def counted(*args: Any, **kwargs: Any) -> Any:
         result = original(*args, **kwargs)
         frame = current_frame()
-        if frame is None or frame[1].rule_state in _RULED or result is NotImplemented \
+        if frame is None or frame.node.rule_state in _RULED or result is NotImplemented \
                 or getattr(_STATE, "suspended", False):
             return result  # outside every profile, or inside a layer whose rule says it all
         try:
