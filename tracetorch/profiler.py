@@ -12,16 +12,16 @@ Example:
 """
 from __future__ import annotations
 
-import functools
 import time
 from contextvars import Token
-from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from tracetorch.adapters import AdapterSet
 from tracetorch.flops.registry import FlopRegistry, default_registry
 from tracetorch.introspect import is_layer
 from tracetorch.engine.patches import BOARD
 from tracetorch.engine.collector import Collector
+from tracetorch.engine.fold import merge_tree
 from tracetorch.engine.hotpath import (
     Frame,
     all_threads_collector,
@@ -112,65 +112,122 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
         self.all_threads = bool(all_threads)
         self.isolated = bool(isolated)
         self.step_count = 0
-        self._running = False
-        self._token: Optional[Tuple[Token, bool]] = None
-        self._enclosing: Optional[Frame] = None
+        self._settings = dict(model=model, registry=self._collector.registry,
+                              clock=self._collector.clock, timeline=timeline,
+                              max_events=max_events, warn_unsupported=warn_unsupported,
+                              count_ops=bool(ops))
+        self._entries: List[_Entry] = []
+        self._stale = False
         self._step_start: Optional[int] = None
 
     # ---------------------------------------------------------------- context manager
     def __enter__(self) -> "profile":
-        if self._running:
-            raise RuntimeError("this profile is already running; use a new tracetorch.profile() "
-                               "to nest profiles")
+        frame = current_frame()
+        if self._entries and frame is not None and frame.collector is self._collector:
+            # Entered again inside itself (a recursive decorated function): recorded once.
+            self._entries.append(_Entry(None, reentrant=True))
+            return self
+        if self._stale and not self._entries:
+            self._renew_collector()
         BOARD.acquire(_ADAPTERS.targets(self.model), on_first=_ADAPTERS.open)
-        # A profile opened inside another records alone and hands its calls over on exit.
-        self._enclosing = None if self.isolated else current_frame()
+        enclosing = None
+        if not self.isolated and frame is not None and frame.collector.active:
+            enclosing = frame
+        entry = _Entry(enclosing)
+        first = not self._entries
+        self._entries.append(entry)
         try:
-            _ADAPTERS.configure(self._collector)
-            self._running = True
-            self._apply_phase()
-            if self.all_threads:
-                self._watch_all_threads()
+            if first:
+                _ADAPTERS.configure(self._collector)
+                if self.all_threads:
+                    self._watch_all_threads()
+            self._open_segment(entry)
         except BaseException:
-            self._running = False
-            self._close_root()
+            self._entries.remove(entry)
+            if first and self.all_threads and all_threads_collector() is self._collector:
+                record_all_threads(None)
+            self._close_segment(entry)
             BOARD.release()
             raise
-        self._step_start = self._collector.host_clock()
+        if first:
+            self._step_start = self._collector.host_clock()
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
-        self._running = False
+        entry = self._entries.pop()
+        if entry.reentrant:
+            return
         try:
-            if self.all_threads:
-                record_all_threads(None)
-            self._close_root()
+            self._close_segment(entry)
         finally:
             try:
-                enclosing, self._enclosing = self._enclosing, None
-                if enclosing is not None and enclosing.collector.active:
-                    self._collector.fold()
-                    self._collector.graft_into(enclosing)
-                self._collector.stop()
-                self.unsupported = self._collector.unsupported()
-                self.dropped_events = self._collector.dropped_events
+                if not self._entries:
+                    if self.all_threads and all_threads_collector() is self._collector:
+                        record_all_threads(None)
+                    self._collector.stop()
+                    self.unsupported = self._collector.unsupported()
+                    self.dropped_events = self._collector.dropped_events
             finally:
                 BOARD.release()
 
     def __call__(self, fn: F) -> F:
-        """Use the profile as a decorator: every call runs inside it and counts as one step."""
-        if not callable(fn):
-            raise TypeError(f"profile() decorates a callable, got {type(fn).__name__}")
+        """Use the profile as a decorator: every call runs inside it and counts as one step.
 
-        @functools.wraps(fn)
-        def run_profiled(*args: Any, **kwargs: Any) -> Any:
-            with self:
-                try:
-                    return fn(*args, **kwargs)
-                finally:
-                    self.step()
+        The decorated function keeps the profile as ``fn.profile``. Coroutine functions are
+        profiled per call (the profile follows the task across awaits); generator functions
+        are profiled while they run, not while their consumer does.
 
-        return run_profiled  # type: ignore[return-value]
+        Example:
+            >>> import tracetorch
+            >>> @tracetorch.profile()
+            ... def train_step():
+            ...     pass
+            >>> train_step(); train_step()
+            >>> train_step.profile.step_count
+            2
+        """
+        from tracetorch.profiled_call import profiled
+
+        return profiled(self, fn)
+
+    # ---------------------------------------------------------------- recordings
+    def _open_segment(self, entry: "_Entry") -> None:
+        """Start recording this entry's calls for the current step, as its phase says."""
+        phase = self.phase
+        if phase in ("wait", "done"):
+            # Nothing recorded here: calls fall through to an enclosing profile, if any.
+            self._collector.pause()
+            return
+        entry.active = phase == "active"
+        # Recorded straight into the tree only when nobody else needs this step's calls apart.
+        direct = entry.active and entry.enclosing is None
+        entry.target = self.root if direct else CallNode.root()
+        entry.opened = open_root(self._collector.start(entry.target))
+
+    def _close_segment(self, entry: "_Entry") -> None:
+        """Stop recording the entry's current step and hand its calls to whoever keeps them."""
+        target, opened = entry.target, entry.opened
+        entry.target = entry.opened = None
+        if target is None or opened is None:
+            return
+        if not close_root(self._collector, opened):
+            self._stale = True  # exited in another context: its frames must never record again
+        collector = self._collector
+        collector.fold(target)
+        if target is self.root:
+            return
+        if entry.active:
+            merge_tree(target, self.root)
+        enclosing = entry.enclosing
+        if enclosing is not None and enclosing.collector.active:
+            collector.graft_into(target, enclosing)
+
+    def _renew_collector(self) -> None:
+        # A frame of the old collector may survive in the context it was entered in; a fresh
+        # collector (same tree, same settings) keeps that frame from ever recording again.
+        self._collector = Collector(self.root, **self._settings)
+        self.timeline = self._collector.events
+        self._stale = False
 
     # ---------------------------------------------------------------- steps
     def step(self) -> None:
@@ -181,26 +238,26 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
         now = self._collector.host_clock()
         if self._step_start is not None and self.phase == "active":
             self.step_times.add(now - self._step_start)
-        self._collector.fold()
+        entry = self._recording_entry()
+        if entry is not None:
+            self._close_segment(entry)
+        else:
+            self._collector.fold()
         self.step_count += 1
-        if self._running:
-            self._apply_phase()
+        if entry is not None:
+            self._open_segment(entry)
         self._step_start = self._collector.host_clock()
+
+    def _recording_entry(self) -> Optional["_Entry"]:
+        for entry in reversed(self._entries):
+            if not entry.reentrant:
+                return entry
+        return None
 
     @property
     def phase(self) -> Phase:
         """The current step's phase: ``"active"`` unless a schedule says otherwise."""
         return self.schedule(self.step_count) if self.schedule is not None else "active"
-
-    def _apply_phase(self) -> None:
-        self._close_root()
-        phase = self.phase
-        if phase in ("wait", "done"):
-            self._collector.pause()
-            return
-        # Warm-up steps run recorded, into a scratch tree that the next step throws away.
-        target = self.root if phase == "active" else CallNode.root()
-        self._token = open_root(self._collector.start(target))
 
     def _watch_all_threads(self) -> None:
         watcher = all_threads_collector()
@@ -209,15 +266,30 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
                                "profile(all_threads=True) may be open at a time")
         record_all_threads(self._collector)
 
-    def _close_root(self) -> None:
-        token, self._token = self._token, None
-        if token is not None:
-            close_root(self._collector, token)
-
     @property
     def running(self) -> bool:
         """Whether the block is currently open."""
-        return self._running
+        return bool(self._entries)
+
+    @property
+    def reentered(self) -> bool:
+        """Whether the current context is already inside this profile (a recursive call)."""
+        frame = current_frame()
+        return bool(self._entries) and frame is not None and frame.collector is self._collector
+
+
+class _Entry:
+    """One entry into a profile: the recording of its current step and who else receives it."""
+
+    __slots__ = ("enclosing", "reentrant", "active", "target", "opened")
+
+    def __init__(self, enclosing: Optional[Frame], reentrant: bool = False) -> None:
+        #: Another profile's open call, which gets every call recorded here as well.
+        self.enclosing = enclosing
+        self.reentrant = reentrant
+        self.active = False
+        self.target: Optional[CallNode] = None
+        self.opened: Optional[Tuple[Token, bool]] = None
 
 
 def _registry_with(flop_rules: Optional[Dict[type, Any]]) -> FlopRegistry:

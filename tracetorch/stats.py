@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -31,6 +32,8 @@ FLUSH_EVERY = 512
 #: Ratio between neighbouring histogram buckets (1% relative accuracy at the bucket centre).
 GROWTH = 1.02
 _LOG_GROWTH = math.log(GROWTH)
+# Flushes are rare (one per FLUSH_EVERY samples), so one lock for all of them costs nothing.
+_FLUSH_LOCK = threading.Lock()
 
 
 class TimeStats:
@@ -68,15 +71,29 @@ class TimeStats:
             self.flush()
 
     def flush(self) -> None:
-        """Fold the buffered samples into the moments and the histogram."""
-        if not self.pending:
+        """Fold the buffered samples into the moments and the histogram.
+
+        Safe against other threads: the buffer is never replaced (a writer may hold it), only
+        emptied of the samples taken, under a lock, so a sample is neither lost nor counted
+        twice when two threads flush the same node (``profile(all_threads=True)``).
+        """
+        pending = self.pending
+        if not pending:
             return
+        with _FLUSH_LOCK:
+            taken = len(pending)
+            if not taken:
+                return
+            samples = pending[:taken]
+            del pending[:taken]
+            self._fold(samples)
+
+    def _fold(self, samples: List[int]) -> None:
         if self._exact is not None:
-            self._exact.extend(self.pending)
+            self._exact.extend(samples)
             if len(self._exact) > self.exact_limit:
                 self._exact = None
-        batch = np.asarray(self.pending, dtype=np.int64)
-        self.pending = []
+        batch = np.asarray(samples, dtype=np.int64)
         n = int(batch.size)
         mean = float(batch.mean())
         m2 = float(((batch - mean) ** 2).sum())

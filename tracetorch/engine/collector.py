@@ -15,19 +15,18 @@ Example:
 from __future__ import annotations
 
 import threading
-import time
 import warnings
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
+from tracetorch.engine.fold import fold_tree, graft
 from tracetorch.engine.hotpath import Frame
+from tracetorch.engine.timing import CallTiming, Clock
 from tracetorch.flops.registry import NO_RULE, FlopCount, FlopRegistry, default_registry
 from tracetorch.introspect import named_submodules, signature
 from tracetorch.tree import CallNode, NodeKind
 
 __all__ = ("Collector",)
-
-Clock = Callable[[], int]
 
 # Node kinds whose FLOPs may come from a registered rule (backward FLOPs are always counted).
 _RULED_KINDS = frozenset({"module", "optimizer"})
@@ -44,28 +43,17 @@ _PAUSED = object()
 _WARNED_UNSUPPORTED: Set[str] = set()
 
 
-class Collector:
+class Collector(CallTiming):
     """The tree of one profile plus the caches that keep the hot path cheap."""
 
     def __init__(self, root: CallNode, model: Any, *, registry: Optional[FlopRegistry] = None,
                  clock: Optional[Clock] = None, timeline: bool = False,
                  max_events: int = 100_000, warn_unsupported: bool = True,
                  count_ops: bool = True) -> None:
+        super().__init__(clock, timeline, max_events)
         self.root = root
         self.model = model
         self.registry = registry if registry is not None else default_registry
-        self.clock: Clock = clock if clock is not None else time.perf_counter_ns
-        #: The clock of steps and of the timeline (host time even when calls use a device clock).
-        self.host_clock: Clock = self.clock
-        #: ``(node, start, end)`` readings of a device clock, turned into times by
-        #: :meth:`resolve_times` at each fold; ``None`` while calls are timed on the host.
-        self.deferred: Optional[List[Tuple[CallNode, int, int]]] = None
-        self.device_clock: Any = None
-        self.events: Optional[List[Tuple[CallNode, int, int, int]]] = [] if timeline else None
-        # Host clock and no timeline: the wrapper appends durations itself (the common case).
-        self.plain_timing = self.events is None
-        self.max_events = max_events
-        self.dropped_events = 0
         self.warn_unsupported = warn_unsupported
         #: Count tensor operations run inside layers without a rule (``profile(ops=...)``).
         self.count_ops = count_ops
@@ -105,7 +93,7 @@ class Collector:
                 node = target.children_by_owner.get(id(thread))
                 if node is None:
                     node = target.child(f"thread {thread.name}", "thread",
-                                        self._module_key(thread), kind="thread")
+                                        self.module_key(thread), kind="thread")
                     node.frame = Frame(self, node, thread, True)
                     target.children_by_owner[id(thread)] = node
         return node.frame
@@ -133,7 +121,7 @@ class Collector:
                   flops_fn: Optional[Callable[..., int]]) -> CallNode:
         """Name and create the node for the first call of ``owner`` under ``frame``."""
         _, parent_node, parent_owner, _ = frame
-        key = self._module_key(owner)
+        key = self.module_key(owner)
         type_name = _type_name(owner, kind, label)
         default = label or _DEFAULT_NAMES.get(kind, "{}").format(type_name)
         if parent_owner is None or parent_node.kind == "thread":
@@ -147,6 +135,13 @@ class Collector:
                 suffix += 1
             name = f"{name}#{suffix}"
         node = parent_node.child(name, type_name, key, kind)
+        self.adopt(node, owner, kind, flops_fn)
+        parent_node.children_by_owner[id(owner)] = node
+        return node
+
+    def adopt(self, node: CallNode, owner: Any, kind: NodeKind,
+              flops_fn: Optional[Callable[..., int]]) -> None:
+        """Make ``node`` ready to record calls of ``owner``: its rule, parameters and frame."""
         if kind == "module":
             node.params = self._params_of(owner)
         if flops_fn is not None:
@@ -155,11 +150,11 @@ class Collector:
         elif kind in _RULED_KINDS:
             rule = self.registry.lookup(type(owner))
             node.rule_state = "none" if rule is NO_RULE else ("free" if rule is None else "rule")
-        node.frame = Frame(self, node, owner, self.count_ops and node.rule_state not in _RULED_STATES)
-        parent_node.children_by_owner[id(owner)] = node
-        return node
+        counts_ops = self.count_ops and node.rule_state not in _RULED_STATES
+        node.frame = Frame(self, node, owner, counts_ops)
 
-    def _module_key(self, owner: Any) -> str:
+    def module_key(self, owner: Any) -> str:
+        """The key naming ``owner`` in this profile (stable across entries of the profile)."""
         known = self._keys.get(id(owner))
         if known is not None:
             ref, key, type_ = known
@@ -232,34 +227,14 @@ class Collector:
                 f"operations in it; its FLOPs are reported as 0. Register one with "
                 f"@tracetorch.flop_rule({type_name}).", stacklevel=4)
 
-    def fold(self) -> None:
-        """Turn the counters collected since the last fold into each node's own FLOPs."""
+    def fold(self, root: Optional[CallNode] = None) -> None:
+        """Turn the counters collected since the last fold into each node's own FLOPs (in the
+        profile's tree, or in the recording ``root``)."""
         self.resolve_times()
         self.flush_backward()
-        _fold(self.root)
+        fold_tree(self.root if root is None else root)
 
     # ------------------------------------------------------------------ device clocks
-    def use_device_clock(self, device_clock: Any) -> None:
-        """Time calls with ``device_clock`` (see :mod:`tracetorch.adapters.torch.cuda`): its
-        readings are handles, ``device_clock.resolve(spans)`` later yields
-        ``(node, elapsed_ns, host_start_ns)`` for each ``(node, start, end)`` span."""
-        if self.device_clock is None:
-            self.device_clock = device_clock
-            self.clock = device_clock
-            self.deferred = []
-            self.plain_timing = False
-
-    def resolve_times(self) -> None:
-        """Fold the device-timed calls recorded since the last fold into their nodes."""
-        deferred = self.deferred
-        if not deferred:
-            return
-        self.deferred = []
-        for node, elapsed, host_start in self.device_clock.resolve(deferred):
-            node.time.add(elapsed)
-            if self.events is not None:
-                self.add_event(node, host_start, host_start + elapsed)
-
     def unsupported(self) -> Dict[str, int]:
         """Calls of leaf layers with no FLOP rule whose FLOPs nothing counted, by type."""
         counts: Dict[str, int] = {}
@@ -269,32 +244,7 @@ class Collector:
                 counts[node.type_name] = counts.get(node.type_name, 0) + node.calls
         return counts
 
-    # ------------------------------------------------------------------ timeline, backward
-    def add_event(self, node: CallNode, start: int, end: int) -> None:
-        """Keep one call for the Chrome trace, up to ``max_events``."""
-        events = self.events
-        assert events is not None
-        if len(events) < self.max_events:
-            events.append((node, start, end, threading.get_ident()))
-        else:
-            self.dropped_events += 1
-
-    def add_duration(self, node: CallNode, start: int, end: int) -> None:
-        """Time one call: a device clock's readings wait for the next fold, a timeline keeps
-        the event. (Without either, the wrapper inlines the plain case: ``plain_timing``.)"""
-        if self.deferred is not None:
-            self.deferred.append((node, start, end))
-            return
-        node.time.add(end - start)
-        if self.events is not None:
-            self.add_event(node, start, end)
-
-    def record_failure(self, node: CallNode, start: int, end: int) -> None:
-        """A call that raised: it counts with its time and the operations it completed (no rule
-        runs without an output)."""
-        node.errors += 1
-        self.add_duration(node, start, end)
-
+    # ------------------------------------------------------------------ backward
     def add_backward(self, node: CallNode, flops: int, gemm: bool, elapsed_ns: int) -> None:
         """Attribute one gradient operation to the layer whose forward created it (ignored once
         this profile has stopped: the graph outlived the block)."""
@@ -326,92 +276,34 @@ class Collector:
 
 
     # ------------------------------------------------------------------ nesting
-    def graft_into(self, frame: Frame) -> None:
-        """Hand everything recorded here to the enclosing profile, under its open call ``frame``.
+    def owners_by_key(self) -> Dict[str, Any]:
+        """The objects called, by module key, as far as they are still known (for grafting)."""
+        found: Dict[str, Any] = {}
+        for owner in self._owners:
+            known = self._keys.get(id(owner))
+            if known is not None:
+                found[known[1]] = owner
+        for ref, key, _ in list(self._keys.values()):
+            owner = ref() if ref is not None else None
+            if owner is not None:
+                found.setdefault(key, owner)
+        return found
 
-        Call after :meth:`fold` and before :meth:`stop` (the owners are still known here).
-        """
-        outer, parent, _, _ = frame
-        owners = {self._keys[id(o)][1]: o for o in self._owners if id(o) in self._keys}
-        mapping: Dict[CallNode, CallNode] = {self.root: parent}
-        parent.flops += self.root.flops
-        parent.gemm_flops += self.root.gemm_flops
-        for child in self.root.children.values():
-            owner = owners.get(child.module_key)
-            if owner is None:
-                target = parent.child(child.name, child.type_name, child.module_key, child.kind)
-            else:
-                label = child.type_name if child.kind == "function" else None
-                target = outer.new_child(frame, owner, child.kind, label, None)
-            _merge(child, target, outer, owners, mapping)
+    def graft_into(self, source: CallNode, frame: Frame) -> None:
+        """Hand the folded recording ``source`` to another profile, under its open call
+        ``frame`` (call before :meth:`stop`, while the owners are still known)."""
+        mapping = graft(source, self.owners_by_key(), frame)
+        outer = frame.collector
         if outer.events is not None and self.events:
             for node, start, end, thread in self.events:
+                target = mapping.get(node)
+                if target is None:
+                    continue  # an event of another recording of this profile
                 if len(outer.events) < outer.max_events:
-                    outer.events.append((mapping[node], start, end, thread))
+                    outer.events.append((target, start, end, thread))
                 else:
                     outer.dropped_events += 1
         outer.dropped_events += self.dropped_events
-
-
-def _merge(source: CallNode, target: CallNode, outer: Collector, owners: Dict[str, Any],
-           mapping: Dict[CallNode, CallNode]) -> None:
-    """Add ``source``'s recorded data (and its subtree's) to ``target`` in ``outer``'s tree."""
-    mapping[source] = target
-    target.time.merge(source.time)
-    target.backward_time.merge(source.backward_time)
-    target.flops += source.flops
-    target.gemm_flops += source.gemm_flops
-    if source.macs is not None:
-        target.macs = (target.macs or 0) + source.macs
-    if target.flops_source == "none":
-        target.flops_source = source.flops_source
-    target.backward_flops += source.backward_flops
-    target.backward_gemm_flops += source.backward_gemm_flops
-    target.errors += source.errors
-    target.params = max(target.params, source.params)
-    for inputs, output in zip(source.input_shapes, source.output_shapes):
-        target.note_shapes(inputs, output)
-    for name, child in source.children.items():
-        owner = owners.get(child.module_key)
-        key = outer._module_key(owner) if owner is not None else child.module_key
-        grafted = target.child(name, child.type_name, key, child.kind)
-        if owner is not None:
-            target.children_by_owner[id(owner)] = grafted
-        _merge(child, grafted, outer, owners, mapping)
-
-
-def _fold(node: CallNode) -> Tuple[int, int, int]:
-    """Fold ``node``'s subtree; return its inclusive (FLOPs, GEMM FLOPs, MACs) since the last fold.
-
-    A node with a rule costs what the rule said (its own tensor operations were the rule's
-    subject, so they are dropped); any other node costs its own operations plus its children.
-    Its own share is the inclusive cost minus what the children report, so nothing counts twice.
-    """
-    children = [_fold(child) for child in node.children.values()]
-    below = [sum(c[i] for c in children) for i in range(3)]
-    if node.rule_state in ("rule", "user"):
-        inclusive = [0, 0, 0]
-        for entry in node.flops_cache.values():
-            calls = entry[0]
-            inclusive = [inclusive[0] + calls * entry[1], inclusive[1] + calls * entry[2],
-                         inclusive[2] + calls * entry[3]]
-            entry[0] = 0
-        node.flops_source = node.rule_state
-    elif node.rule_state == "free":
-        inclusive = below
-    else:
-        inclusive = [node.op_flops + below[0], node.op_gemm + below[1],
-                     node.op_gemm // 2 + below[2]]
-        if node.op_flops:
-            node.flops_source = "ops"
-    node.op_flops = node.op_gemm = 0
-    # A rule smaller than its children's rules (or a call that raised) must not go negative.
-    node.flops += max(0, inclusive[0] - below[0])
-    node.gemm_flops += max(0, inclusive[1] - below[1])
-    own_macs = max(0, inclusive[2] - below[2])
-    if own_macs or node.macs is not None or node.gemm_flops:
-        node.macs = (node.macs or 0) + own_macs
-    return inclusive[0], inclusive[1], inclusive[2]
 
 
 def _type_name(owner: Any, kind: str, label: Optional[str]) -> str:

@@ -99,10 +99,13 @@ def open_root(frame: Frame) -> Tuple[Token, bool]:
     return _FRAME.set(frame), switched
 
 
-def close_root(collector: "Collector", opened: Tuple[Token, bool]) -> None:
-    """Undo :func:`open_root`. A token made in another context (a profile exited in another
-    thread, a generator finalised elsewhere) cannot be reset; then the context simply stops
-    recording into ``collector`` (its frames are ignored once the collector is inactive)."""
+def close_root(collector: "Collector", opened: Tuple[Token, bool]) -> bool:
+    """Undo :func:`open_root`; returns False when that was not possible here.
+
+    A token made in another context (a profile exited in another thread, a generator finalised
+    elsewhere) cannot be reset: this context merely stops recording into ``collector``, and the
+    frame left in the other context is ignored once ``collector`` is inactive.
+    """
     token, switched = opened
     try:
         _FRAME.reset(token)
@@ -110,10 +113,11 @@ def close_root(collector: "Collector", opened: Tuple[Token, bool]) -> None:
         frame = _FRAME.get()
         if frame is not None and frame.collector is collector:
             _FRAME.set(None)
-        return
+        return False
     if switched and _op_switch is not None:
         frame = _FRAME.get()
         _op_switch(frame.ops if frame is not None else False)
+    return True
 
 
 def _switch(current: bool, wanted: bool) -> bool:

@@ -1,0 +1,132 @@
+"""Folding counters into FLOPs, and moving what one recording saw into another tree.
+
+:func:`fold_tree` turns the per-shape counters the hot path bumps into each node's own FLOPs.
+:func:`merge_tree` adds one tree's recorded data to another tree of the same profile (a nested
+profile's per-entry recording into its own accumulated tree); :func:`graft` does the same into
+another profile, under the call that profile has open, so that a call made inside nested
+profiles is recorded once in each of them.
+
+Example:
+    >>> from tracetorch.tree import CallNode
+    >>> source, target = CallNode.root(), CallNode.root()
+    >>> source.child("fc", "Linear", "m0").time.add(5)
+    >>> merge_tree(source, target)
+    >>> target.children["fc"].calls
+    1
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, Tuple
+
+from tracetorch.tree import CallNode
+
+if TYPE_CHECKING:
+    from tracetorch.engine.hotpath import Frame
+
+__all__ = ("fold_tree", "merge_tree", "graft")
+
+#: The same node in the source tree and in the tree it was merged into.
+NodeMap = Dict[CallNode, CallNode]
+
+
+def fold_tree(node: CallNode) -> Tuple[int, int, int]:
+    """Fold ``node``'s subtree; return its inclusive (FLOPs, GEMM FLOPs, MACs) since the last fold.
+
+    A node with a rule costs what the rule said (its own tensor operations were the rule's
+    subject, so they are dropped); any other node costs its own operations plus its children.
+    Its own share is the inclusive cost minus what the children report, so nothing counts twice.
+    """
+    children = [fold_tree(child) for child in node.children.values()]
+    below = [sum(c[i] for c in children) for i in range(3)]
+    if node.rule_state in ("rule", "user"):
+        inclusive = [0, 0, 0]
+        for entry in node.flops_cache.values():
+            calls = entry[0]
+            inclusive = [inclusive[0] + calls * entry[1], inclusive[1] + calls * entry[2],
+                         inclusive[2] + calls * entry[3]]
+            entry[0] -= calls  # not "= 0": another thread may have counted a call meanwhile
+        node.flops_source = node.rule_state
+    elif node.rule_state == "free":
+        inclusive = below
+    else:
+        inclusive = [node.op_flops + below[0], node.op_gemm + below[1],
+                     node.op_gemm // 2 + below[2]]
+        if node.op_flops:
+            node.flops_source = "ops"
+    node.op_flops = node.op_gemm = 0
+    # A rule smaller than its children's rules (or a call that raised) must not go negative.
+    node.flops += max(0, inclusive[0] - below[0])
+    node.gemm_flops += max(0, inclusive[1] - below[1])
+    own_macs = max(0, inclusive[2] - below[2])
+    if own_macs or node.macs is not None or node.gemm_flops:
+        node.macs = (node.macs or 0) + own_macs
+    return inclusive[0], inclusive[1], inclusive[2]
+
+
+def _add_recorded(source: CallNode, target: CallNode) -> None:
+    """Add what ``source`` itself recorded (not its children) to ``target``."""
+    target.time.merge(source.time)
+    target.backward_time.merge(source.backward_time)
+    target.flops += source.flops
+    target.gemm_flops += source.gemm_flops
+    if source.macs is not None:
+        target.macs = (target.macs or 0) + source.macs
+    if target.flops_source == "none":
+        target.flops_source = source.flops_source
+    target.backward_flops += source.backward_flops
+    target.backward_gemm_flops += source.backward_gemm_flops
+    target.errors += source.errors
+    target.params = max(target.params, source.params)
+    for inputs, output in zip(source.input_shapes, source.output_shapes):
+        target.note_shapes(inputs, output)
+
+
+def merge_tree(source: CallNode, target: CallNode, mapping: Any = None) -> None:
+    """Add ``source``'s subtree to ``target``'s, matching children by name (both trees belong
+    to one profile, so names and module keys agree). Fold ``source`` first."""
+    if mapping is not None:
+        mapping[source] = target
+    _add_recorded(source, target)
+    for name, child in source.children.items():
+        merged = target.child(name, child.type_name, child.module_key, child.kind)
+        if merged.rule_state == "none":
+            merged.rule_state = child.rule_state
+        merge_tree(child, merged, mapping)
+
+
+def graft(source: CallNode, owners: Dict[str, Any], frame: "Frame") -> NodeMap:
+    """Add the top-level calls of the folded tree ``source`` to another profile, under its open
+    call ``frame``, and return which node of that profile each source node went to.
+
+    ``owners`` maps the source's module keys to the objects called, so the grafted nodes are
+    named as the other profile names them and later direct calls find the same nodes.
+    """
+    outer, parent = frame.collector, frame.node
+    mapping: NodeMap = {source: parent}
+    parent.flops += source.flops
+    parent.gemm_flops += source.gemm_flops
+    for child in source.children.values():
+        owner = owners.get(child.module_key)
+        if owner is None:
+            target = parent.child(child.name, child.type_name, child.module_key, child.kind)
+        else:
+            label = child.type_name if child.kind == "function" else None
+            target = parent.children_by_owner.get(id(owner)) or outer.new_child(
+                frame, owner, child.kind, label, None)
+        _graft_subtree(child, target, owners, mapping, outer)
+    return mapping
+
+
+def _graft_subtree(source: CallNode, target: CallNode, owners: Dict[str, Any], mapping: NodeMap,
+                   outer: Any) -> None:
+    mapping[source] = target
+    _add_recorded(source, target)
+    for name, child in source.children.items():
+        owner = owners.get(child.module_key)
+        key = outer.module_key(owner) if owner is not None else child.module_key
+        grafted = target.child(name, child.type_name, key, child.kind)
+        if owner is not None:
+            target.children_by_owner[id(owner)] = grafted
+            if grafted.frame is None:
+                outer.adopt(grafted, owner, child.kind, None)
+        _graft_subtree(child, grafted, owners, mapping, outer)

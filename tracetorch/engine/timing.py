@@ -1,0 +1,94 @@
+"""How a profile times calls: the host clock, a device clock read later, and the timeline.
+
+The hot path reads ``collector.clock`` twice per call and, in the common case (host clock, no
+timeline: ``plain_timing``), appends the duration itself. Everything else goes through
+:meth:`CallTiming.add_duration`: a device clock's readings are handles resolved at the next fold
+(one synchronisation, see :mod:`tracetorch.adapters.torch.cuda`), and a timeline keeps one
+capped event per call for the Chrome trace.
+
+Example:
+    >>> from tracetorch.tree import CallNode
+    >>> timing = CallTiming(clock=lambda: 0, timeline=True, max_events=1)
+    >>> node = CallNode.root().child("fc", "Linear", "m0")
+    >>> timing.add_duration(node, 10, 25); timing.add_duration(node, 30, 40)
+    >>> node.time.count, len(timing.events), timing.dropped_events
+    (2, 1, 1)
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, List, Optional, Tuple
+
+from tracetorch.tree import CallNode
+
+__all__ = ("CallTiming", "Clock")
+
+#: An integer-nanosecond clock (``time.perf_counter_ns`` unless a profile is given another).
+Clock = Callable[[], int]
+
+
+class CallTiming:
+    """The clocks, deferred device readings and timeline events of one profile."""
+
+    def __init__(self, clock: Optional[Clock] = None, timeline: bool = False,
+                 max_events: int = 100_000) -> None:
+        self.clock: Clock = clock if clock is not None else time.perf_counter_ns
+        #: The clock of steps, backward passes and the timeline (host time even when calls use a
+        #: device clock).
+        self.host_clock: Clock = self.clock
+        #: ``(node, start, end)`` readings of a device clock, turned into times by
+        #: :meth:`resolve_times` at each fold; ``None`` while calls are timed on the host.
+        self.deferred: Optional[List[Tuple[CallNode, int, int]]] = None
+        self.device_clock: Any = None
+        self.events: Optional[List[Tuple[CallNode, int, int, int]]] = [] if timeline else None
+        # Host clock and no timeline: the wrapper appends durations itself (the common case).
+        self.plain_timing = self.events is None
+        self.max_events = max_events
+        self.dropped_events = 0
+
+    def use_device_clock(self, device_clock: Any) -> None:
+        """Time calls with ``device_clock`` (see :mod:`tracetorch.adapters.torch.cuda`): its
+        readings are handles, ``device_clock.resolve(spans)`` later yields
+        ``(node, elapsed_ns, host_start_ns)`` for each ``(node, start, end)`` span."""
+        if self.device_clock is None:
+            self.device_clock = device_clock
+            self.clock = device_clock
+            self.deferred = []
+            self.plain_timing = False
+
+    def resolve_times(self) -> None:
+        """Fold the device-timed calls recorded since the last fold into their nodes."""
+        deferred = self.deferred
+        if not deferred:
+            return
+        self.deferred = []
+        for node, elapsed, host_start in self.device_clock.resolve(deferred):
+            node.time.add(elapsed)
+            if self.events is not None:
+                self.add_event(node, host_start, host_start + elapsed)
+
+    def add_event(self, node: CallNode, start: int, end: int) -> None:
+        """Keep one call for the Chrome trace, up to ``max_events``."""
+        events = self.events
+        assert events is not None
+        if len(events) < self.max_events:
+            events.append((node, start, end, threading.get_ident()))
+        else:
+            self.dropped_events += 1
+
+    def add_duration(self, node: CallNode, start: int, end: int) -> None:
+        """Time one call: a device clock's readings wait for the next fold, a timeline keeps
+        the event. (Without either, the wrapper inlines the plain case: ``plain_timing``.)"""
+        if self.deferred is not None:
+            self.deferred.append((node, start, end))
+            return
+        node.time.add(end - start)
+        if self.events is not None:
+            self.add_event(node, start, end)
+
+    def record_failure(self, node: CallNode, start: int, end: int) -> None:
+        """A call that raised: it counts with its time and the operations it completed (no rule
+        runs without an output)."""
+        node.errors += 1
+        self.add_duration(node, start, end)
