@@ -179,3 +179,37 @@ def test_async_generators_are_refused_with_a_clear_error():
 def test_decorating_a_non_callable_is_a_type_error():
     with pytest.raises(TypeError, match="decorates a callable"):
         tracetorch.profile()(42)
+
+
+DECORATED_SCRIPT = """\
+import numpy as np
+import tracetorch
+from tracetorch.core import Linear, Sequential, Tensor
+
+model = Sequential(Linear(4, 2))
+
+@tracetorch.profile(model)
+def train_step():
+    model(Tensor(np.ones((1, 4))))
+
+for _ in range(10):
+    train_step()
+print("inner calls", train_step.profile.find("layers.0").calls)
+"""
+
+
+@pytest.mark.slow
+def test_decorated_step_under_tracetorch_run_counts_each_call_once(tmp_path):
+    import json
+    import sys
+
+    from support.processes import run_captured
+
+    script = tmp_path / "train.py"
+    script.write_text(DECORATED_SCRIPT)
+    done = run_captured([sys.executable, "-m", "tracetorch", "run", "-o", "run.json",
+                         str(script)], tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "inner calls 10" in done.stdout
+    outer = tracetorch.load(str(tmp_path / "run.json"))
+    assert sum(n.calls for n in outer.nodes() if n.type_name == "Linear") == 10
