@@ -9,6 +9,7 @@ import numpy as np
 
 import tracetorch
 from tracetorch.core import Linear, ReLU, Sequential, Tensor
+from tracetorch.engine.hotpath import current_frame
 from tracetorch.engine.patches import BOARD
 
 
@@ -25,6 +26,7 @@ def test_a_profile_exited_in_another_thread_leaves_nothing_behind():
     assert vars(Linear)["forward"] is original
     assert not BOARD.active
     model(x)  # after the exit: must not land in the finished profile
+    assert current_frame() is None
     assert prof.find("layers.0").calls == 1
     with prof:  # entered again: the frame left behind in this thread records nothing
         model(x)

@@ -24,6 +24,7 @@ from tracetorch.engine.hotpath import Frame
 from tracetorch.engine.timing import CallTiming, Clock
 from tracetorch.flops.registry import NO_RULE, FlopCount, FlopRegistry, default_registry
 from tracetorch.introspect import named_submodules, signature
+from tracetorch.params import is_torch_module
 from tracetorch.tree import CallNode, NodeKind
 
 __all__ = ("Collector",)
@@ -135,13 +136,19 @@ class Collector(CallTiming):
                 suffix += 1
             name = f"{name}#{suffix}"
         node = parent_node.child(name, type_name, key, kind)
-        self.adopt(node, owner, kind, flops_fn)
+        self.adopt(node, owner, kind, flops_fn, frame.ops)
         parent_node.children_by_owner[id(owner)] = node
         return node
 
     def adopt(self, node: CallNode, owner: Any, kind: NodeKind,
-              flops_fn: Optional[Callable[..., int]]) -> None:
-        """Make ``node`` ready to record calls of ``owner``: its rule, parameters and frame."""
+              flops_fn: Optional[Callable[..., int]], parent_ops: bool) -> None:
+        """Make ``node`` ready to record calls of ``owner``: its rule, parameters and frame.
+
+        Only a torch module changes whether operations are counted inside it (off under a rule,
+        where they would be dropped): torch's function mode costs per operation, so it is
+        switched off there. Any other call keeps its caller's setting, so that switching costs
+        nothing where it gains nothing (a ``tracetorch.core`` layer runs no torch operations).
+        """
         if kind == "module":
             node.params = self._params_of(owner)
         if flops_fn is not None:
@@ -150,7 +157,9 @@ class Collector(CallTiming):
         elif kind in _RULED_KINDS:
             rule = self.registry.lookup(type(owner))
             node.rule_state = "none" if rule is NO_RULE else ("free" if rule is None else "rule")
-        counts_ops = self.count_ops and node.rule_state not in _RULED_STATES
+        counts_ops = parent_ops
+        if is_torch_module(owner):
+            counts_ops = self.count_ops and node.rule_state not in _RULED_STATES
         node.frame = Frame(self, node, owner, counts_ops)
 
     def module_key(self, owner: Any) -> str:

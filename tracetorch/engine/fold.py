@@ -128,5 +128,5 @@ def _graft_subtree(source: CallNode, target: CallNode, owners: Dict[str, Any], m
         if owner is not None:
             target.children_by_owner[id(owner)] = grafted
             if grafted.frame is None:
-                outer.adopt(grafted, owner, child.kind, None)
+                outer.adopt(grafted, owner, child.kind, None, target.frame.ops)
         _graft_subtree(child, grafted, owners, mapping, outer)

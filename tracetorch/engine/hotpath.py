@@ -87,8 +87,16 @@ def set_op_switch(switch: Optional[Callable[[bool], bool]]) -> Optional[Callable
 
 
 def current_frame() -> Optional[Frame]:
-    """The innermost open call of this context (``None`` outside every profile)."""
-    return _FRAME.get()
+    """The innermost open call of this context (``None`` outside every profile).
+
+    A frame left behind by a profile that was exited in another thread is dropped here: it
+    belongs to no running profile.
+    """
+    frame = _FRAME.get()
+    if frame is not None and not frame.collector.active:
+        _FRAME.set(None)
+        return None
+    return frame
 
 
 def open_root(frame: Frame) -> Tuple[Token, bool]:
