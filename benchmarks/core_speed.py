@@ -17,8 +17,9 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable
 
 
 def _pin_threads_from_argv(argv: Sequence[str]) -> None:
@@ -69,8 +70,8 @@ def timed_backward(make_out: Callable[[], Tensor], grad: np.ndarray,
     return run
 
 
-def medians(runners: Dict[str, Callable[[], float]], reps: int, threads: int,
-            warmup: int = 3) -> Dict[str, float]:
+def medians(runners: dict[str, Callable[[], float]], reps: int, threads: int,
+            warmup: int = 3) -> dict[str, float]:
     """Median seconds per runner.
 
     Runners are interleaved rep by rep, so a burst of load from other processes hits each
@@ -78,7 +79,7 @@ def medians(runners: Dict[str, Callable[[], float]], reps: int, threads: int,
     torch's OpenMP pool and numpy's OpenBLAS pool busy-wait after each call, and alternating
     them makes whichever runs next wait for the other's spinning threads.
     """
-    samples: Dict[str, List[float]] = {name: [] for name in runners}
+    samples: dict[str, list[float]] = {name: [] for name in runners}
     if threads == 1:
         groups = [list(runners)]
     else:
@@ -94,7 +95,7 @@ def medians(runners: Dict[str, Callable[[], float]], reps: int, threads: int,
     return {name: statistics.median(values) for name, values in samples.items() if values}
 
 
-def blas_threads() -> Tuple[int, str]:
+def blas_threads() -> tuple[int, str]:
     """numpy's BLAS thread count, and how it was found."""
     try:
         from threadpoolctl import threadpool_info
@@ -118,7 +119,7 @@ def _no_grad(fn: Callable[[], object]) -> Callable[[], object]:
     return run
 
 
-def bench_linear(reps: int, threads: int, torch) -> Dict[str, float]:
+def bench_linear(reps: int, threads: int, torch) -> dict[str, float]:
     rng = np.random.default_rng(0)
     fin = fout = 1024
     layer = Linear(fin, fout)
@@ -155,7 +156,7 @@ def _torch_no_grad(torch, fn: Callable[[], object]) -> Callable[[], object]:
     return run
 
 
-def bench_conv(reps: int, threads: int, torch) -> Dict[str, float]:
+def bench_conv(reps: int, threads: int, torch) -> dict[str, float]:
     rng = np.random.default_rng(1)
     cin, cout, size, k = 16, 32, 32, 3
     conv = Conv2d(cin, cout, k, padding=1)
@@ -174,13 +175,13 @@ def bench_conv(reps: int, threads: int, torch) -> Dict[str, float]:
         "core bwd": timed_backward(lambda: conv(xg), g, [xg] + conv.parameters()),
     }
     if torch is not None:
-        F = torch.nn.functional
+        conv2d = torch.nn.functional.conv2d
         tx = torch.from_numpy(x).requires_grad_()
         tw = torch.from_numpy(w.copy()).requires_grad_()
         tb = torch.zeros(cout, requires_grad=True)
         tg = torch.from_numpy(g)
-        out = F.conv2d(tx, tw, tb, padding=1)
-        runners["torch fwd"] = timed(_torch_no_grad(torch, lambda: F.conv2d(tx, tw, tb, padding=1)))
+        out = conv2d(tx, tw, tb, padding=1)
+        runners["torch fwd"] = timed(_torch_no_grad(torch, lambda: conv2d(tx, tw, tb, padding=1)))
         runners["torch bwd"] = timed(
             lambda: torch.autograd.grad(out, (tx, tw, tb), tg, retain_graph=True))
     res = medians(runners, reps, threads)
@@ -188,7 +189,7 @@ def bench_conv(reps: int, threads: int, torch) -> Dict[str, float]:
     return res
 
 
-def report(title: str, res: Dict[str, float]) -> List[str]:
+def report(title: str, res: dict[str, float]) -> list[str]:
     print(f"\n{title}  (forward {res['flops'] / 1e6:.1f} MFLOP, backward 2x that)")
     print(f"  {'':18s} {'median ms':>10s} {'GFLOP/s':>9s}")
     for key in ("numpy fwd", "core fwd", "core fwd no_grad", "torch fwd",
@@ -206,7 +207,7 @@ def report(title: str, res: Dict[str, float]) -> List[str]:
     return lines
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="tracetorch.core Linear/Conv2d GFLOP/s")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--no-torch", action="store_true", help="skip the torch comparison")
@@ -218,7 +219,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     torch = None
     if not args.no_torch:
         try:
-            import torch  # noqa: F811
+            import torch
             torch.set_num_threads(threads)
         except ImportError:
             torch = None
@@ -226,7 +227,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
           + (f"torch {torch.__version__} with {torch.get_num_threads()} threads"
              if torch is not None else "torch not available"))
     summary = report("Linear 1024->1024, batch 64", bench_linear(args.reps, threads, torch))
-    summary += report("Conv2d 16->32 3x3 pad 1 on 32x32, batch 64", bench_conv(args.reps, threads, torch))
+    summary += report("Conv2d 16->32 3x3 pad 1 on 32x32, batch 64",
+                      bench_conv(args.reps, threads, torch))
     print("\nSummary (goals: Linear fwd core/numpy >= 0.8; Conv2d fwd core/torch >= 0.3)")
     for line in summary:
         print("  " + line)

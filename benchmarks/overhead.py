@@ -25,7 +25,7 @@ import sys
 import time
 import tracemalloc
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable
 
 import numpy as np
 import wrapt
@@ -39,7 +39,7 @@ CALLS_PER_FORWARD = 2 * PAIRS + 1  # every Linear and ReLU, plus the Sequential 
 
 
 def build_model() -> Sequential:
-    layers: List[Module] = []
+    layers: list[Module] = []
     for _ in range(PAIRS):
         layers += [Linear(8, 8), ReLU()]
     return Sequential(*layers)
@@ -56,7 +56,7 @@ def time_forwards(model: Sequential, x: Tensor, forwards: int) -> float:
 class BareWrapper:
     """wrapt wrappers that only time each call: the cheapest possible instrumentation."""
 
-    def __init__(self, classes: List[type]) -> None:
+    def __init__(self, classes: list[type]) -> None:
         self.classes = classes
         self.total_ns = 0
 
@@ -67,7 +67,7 @@ class BareWrapper:
         finally:
             self.total_ns += time.perf_counter_ns() - start
 
-    def __enter__(self) -> "BareWrapper":
+    def __enter__(self) -> BareWrapper:
         self.originals = {cls: vars(cls)["forward"] for cls in self.classes}
         for cls, original in self.originals.items():
             cls.forward = wrapt.FunctionWrapper(original, self._timed)
@@ -78,10 +78,10 @@ class BareWrapper:
             cls.forward = original
 
 
-def measure_overhead(rounds: int, forwards: int) -> Dict[str, float]:
+def measure_overhead(rounds: int, forwards: int) -> dict[str, float]:
     model = build_model()
     x = Tensor(np.random.default_rng(0).standard_normal((1, 8)).astype(np.float32))
-    samples: Dict[str, List[float]] = {"plain": [], "bare wrapt": [], "tracetorch": []}
+    samples: dict[str, list[float]] = {"plain": [], "bare wrapt": [], "tracetorch": []}
     bare = BareWrapper([Linear, ReLU, Sequential])
     for _ in range(3):  # warm caches and the rule cache
         model(x)
@@ -121,17 +121,17 @@ def measure_memory(calls: int) -> float:
 def measure_real_model(rounds: int) -> None:
     """The demo CNN's training step (batch 32, 28x28), plain against profiled: overhead where
     layers do real work."""
-    from tracetorch.core import SGD, CrossEntropyLoss
     from tracetorch.cli.demo import build_cnn, make_dataset, train_step
+    from tracetorch.core import SGD, CrossEntropyLoss
 
     model, loss_fn = build_cnn(), CrossEntropyLoss()
     optimizer = SGD(model.parameters(), lr=0.01)
     images, labels = make_dataset(32)
     x = Tensor(images)
-    samples: Dict[str, List[float]] = {"plain": [], "tracetorch": []}
+    samples: dict[str, list[float]] = {"plain": [], "tracetorch": []}
     prof = tracetorch.profile(model)
 
-    def timed_steps(into: List[float], steps: int = 5) -> None:
+    def timed_steps(into: list[float], steps: int = 5) -> None:
         for _ in range(steps):
             start = time.perf_counter_ns()
             train_step(model, loss_fn, optimizer, x, labels)
@@ -143,8 +143,8 @@ def measure_real_model(rounds: int) -> None:
         with prof:
             timed_steps(samples["tracetorch"])
     plain, profiled = (statistics.median(samples[k]) for k in ("plain", "tracetorch"))
-    print(f"real model: demo CNN training step, median of {5 * rounds}: plain {plain / 1e6:.2f} ms, "
-          f"profiled {profiled / 1e6:.2f} ms ({profiled / plain:.3f}x)")
+    print(f"real model: demo CNN training step, median of {5 * rounds}: "
+          f"plain {plain / 1e6:.2f} ms, profiled {profiled / 1e6:.2f} ms ({profiled / plain:.3f}x)")
 
 
 def check_restored() -> bool:
@@ -159,7 +159,7 @@ def check_restored() -> bool:
     return same
 
 
-def main(argv: List[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--forwards", type=int, default=200)

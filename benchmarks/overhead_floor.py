@@ -10,8 +10,8 @@ piece of what a call-tree profiler must do per call:
 * ``+shape``      count the call under its input shape (so FLOP rules run once per shape);
 * ``tracetorch``  the real thing: the layers inside ``tracetorch.profile()``.
 
-This is the floor under ``tracetorch.profile``'s hot path (``tracetorch/engine/hotpath.py``): it shows
-how close a pure-Python design can get to the goal of 1.5x the bare wrapper's added cost.
+This is the floor under ``tracetorch.profile``'s hot path (``tracetorch/engine/hotpath.py``): it
+shows how close a pure-Python design can get to the goal of 1.5x the bare wrapper's added cost.
 
 Run: ``python benchmarks/overhead_floor.py [--rounds 11]``
 """
@@ -23,7 +23,7 @@ import statistics
 import sys
 import time
 from contextvars import ContextVar
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable
 
 import wrapt
 
@@ -49,7 +49,7 @@ class Input:
 class Holder:
     """A duck-typed model holding the layers, so ``profile(model)`` wraps ``Layer.forward``."""
 
-    def __init__(self, layers: List[Layer]) -> None:
+    def __init__(self, layers: list[Layer]) -> None:
         self.layers = layers
 
     def forward(self, x: Any) -> Any:
@@ -58,9 +58,9 @@ class Holder:
 
 class Node:
     def __init__(self) -> None:
-        self.children: Dict[int, "Node"] = {}
-        self.durations: List[int] = []
-        self.per_shape: Dict[Any, List[int]] = {}
+        self.children: dict[int, Node] = {}
+        self.durations: list[int] = []
+        self.per_shape: dict[Any, list[int]] = {}
 
 
 def bare(wrapped: Callable, instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -107,7 +107,7 @@ def make_variant(node_step: bool, shape_step: bool) -> Callable:
     return wrapper
 
 
-VARIANTS: Dict[str, Optional[Callable]] = {
+VARIANTS: dict[str, Callable | None] = {
     "plain": None,
     "bare": bare,
     "+contextvar": make_variant(False, False),
@@ -116,10 +116,10 @@ VARIANTS: Dict[str, Optional[Callable]] = {
 }
 
 
-def run(rounds: int) -> Dict[str, float]:
+def run(rounds: int) -> dict[str, float]:
     layers, x = [Layer() for _ in range(CALLS)], Input()
     original = vars(Layer)["forward"]
-    samples: Dict[str, List[float]] = {name: [] for name in VARIANTS}
+    samples: dict[str, list[float]] = {name: [] for name in VARIANTS}
     _open.set(Node())
     gc.disable()
     def timed() -> float:
@@ -145,7 +145,7 @@ def run(rounds: int) -> Dict[str, float]:
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=11)
     args = parser.parse_args(argv)

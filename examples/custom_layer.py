@@ -14,7 +14,7 @@ Four ways a layer of your own shows up with the right FLOPs:
 """
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Any
 
 import numpy as np
 
@@ -49,7 +49,7 @@ class BilinearMix(Module):
 
 
 @tt.flop_rule(BilinearMix)
-def bilinear_flops(layer: BilinearMix, inputs: Tuple[Any, ...], output: Any) -> tt.FlopCount:
+def bilinear_flops(layer: BilinearMix, inputs: tuple[Any, ...], output: Any) -> tt.FlopCount:
     """Per row and output: ``x W_k`` (features² MACs), then a dot with x (features MACs)."""
     rows, features = inputs[0].shape
     macs = rows * layer.weight.shape[0] * (features * features + features)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -22,7 +22,7 @@ import tracetorch as tt
 from tracetorch.core import Linear, ReLU, Sequential, Tensor
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=64, help="rows per forward call")
     parser.add_argument("--out", help="where to save the profile (default: a temporary file)")

@@ -17,13 +17,22 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import List, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 import numpy as np
 
 from tracetorch.core import (
-    Adam, Conv2d, CrossEntropyLoss, Flatten, Linear, MaxPool2d, ReLU, Sequential, Tensor,
-    manual_seed, no_grad,
+    Adam,
+    Conv2d,
+    CrossEntropyLoss,
+    Flatten,
+    Linear,
+    MaxPool2d,
+    ReLU,
+    Sequential,
+    Tensor,
+    manual_seed,
+    no_grad,
 )
 
 __all__ = ["build_model", "make_dataset", "main"]
@@ -32,7 +41,7 @@ IMAGE_SIZE = 16
 NUM_CLASSES = 4
 
 
-def make_dataset(n: int, seed: int = 0) -> Tuple[np.ndarray, np.ndarray]:
+def make_dataset(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """``n`` images (n, 1, 16, 16) float32 and their quadrant labels (n,) int64."""
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, NUM_CLASSES, size=n)
@@ -62,7 +71,7 @@ def build_model() -> Sequential:
     )
 
 
-def main(argv: Optional[Sequence[str]] = None) -> List[float]:
+def main(argv: Sequence[str] | None = None) -> list[float]:
     """Train and print the mean loss and accuracy per epoch; returns the per-epoch losses."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=5)
@@ -79,7 +88,7 @@ def main(argv: Optional[Sequence[str]] = None) -> List[float]:
     optimizer = Adam(model.parameters(), lr=args.lr)
     order_rng = np.random.default_rng(args.seed + 1)
 
-    losses: List[float] = []
+    losses: list[float] = []
     start = time.perf_counter()
     for epoch in range(1, args.epochs + 1):
         model.train()

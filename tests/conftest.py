@@ -2,12 +2,19 @@
 
 torch is imported only inside the ``torch`` fixture, never while collecting: some tests
 check that ``import tracetorch`` leaves torch unimported.
+
+A test that starts a process (``subprocess``: a script, the CLI, a fresh interpreter) must be
+marked ``@pytest.mark.slow``, so that ``pytest -m "not slow"`` is a fast inner loop; an unmarked
+one fails when it tries.
 """
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
+import subprocess
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -37,3 +44,30 @@ def torch_installed() -> None:
         if _in_ci():
             pytest.fail("torch must be installed in CI")
         pytest.skip("torch is not installed")
+
+
+def _importing() -> bool:
+    """Whether a module is being imported: some probe the machine at import (numpy.testing runs
+    ``lscpu``), once per process, which is no process the test itself starts."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib."):
+            return True
+        frame = frame.f_back
+    return False
+
+
+@pytest.fixture(autouse=True)
+def _processes_only_in_slow_tests(request: pytest.FixtureRequest,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail a test not marked ``slow`` that starts a process through ``subprocess``."""
+    if request.node.get_closest_marker("slow") is None:
+        test, popen = request.node.nodeid, subprocess.Popen
+
+        class Refused(subprocess.Popen):
+            def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+                if _importing():
+                    return popen(*args, **kwargs)
+                pytest.fail(f"{test} starts a process: mark it @pytest.mark.slow", pytrace=False)
+
+        monkeypatch.setattr(subprocess, "Popen", Refused)

@@ -7,8 +7,9 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, List, Sequence
+from typing import Any
 
 import pytest
 
@@ -52,8 +53,9 @@ def _one_line_error(result: subprocess.CompletedProcess) -> str:
 
 
 # ------------------------------------------------------------------------------------ run
+@pytest.mark.slow
 @pytest.mark.parametrize("prefix", [["run"], []])
-def test_run_profiles_an_unmodified_script(tmp_path: Path, prefix: List[str]) -> None:
+def test_run_profiles_an_unmodified_script(tmp_path: Path, prefix: list[str]) -> None:
     _script(tmp_path)
     result = _tracetorch(*prefix, "train.py", "--lr", "0.1", "-o", "x", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -65,12 +67,14 @@ def test_run_profiles_an_unmodified_script(tmp_path: Path, prefix: List[str]) ->
     assert not (tmp_path / "x").exists()  # the script's -o is the script's
 
 
+@pytest.mark.slow
 def test_run_passes_a_double_dash_through(tmp_path: Path) -> None:
     _script(tmp_path)
     result = _tracetorch("train.py", "--", "-v", cwd=tmp_path)
     assert result.stdout.splitlines()[0] == "args ['--', '-v']"
 
 
+@pytest.mark.slow
 def test_run_sets_sys_path_to_the_script_folder(tmp_path: Path) -> None:
     (tmp_path / "scripts").mkdir()
     (tmp_path / "scripts" / "helper.py").write_text("VALUE = 42\n")
@@ -80,6 +84,7 @@ def test_run_sets_sys_path_to_the_script_folder(tmp_path: Path) -> None:
     assert "No calls were recorded." in result.stderr
 
 
+@pytest.mark.slow
 def test_run_options_save_json_and_chrome_trace(tmp_path: Path) -> None:
     _script(tmp_path)
     result = _tracetorch("run", "-o", "run.json", "--chrome", "trace.json", "--depth", "1",
@@ -105,6 +110,7 @@ def test_run_options_save_json_and_chrome_trace(tmp_path: Path) -> None:
     assert "2 more rows not shown" in top.stdout
 
 
+@pytest.mark.slow
 def test_failing_script_is_reported_with_status_1(tmp_path: Path) -> None:
     _script(tmp_path, ending="raise RuntimeError('boom')")
     result = _tracetorch("-o", "run.json", "train.py", cwd=tmp_path)
@@ -118,6 +124,7 @@ def test_failing_script_is_reported_with_status_1(tmp_path: Path) -> None:
     assert (tmp_path / "run.json").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ending, status, message", [
     ("sys.exit(3)", 3, None),
     ("sys.exit()", 0, None),
@@ -135,11 +142,13 @@ def test_exit_status_is_the_scripts(tmp_path: Path, ending: str, status: int,
         assert message in result.stderr
 
 
+@pytest.mark.slow
 def test_missing_script_is_a_usage_error(tmp_path: Path) -> None:
     line = _one_line_error(_tracetorch("missing.py", cwd=tmp_path))
     assert "missing.py" in line and "no such file" in line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [
     ["run", "--depth", "0", "x.py"],
     ["run", "--sort", "biggest", "x.py"],
@@ -149,7 +158,7 @@ def test_missing_script_is_a_usage_error(tmp_path: Path) -> None:
     [],
     ["-o", "/no/such/folder/run.json", "x.py"],
 ])
-def test_bad_arguments_are_usage_errors(tmp_path: Path, args: List[str]) -> None:
+def test_bad_arguments_are_usage_errors(tmp_path: Path, args: list[str]) -> None:
     (tmp_path / "x.py").write_text("print('must not run')\n")
     result = _tracetorch(*args, cwd=tmp_path)
     _one_line_error(result)
@@ -157,6 +166,7 @@ def test_bad_arguments_are_usage_errors(tmp_path: Path, args: List[str]) -> None
 
 
 # ------------------------------------------------------------------------------------ report
+@pytest.mark.slow
 @pytest.mark.parametrize("content, expected", [
     ("{not json", "not valid JSON"),
     ('{"format": "something-else"}', "not a tracetorch profile"),
@@ -174,12 +184,14 @@ def test_corrupt_or_foreign_json_is_a_usage_error(tmp_path: Path, content: Any,
     assert expected in line and "bad.json" in line
 
 
+@pytest.mark.slow
 def test_report_of_a_missing_file_or_a_folder(tmp_path: Path) -> None:
     assert "no such file" in _one_line_error(_tracetorch("report", "nope.json", cwd=tmp_path))
     assert "nope.json" in _one_line_error(_tracetorch("report", "nope.json", cwd=tmp_path))
     _one_line_error(_tracetorch("report", ".", cwd=tmp_path))
 
 
+@pytest.mark.slow
 def test_flat_report_refuses_tree_options(tmp_path: Path, capsys: Any) -> None:
     _script(tmp_path)
     assert _tracetorch("-o", "run.json", "train.py", cwd=tmp_path).returncode == 0
@@ -189,6 +201,7 @@ def test_flat_report_refuses_tree_options(tmp_path: Path, capsys: Any) -> None:
 
 
 # ------------------------------------------------------------------------------------ demo
+@pytest.mark.slow
 def test_demo_shows_forward_backward_optimizer_and_steps(tmp_path: Path) -> None:
     result = _tracetorch("demo", "--steps", "4", "-o", "demo.json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -208,6 +221,7 @@ def test_demo_shows_forward_backward_optimizer_and_steps(tmp_path: Path) -> None
 
 
 # ------------------------------------------------------------------------------------ misc
+@pytest.mark.slow
 def test_console_script(tmp_path: Path) -> None:
     exe = shutil.which("tracetorch")
     if exe is None:
@@ -230,6 +244,7 @@ def test_run_restores_sys_argv_and_path_in_process(tmp_path: Path, capsys: Any) 
     assert "exited with status 5" in captured.err
 
 
+@pytest.mark.slow
 def test_run_profiles_a_script_that_imports_torch(tmp_path: Path,
                                                   torch_installed: None) -> None:
     (tmp_path / "torch_script.py").write_text(textwrap.dedent("""\

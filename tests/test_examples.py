@@ -3,10 +3,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
+
+import pytest
 
 from support.processes import run_captured
+
+pytestmark = pytest.mark.slow  # every test runs an example in a fresh interpreter
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import pathlib
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 import pytest
 
@@ -24,7 +24,7 @@ def build(dropped: int = 0) -> ProfileResult:
     root, model, encoder, fc, relu, head = encoder_tree()
     spans = [(fc, 100, 500), (relu, 500, 700), (encoder, 100, 700), (head, 700, 1000),
              (model, 0, 1000)]
-    timeline: List[TimelineEvent] = []
+    timeline: list[TimelineEvent] = []
     for base, tid in ((10_000, MAIN), (12_000, MAIN), (10_500, WORKER)):
         for node, start, end in spans:
             node.time.add(end - start)
@@ -35,7 +35,7 @@ def build(dropped: int = 0) -> ProfileResult:
     return ProfileResult(root, timeline=timeline, dropped_events=dropped)
 
 
-def complete(trace: Dict[str, Any]) -> List[Dict[str, Any]]:
+def complete(trace: dict[str, Any]) -> list[dict[str, Any]]:
     return [e for e in trace["traceEvents"] if e["ph"] == "X"]
 
 
@@ -81,11 +81,11 @@ def test_sorted_by_start_then_longest_first() -> None:
     assert keys == sorted(keys)
 
 
-def _check_nesting(events: List[Dict[str, Any]]) -> int:
+def _check_nesting(events: list[dict[str, Any]]) -> int:
     """Replay each thread's events as a viewer does; every one must sit inside its parent."""
     checked = 0
     for tid in {e["tid"] for e in events}:
-        stack: List[Tuple[float, float, str]] = []
+        stack: list[tuple[float, float, str]] = []
         for e in (e for e in events if e["tid"] == tid):
             start, end = round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)
             while stack and stack[-1][1] <= start and not (stack[-1][0] == start == end):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import pathlib
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -12,7 +12,12 @@ from hypothesis import strategies as st
 
 from tracetorch.report.chrome import chrome_trace_events
 from tracetorch.report.jsonio import (
-    FORMAT_NAME, FORMAT_VERSION, load_result, result_from_dict, result_to_dict, save_result,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    load_result,
+    result_from_dict,
+    result_to_dict,
+    save_result,
 )
 from tracetorch.report.table import render_flat, render_table
 from tracetorch.result import ProfileResult
@@ -64,7 +69,7 @@ def build() -> ProfileResult:
                                "pid": np.int32(4242), "shape": (1, 2), "obj": object})
 
 
-def node_facts(node: CallNode) -> Dict[str, Any]:
+def node_facts(node: CallNode) -> dict[str, Any]:
     return {
         "path": node.path, "name": node.name, "type": node.type_name, "kind": node.kind,
         "module_key": node.module_key, "time": node.time.to_dict(), "flops": int(node.flops),
@@ -144,17 +149,17 @@ def test_missing_file_raises_file_not_found(tmp_path: pathlib.Path) -> None:
 
 
 # ------------------------------------------------------------------------ damaged files
-def _valid() -> Dict[str, Any]:
+def _valid() -> dict[str, Any]:
     return json.loads(json.dumps(result_to_dict(build())))
 
 
-def _first_child(data: Dict[str, Any]) -> Dict[str, Any]:
+def _first_child(data: dict[str, Any]) -> dict[str, Any]:
     return data["root"]["children"][0]["children"][0]  # type: ignore[no-any-return]
 
 
-Edit = Callable[[Dict[str, Any]], Any]
+Edit = Callable[[dict[str, Any]], Any]
 
-DAMAGE: List[Any] = [
+DAMAGE: list[Any] = [
     ("foreign format", lambda d: d.update(format="something-else"), "not a tracetorch profile"),
     ("no format", lambda d: d.pop("format"), "no 'format' key"),
     ("newer version", lambda d: d.update(version=FORMAT_VERSION + 1), "newer tracetorch"),

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional
 
 import pytest
 
@@ -13,7 +12,7 @@ from tracetorch.stats import TimeStats
 from tracetorch.tree import CallNode
 
 
-def build(steps: Optional[List[int]] = None, **extra: object) -> ProfileResult:
+def build(steps: list[int] | None = None, **extra: object) -> ProfileResult:
     """One forward pass of a 1 ms model:
 
     Sequential ""      1.0 ms  (self 0.1 ms)
@@ -37,26 +36,26 @@ def build(steps: Optional[List[int]] = None, **extra: object) -> ProfileResult:
     return ProfileResult(root, step_times=step_times, **extra)  # type: ignore[arg-type]
 
 
-def rows(text: str) -> List[str]:
+def rows(text: str) -> list[str]:
     """The table's body: lines between the dashed rule and the first blank line."""
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line and set(line) <= {"-", " "}) + 1
     return lines[start:lines.index("", start)]
 
 
-def cells(text: str) -> List[Dict[str, str]]:
+def cells(text: str) -> list[dict[str, str]]:
     """Each row as {header: cell}; columns are at least two spaces apart, cells never are."""
     header = re.split(r"\s{2,}", text.splitlines()[0].strip())
     return [dict(zip(header, re.split(r"\s{2,}", line.strip()))) for line in rows(text)]
 
 
-def labels(text: str) -> List[str]:
+def labels(text: str) -> list[str]:
     """Each row's name cell with its indentation."""
     return [line[: len(line) - len(line.lstrip())] + cell["Name"]
             for line, cell in zip(rows(text), cells(text))]
 
 
-def row_of(text: str, name: str) -> Dict[str, str]:
+def row_of(text: str, name: str) -> dict[str, str]:
     matches = [c for c in cells(text) if next(iter(c.values())) == name]  # the first column
     assert len(matches) == 1, (name, text)
     return matches[0]
@@ -105,7 +104,7 @@ def test_rows_are_inclusive_and_percentages_of_the_whole() -> None:
     ("call_order", ["Sequential", "encoder", "0", "1", "head"]),
     ("name", ["Sequential", "encoder", "0", "1", "head"]),
 ])
-def test_sort_by_orders_siblings_only(sort_by: str, expected: List[str]) -> None:
+def test_sort_by_orders_siblings_only(sort_by: str, expected: list[str]) -> None:
     names = [label.split()[0] for label in labels(render_table(build(), sort_by=sort_by))]
     assert names == expected
 

@@ -10,8 +10,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tracetorch.report.units import (
-    COUNT_PREFIXES, TIME_UNITS, format_count, format_flops, format_macs, format_percent,
-    format_rate, format_shape, format_time_ns,
+    COUNT_PREFIXES,
+    TIME_UNITS,
+    format_count,
+    format_flops,
+    format_macs,
+    format_percent,
+    format_rate,
+    format_shape,
+    format_time_ns,
 )
 
 

@@ -13,7 +13,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from tracetorch.stats import TimeStats
 from tracetorch.tree import CallNode
@@ -24,7 +24,7 @@ __all__ = ("ProfileResult", "AggregateRow", "TimelineEvent", "EXACT_STEPS")
 EXACT_STEPS = 10_000
 
 #: One recorded call for the Chrome trace: (node, start ns, end ns, thread id).
-TimelineEvent = Tuple[CallNode, int, int, int]
+TimelineEvent = tuple[CallNode, int, int, int]
 
 
 @dataclass
@@ -36,11 +36,11 @@ class AggregateRow:
 
     key: str
     type_name: str
-    paths: List[str] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
     calls: int = 0
     flops: int = 0
     gemm_flops: int = 0
-    macs: Optional[int] = None
+    macs: int | None = None
     self_ns: int = 0
     params: int = 0
     backward_flops: int = 0
@@ -65,19 +65,19 @@ class ProfileResult:
         meta: free-form facts about the run (tracetorch version, clock, date).
     """
 
-    def __init__(self, root: CallNode, unsupported: Optional[Dict[str, int]] = None,
-                 timeline: Optional[List[TimelineEvent]] = None, dropped_events: int = 0,
-                 step_times: Optional[TimeStats] = None,
-                 meta: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(self, root: CallNode, unsupported: dict[str, int] | None = None,
+                 timeline: list[TimelineEvent] | None = None, dropped_events: int = 0,
+                 step_times: TimeStats | None = None,
+                 meta: dict[str, Any] | None = None) -> None:
         self.root = root
-        self.unsupported: Dict[str, int] = dict(unsupported or {})
+        self.unsupported: dict[str, int] = dict(unsupported or {})
         self.timeline = timeline
         self.dropped_events = dropped_events
         self.step_times = step_times if step_times is not None else TimeStats(EXACT_STEPS)
-        self.meta: Dict[str, Any] = dict(meta or {})
+        self.meta: dict[str, Any] = dict(meta or {})
 
     # ---------------------------------------------------------------- totals
-    def nodes(self) -> List[CallNode]:
+    def nodes(self) -> list[CallNode]:
         """Every node but the root, depth first in call order."""
         return [n for n in self.root.walk() if n is not self.root]
 
@@ -85,7 +85,7 @@ class ProfileResult:
         """The node at a dotted call path, e.g. ``prof.find("layers.0")``."""
         return self.root.find(path)
 
-    def _forward_nodes(self) -> List[CallNode]:
+    def _forward_nodes(self) -> list[CallNode]:
         # A backward node's FLOPs summarise its passes, whose work the layers already hold.
         return [n for n in self.root.walk() if n.kind != "backward"]
 
@@ -134,7 +134,7 @@ class ProfileResult:
         """Time spent in top-level calls, in seconds."""
         return self.total_time_ns / 1e9
 
-    def time_by_kind(self) -> Dict[str, int]:
+    def time_by_kind(self) -> dict[str, int]:
         """Top-level time split into ``forward`` (layers and instrumented functions),
         ``backward`` and ``optimizer``, in nanoseconds: the shares of a training step."""
         shares = {"forward": 0, "backward": 0, "optimizer": 0}
@@ -144,8 +144,8 @@ class ProfileResult:
         return shares
 
     # ---------------------------------------------------------------- reports
-    def table(self, sort_by: str = "total", depth: Optional[int] = None,
-              row_limit: Optional[int] = None, min_percent: float = 0.0) -> str:
+    def table(self, sort_by: str = "total", depth: int | None = None,
+              row_limit: int | None = None, min_percent: float = 0.0) -> str:
         """The call tree as text: calls, FLOPs, MACs, self/total time, % of time, GFLOP/s.
 
         ``sort_by`` is one of ``total``, ``self``, ``flops``, ``calls``, ``name``,
@@ -159,7 +159,7 @@ class ProfileResult:
     def __str__(self) -> str:
         return self.table()
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """A versioned, JSON-ready form that :func:`tracetorch.load` reads back."""
         from tracetorch.report.jsonio import result_to_dict
 
@@ -178,11 +178,11 @@ class ProfileResult:
         export_chrome_trace(self, path)
 
     # ---------------------------------------------------------------- views
-    def by_type(self) -> Dict[str, AggregateRow]:
+    def by_type(self) -> dict[str, AggregateRow]:
         """One row per layer type, every call site and instance folded in."""
         return self._aggregate(lambda n: n.type_name)
 
-    def by_module(self) -> Dict[str, AggregateRow]:
+    def by_module(self) -> dict[str, AggregateRow]:
         """One row per module instance; a module called from three parents is one row.
 
         Rows are keyed by the module's first call path.
@@ -190,8 +190,8 @@ class ProfileResult:
         rows = self._aggregate(lambda n: n.module_key)
         return {row.paths[0]: row for row in rows.values()}
 
-    def _aggregate(self, key_of: Any) -> Dict[str, AggregateRow]:
-        rows: Dict[str, AggregateRow] = {}
+    def _aggregate(self, key_of: Any) -> dict[str, AggregateRow]:
+        rows: dict[str, AggregateRow] = {}
         for node in self.nodes():
             key = key_of(node)
             row = rows.get(key)

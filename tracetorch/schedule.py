@@ -21,7 +21,7 @@ Phase = str
 
 
 @dataclass(frozen=True)
-class schedule:  # noqa: N801 - spelled like torch.profiler.schedule
+class schedule:  # spelled like torch.profiler.schedule
     """Maps a step index (0 = the first step) to its :data:`Phase`."""
 
     wait: int = 0

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 __all__ = ("run_captured",)
 

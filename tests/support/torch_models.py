@@ -5,15 +5,15 @@ fixture, and other tests check that torch stays unimported in the test process.
 """
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from types import ModuleType
-from typing import Any, Tuple
+from typing import Any
 
 __all__ = ("shared_classes", "shared_model")
 
 
-@lru_cache(maxsize=None)
-def shared_classes(torch: ModuleType) -> Tuple[type, type]:
+@cache
+def shared_classes(torch: ModuleType) -> tuple[type, type]:
     """peers.md's ``(Block, Shared)`` classes, defined once per ``torch`` module.
 
     ``Shared`` holds one bias-free ``Linear(100, 100)`` through three ``Block`` parents ``a``,

@@ -18,19 +18,29 @@ Example:
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from tracetorch.core import (
-    SGD, Conv2d, CrossEntropyLoss, Flatten, Linear, MaxPool2d, Module, Optimizer, ReLU,
-    Sequential, Tensor, manual_seed,
-)
 from tracetorch.cli.progress import ProgressLine
+from tracetorch.core import (
+    SGD,
+    Conv2d,
+    CrossEntropyLoss,
+    Flatten,
+    Linear,
+    MaxPool2d,
+    Module,
+    Optimizer,
+    ReLU,
+    Sequential,
+    Tensor,
+    manual_seed,
+)
+from tracetorch.profiler import profile
 from tracetorch.report.units import format_time_ns
 from tracetorch.schedule import schedule
-from tracetorch.profiler import profile
 
 __all__ = (
     "DemoRun",
@@ -42,7 +52,7 @@ __all__ = (
 )
 
 def make_dataset(samples: int, num_classes: int = 10, image_size: int = 28,
-                 seed: int = 0) -> Tuple[np.ndarray, np.ndarray]:
+                 seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Synthetic one-channel images: each class is a fixed random pattern plus noise.
 
     The patterns make the task learnable, so the demo's loss visibly falls; the values are
@@ -89,7 +99,7 @@ def build_cnn(num_classes: int = 10, image_size: int = 28, seed: int = 0) -> Seq
 
 
 def batches(images: np.ndarray, labels: np.ndarray,
-            batch_size: int) -> Iterator[Tuple[Tensor, np.ndarray]]:
+            batch_size: int) -> Iterator[tuple[Tensor, np.ndarray]]:
     """Endless ``(Tensor, labels)`` batches, cycling through the data in order.
 
     Example:
@@ -128,7 +138,7 @@ class DemoRun:
     """What :func:`run_demo` returns: the profile, the loss after each step and the settings."""
 
     profile: profile
-    losses: List[float]
+    losses: list[float]
     steps: int
     warmup: int
     batch_size: int
@@ -144,7 +154,7 @@ class DemoRun:
 
 
 def run_demo(steps: int = 20, batch_size: int = 32, image_size: int = 28, lr: float = 0.02,
-             seed: int = 0, warmup: int = 1, progress: Optional[ProgressLine] = None,
+             seed: int = 0, warmup: int = 1, progress: ProgressLine | None = None,
              timeline: bool = False) -> DemoRun:
     """Train :func:`build_cnn` with SGD for ``steps`` steps under the profiler.
 
@@ -167,7 +177,7 @@ def run_demo(steps: int = 20, batch_size: int = 32, image_size: int = 28, lr: fl
     loss_fn = CrossEntropyLoss()
     optimizer = SGD(model.parameters(), lr=lr, momentum=0.9)
     data = batches(images, labels, batch_size)
-    losses: List[float] = []
+    losses: list[float] = []
     prof = profile(model, timeline=timeline,
                    schedule=schedule(warmup=warmup, active=steps - warmup, repeat=1))
     started = time.perf_counter_ns()

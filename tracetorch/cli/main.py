@@ -23,16 +23,17 @@ import os
 import runpy
 import sys
 import traceback
-from typing import Callable, List, NoReturn, Optional, Sequence
+from collections.abc import Sequence
+from typing import Callable, NoReturn
 
 import tracetorch
 from tracetorch.cli.demo import run_demo
 from tracetorch.cli.progress import ProgressLine
+from tracetorch.profiler import profile
 from tracetorch.report.chrome import export_chrome_trace
 from tracetorch.report.jsonio import load_result, save_result
 from tracetorch.report.table import FLAT_VIEWS, SORT_KEYS, render_flat, render_table
 from tracetorch.result import ProfileResult
-from tracetorch.profiler import profile
 
 __all__ = ("main", "run_script", "CliError", "COMMANDS")
 
@@ -124,7 +125,7 @@ def _parser() -> _Parser:
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``tracetorch`` command with ``argv`` (default: ``sys.argv[1:]``); return its status.
 
     Example:
@@ -144,7 +145,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_USAGE
 
 
-def _script_args(argv: List[str], script: str, parsed: List[str]) -> List[str]:
+def _script_args(argv: list[str], script: str, parsed: list[str]) -> list[str]:
     # argparse drops a "--" right after the script name; the script must see it, as under python.
     tail = len(argv) - len(parsed)
     if tail >= 2 and argv[tail - 1] == "--" and argv[tail - 2] == script:

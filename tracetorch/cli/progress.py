@@ -14,7 +14,7 @@ Example:
 from __future__ import annotations
 
 import sys
-from typing import Optional, TextIO
+from typing import TextIO
 
 __all__ = ("ProgressLine",)
 
@@ -35,7 +35,7 @@ class ProgressLine:
         True
     """
 
-    def __init__(self, stream: Optional[TextIO] = None, enabled: Optional[bool] = None) -> None:
+    def __init__(self, stream: TextIO | None = None, enabled: bool | None = None) -> None:
         self.stream = stream if stream is not None else sys.stderr
         if enabled is None:
             isatty = getattr(self.stream, "isatty", None)

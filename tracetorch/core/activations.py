@@ -9,7 +9,7 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from . import ops_nn
 from .layers import Module, as_tensor
@@ -83,7 +83,7 @@ class Softmax(Module):
         super().__init__()
         self.dim = dim
 
-    def forward(self, x: Any, dim: Optional[int] = None) -> Tensor:
+    def forward(self, x: Any, dim: int | None = None) -> Tensor:
         return ops_nn.softmax(as_tensor(x), self.dim if dim is None else dim)
 
     def extra_repr(self) -> str:

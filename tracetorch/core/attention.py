@@ -18,7 +18,7 @@ Example::
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -69,7 +69,7 @@ class MultiHeadAttention(Module):
         self.v_proj = Linear(self.embed_dim, self.embed_dim)
         self.out_proj = Linear(self.embed_dim, self.embed_dim)
 
-    def _blocked(self, mask: Any, causal: bool, seq: int) -> Optional[np.ndarray]:
+    def _blocked(self, mask: Any, causal: bool, seq: int) -> np.ndarray | None:
         """Boolean array, True where a score must be blocked (or None)."""
         blocked = None
         if mask is not None:
@@ -82,7 +82,7 @@ class MultiHeadAttention(Module):
             blocked = future if blocked is None else (blocked | future)
         return blocked
 
-    def forward(self, x: Any, mask: Any = None, causal: Optional[bool] = None) -> Tensor:
+    def forward(self, x: Any, mask: Any = None, causal: bool | None = None) -> Tensor:
         x = as_tensor(x)
         single = x.ndim == 2
         if single:
@@ -155,7 +155,7 @@ class TransformerBlock(Module):
         self,
         embed_dim: int,
         num_heads: int,
-        mlp_hidden_dim: Optional[int] = None,
+        mlp_hidden_dim: int | None = None,
         causal: bool = False,
     ) -> None:
         super().__init__()

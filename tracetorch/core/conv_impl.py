@@ -31,8 +31,6 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
-
 import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
@@ -56,7 +54,7 @@ def _zero_border(a: np.ndarray, ph: int, pw: int) -> None:
         a[..., ph : a.shape[-2] - ph, a.shape[-1] - pw :] = 0.0
 
 
-def _stream(x: np.ndarray, pad: Tuple[int, int], dtype: np.dtype, tail: int) -> np.ndarray:
+def _stream(x: np.ndarray, pad: tuple[int, int], dtype: np.dtype, tail: int) -> np.ndarray:
     """Zero-padded NCHW ``x`` as a (C, N*Hp*Wp + tail) stream (channel-major).
 
     Only the padding and the tail are zeroed (``np.zeros`` would zero-fill it all, a pass
@@ -94,8 +92,8 @@ def _shifted_rows(stream: np.ndarray, kw: int, ones_row: bool) -> np.ndarray:
 
 
 def stream_forward(
-    x: np.ndarray, w: np.ndarray, pad: Tuple[int, int], bias: Optional[np.ndarray] = None
-) -> Tuple[np.ndarray, np.ndarray]:
+    x: np.ndarray, w: np.ndarray, pad: tuple[int, int], bias: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Stride-1 convolution of NCHW ``x`` with ``w`` (O, C, kh, kw), plus ``bias`` (O,).
 
     Returns (output (N, O, OH, OW), the padded stream that :func:`stream_weight_grad`
@@ -148,7 +146,7 @@ def stream_forward(
 
 
 def stream_weight_grad(
-    g: np.ndarray, stream: np.ndarray, w_shape: tuple, padded_hw: Tuple[int, int]
+    g: np.ndarray, stream: np.ndarray, w_shape: tuple, padded_hw: tuple[int, int]
 ) -> np.ndarray:
     """Weight gradient of :func:`stream_forward` from the output gradient ``g`` and the
     padded stream it saved: rebuild R, then one GEMM per kernel row."""
@@ -174,7 +172,7 @@ def stream_weight_grad(
     return grad
 
 
-def stream_input_grad(g: np.ndarray, w: np.ndarray, pad: Tuple[int, int]) -> np.ndarray:
+def stream_input_grad(g: np.ndarray, w: np.ndarray, pad: tuple[int, int]) -> np.ndarray:
     """Input gradient of a stride-1 convolution with padding ``pad`` (each <= k - 1):
     the gradient convolved (padding k-1-p) with the flipped kernel, channels swapped."""
     kh, kw = w.shape[2:]
@@ -184,8 +182,8 @@ def stream_input_grad(g: np.ndarray, w: np.ndarray, pad: Tuple[int, int]) -> np.
 
 
 def im2col_forward(
-    x: np.ndarray, w: np.ndarray, stride: Tuple[int, int], pad: Tuple[int, int]
-) -> Tuple[np.ndarray, np.ndarray]:
+    x: np.ndarray, w: np.ndarray, stride: tuple[int, int], pad: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray]:
     """Any-stride convolution via one im2col copy and a batched GEMM.
 
     Returns (output (N, O, OH, OW), columns (N, C*kh*kw, OH*OW)).
@@ -215,7 +213,7 @@ def im2col_weight_grad(g: np.ndarray, cols: np.ndarray, w_shape: tuple) -> np.nd
 
 
 def im2col_input_grad(
-    g: np.ndarray, w: np.ndarray, x_shape: tuple, stride: Tuple[int, int], pad: Tuple[int, int]
+    g: np.ndarray, w: np.ndarray, x_shape: tuple, stride: tuple[int, int], pad: tuple[int, int]
 ) -> np.ndarray:
     """col2im: scatter ``W^T g`` back onto the padded input, one kernel offset at a time."""
     n, c, h, wd = x_shape

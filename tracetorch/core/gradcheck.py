@@ -13,27 +13,32 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Callable, TypeVar, Union
 
 import numpy as np
 
 from .autograd import no_grad
+from .layers import Module
 from .tensor import Tensor
 
 __all__ = ("gradcheck", "numerical_grad", "to_float64")
 
 
-def to_float64(module_or_tensors: object) -> object:
+_Cast = TypeVar("_Cast", bound=Union[Module, Iterable[Tensor]])
+
+
+def to_float64(module_or_tensors: _Cast) -> _Cast:
     """Cast every parameter of a Module (or each Tensor in a list) to float64, in place."""
     tensors: Iterable[Tensor]
-    if hasattr(module_or_tensors, "parameters"):
-        tensors = module_or_tensors.parameters()  # type: ignore[union-attr]
-        for module in module_or_tensors.modules():  # type: ignore[union-attr]
+    if isinstance(module_or_tensors, Module):
+        tensors = module_or_tensors.parameters()
+        for module in module_or_tensors.modules():
             for name, value in vars(module).items():  # buffers such as running stats
                 if isinstance(value, np.ndarray) and value.dtype == np.float32:
                     setattr(module, name, value.astype(np.float64))
     else:
-        tensors = module_or_tensors  # type: ignore[assignment]
+        tensors = module_or_tensors
     for t in tensors:
         t.data = t.data.astype(np.float64)
     return module_or_tensors

@@ -13,9 +13,7 @@ Example::
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
-
-import numpy as np
+from typing import Any
 
 from . import init
 from .layers import Module, as_tensor, check_positive_int
@@ -96,7 +94,7 @@ class Conv2d(Module):
 class _Pool2d(Module):
     """Shared constructor/validation of the pooling layers."""
 
-    def __init__(self, kernel_size: Any, stride: Optional[Any] = None, padding: Any = 0) -> None:
+    def __init__(self, kernel_size: Any, stride: Any | None = None, padding: Any = 0) -> None:
         super().__init__()
         name = type(self).__name__
         self.kernel_size = to_pair(kernel_size, f"{name}: kernel_size")

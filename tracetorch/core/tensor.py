@@ -14,7 +14,7 @@ stays a readable list of what a Tensor can do.  Choices (TinyTorch-compatible):
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 import numpy as np
 
@@ -55,12 +55,12 @@ class Tensor:
             data = np.asarray(data, dtype=dtype)
         self.data: np.ndarray = data
         self.requires_grad: bool = bool(requires_grad)
-        self.grad: Optional[Tensor] = None
-        self._grad_fn: Optional[_ag.Node] = None
+        self.grad: Tensor | None = None
+        self._grad_fn: _ag.Node | None = None
 
     # -- cheap constructors used by the ops (no validation: they pass ndarrays) ----------
     @staticmethod
-    def _wrap(data: np.ndarray) -> "Tensor":
+    def _wrap(data: np.ndarray) -> Tensor:
         if type(data) is not np.ndarray:  # 0-d results come back as numpy scalars
             data = np.asarray(data)
         t = _new(Tensor)
@@ -71,7 +71,7 @@ class Tensor:
         return t
 
     @staticmethod
-    def _from_op(data: np.ndarray, node: _ag.Node) -> "Tensor":
+    def _from_op(data: np.ndarray, node: _ag.Node) -> Tensor:
         if type(data) is not np.ndarray:
             data = np.asarray(data)
         t = _new(Tensor)
@@ -174,135 +174,135 @@ class Tensor:
         """Drop the accumulated gradient (``grad = None``)."""
         self.grad = None
 
-    def retain_grad(self) -> "Tensor":
+    def retain_grad(self) -> Tensor:
         """Keep ``.grad`` on this non-leaf tensor during ``backward()``."""
         self._retains_grad = True
         return self
 
-    def detach(self) -> "Tensor":
+    def detach(self) -> Tensor:
         """The same data, cut from the graph."""
         return Tensor._wrap(self.data)
 
-    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
         self.requires_grad = requires_grad
         return self
 
     # -- arithmetic (see ops_math) --------------------------------------------------------
-    def __add__(self, other: Any) -> "Tensor":
+    def __add__(self, other: Any) -> Tensor:
         return _math.add(self, other)
 
-    def __radd__(self, other: Any) -> "Tensor":
+    def __radd__(self, other: Any) -> Tensor:
         return _math.add(other, self)
 
-    def __sub__(self, other: Any) -> "Tensor":
+    def __sub__(self, other: Any) -> Tensor:
         return _math.sub(self, other)
 
-    def __rsub__(self, other: Any) -> "Tensor":
+    def __rsub__(self, other: Any) -> Tensor:
         return _math.sub(other, self)
 
-    def __mul__(self, other: Any) -> "Tensor":
+    def __mul__(self, other: Any) -> Tensor:
         return _math.mul(self, other)
 
-    def __rmul__(self, other: Any) -> "Tensor":
+    def __rmul__(self, other: Any) -> Tensor:
         return _math.mul(other, self)
 
-    def __truediv__(self, other: Any) -> "Tensor":
+    def __truediv__(self, other: Any) -> Tensor:
         return _math.div(self, other)
 
-    def __rtruediv__(self, other: Any) -> "Tensor":
+    def __rtruediv__(self, other: Any) -> Tensor:
         return _math.div(other, self)
 
-    def __neg__(self) -> "Tensor":
+    def __neg__(self) -> Tensor:
         return _math.neg(self)
 
-    def __pow__(self, exponent: float) -> "Tensor":
+    def __pow__(self, exponent: float) -> Tensor:
         return _math.pow(self, exponent)
 
-    def __matmul__(self, other: Any) -> "Tensor":
+    def __matmul__(self, other: Any) -> Tensor:
         return _linalg.matmul(self, other)
 
-    def __rmatmul__(self, other: Any) -> "Tensor":
+    def __rmatmul__(self, other: Any) -> Tensor:
         return _linalg.matmul(other, self)
 
-    def add(self, other: Any) -> "Tensor":
+    def add(self, other: Any) -> Tensor:
         return _math.add(self, other)
 
-    def sub(self, other: Any) -> "Tensor":
+    def sub(self, other: Any) -> Tensor:
         return _math.sub(self, other)
 
-    def mul(self, other: Any) -> "Tensor":
+    def mul(self, other: Any) -> Tensor:
         return _math.mul(self, other)
 
-    def div(self, other: Any) -> "Tensor":
+    def div(self, other: Any) -> Tensor:
         return _math.div(self, other)
 
-    def matmul(self, other: Any) -> "Tensor":
+    def matmul(self, other: Any) -> Tensor:
         return _linalg.matmul(self, other)
 
-    def pow(self, exponent: float) -> "Tensor":
+    def pow(self, exponent: float) -> Tensor:
         return _math.pow(self, exponent)
 
-    def exp(self) -> "Tensor":
+    def exp(self) -> Tensor:
         return _math.exp(self)
 
-    def log(self) -> "Tensor":
+    def log(self) -> Tensor:
         return _math.log(self)
 
-    def sqrt(self) -> "Tensor":
+    def sqrt(self) -> Tensor:
         return _math.sqrt(self)
 
-    def masked_fill(self, mask: Any, value: float) -> "Tensor":
+    def masked_fill(self, mask: Any, value: float) -> Tensor:
         """Replace entries where ``mask`` is true by ``value`` (no gradient flows there)."""
         return _math.masked_fill(self, mask, value)
 
     # -- activations (see ops_nn) ---------------------------------------------------------
-    def relu(self) -> "Tensor":
+    def relu(self) -> Tensor:
         return _nn.relu(self)
 
-    def sigmoid(self) -> "Tensor":
+    def sigmoid(self) -> Tensor:
         return _nn.sigmoid(self)
 
-    def tanh(self) -> "Tensor":
+    def tanh(self) -> Tensor:
         return _nn.tanh(self)
 
-    def softmax(self, dim: int = -1) -> "Tensor":
+    def softmax(self, dim: int = -1) -> Tensor:
         return _nn.softmax(self, dim)
 
-    def log_softmax(self, dim: int = -1) -> "Tensor":
+    def log_softmax(self, dim: int = -1) -> Tensor:
         return _nn.log_softmax(self, dim)
 
     # -- reductions (see ops_reduce) ------------------------------------------------------
-    def sum(self, axis: Any = None, keepdims: bool = False, *, dim: Any = None) -> "Tensor":
+    def sum(self, axis: Any = None, keepdims: bool = False, *, dim: Any = None) -> Tensor:
         return _reduce.sum(self, axis if dim is None else dim, keepdims)
 
-    def mean(self, axis: Any = None, keepdims: bool = False, *, dim: Any = None) -> "Tensor":
+    def mean(self, axis: Any = None, keepdims: bool = False, *, dim: Any = None) -> Tensor:
         return _reduce.mean(self, axis if dim is None else dim, keepdims)
 
-    def max(self, axis: Any = None, keepdims: bool = False, *, dim: Any = None) -> "Tensor":
+    def max(self, axis: Any = None, keepdims: bool = False, *, dim: Any = None) -> Tensor:
         return _reduce.max(self, axis if dim is None else dim, keepdims)
 
     # -- shape (see ops_shape) ------------------------------------------------------------
-    def reshape(self, *shape: Any) -> "Tensor":
+    def reshape(self, *shape: Any) -> Tensor:
         """``reshape(2, 3)`` or ``reshape((2, 3))``; one dimension may be -1."""
         return _shape.reshape(self, shape[0] if len(shape) == 1 else shape)
 
     view = reshape
 
-    def transpose(self, dim0: Optional[int] = None, dim1: Optional[int] = None) -> "Tensor":
+    def transpose(self, dim0: int | None = None, dim1: int | None = None) -> Tensor:
         """Swap two dimensions (the last two when none are given)."""
         return _shape.transpose(self, dim0, dim1)
 
-    def permute(self, *dims: Any) -> "Tensor":
+    def permute(self, *dims: Any) -> Tensor:
         return _shape.permute(self, dims[0] if len(dims) == 1 else dims)
 
-    def contiguous(self) -> "Tensor":
+    def contiguous(self) -> Tensor:
         return self
 
-    def flatten(self, start_dim: int = 0) -> "Tensor":
+    def flatten(self, start_dim: int = 0) -> Tensor:
         start = start_dim % max(self.data.ndim, 1)
         return _shape.reshape(self, self.data.shape[:start] + (-1,))
 
-    def __getitem__(self, index: Any) -> "Tensor":
+    def __getitem__(self, index: Any) -> Tensor:
         return _shape.getitem(self, index)
 
 

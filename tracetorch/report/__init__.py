@@ -17,12 +17,22 @@ from __future__ import annotations
 
 from tracetorch.report.chrome import chrome_trace_events, export_chrome_trace
 from tracetorch.report.jsonio import (
-    FORMAT_NAME, FORMAT_VERSION, load_result, result_from_dict, result_to_dict, save_result,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    load_result,
+    result_from_dict,
+    result_to_dict,
+    save_result,
 )
 from tracetorch.report.summary import summary_lines
 from tracetorch.report.table import render_flat, render_table
 from tracetorch.report.units import (
-    format_count, format_flops, format_macs, format_percent, format_rate, format_shape,
+    format_count,
+    format_flops,
+    format_macs,
+    format_percent,
+    format_rate,
+    format_shape,
     format_time_ns,
 )
 

@@ -6,8 +6,9 @@ survives any console encoding.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Callable, Generic, List, Sequence, TypeVar
+from typing import Callable, Generic, TypeVar
 
 __all__ = ("Column", "layout")
 
@@ -26,7 +27,7 @@ class Column(Generic[Row]):
     right: bool = True
 
 
-def layout(columns: Sequence[Column[Row]], rows: Sequence[Row]) -> List[str]:
+def layout(columns: Sequence[Column[Row]], rows: Sequence[Row]) -> list[str]:
     """The header, a rule and one line per row, every column padded to a common width.
 
     Example:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import numbers
 import os
-from typing import Any, Dict, List, Union
+from typing import Any, Union
 
 from tracetorch.report.units import format_shape
 from tracetorch.result import ProfileResult
@@ -46,14 +46,14 @@ def _us(ns: int) -> float:
     return round(ns / 1000.0, 3)
 
 
-def _per_call(total: Union[int, float], calls: int) -> Union[int, float]:
+def _per_call(total: int | float, calls: int) -> int | float:
     if not calls:
         return 0
     value = total / calls
     return int(value) if float(value).is_integer() else value
 
 
-def _args(node: CallNode, subtree_flops: int) -> Dict[str, Any]:
+def _args(node: CallNode, subtree_flops: int) -> dict[str, Any]:
     return {
         "type": node.type_name,
         "path": node.path,
@@ -64,7 +64,7 @@ def _args(node: CallNode, subtree_flops: int) -> Dict[str, Any]:
     }
 
 
-def chrome_trace_events(result: ProfileResult) -> Dict[str, Any]:
+def chrome_trace_events(result: ProfileResult) -> dict[str, Any]:
     """The trace-event document for ``result``'s timeline, ready for ``json.dump``.
 
     Raises:
@@ -86,15 +86,15 @@ def chrome_trace_events(result: ProfileResult) -> Dict[str, Any]:
         meta_pid, bool) else 1
     # Depth, inclusive FLOPs and args once per node, not once per call.
     order = list(result.root.walk())
-    subtree: Dict[int, int] = {}
+    subtree: dict[int, int] = {}
     for node in reversed(order):
         subtree[id(node)] = int(node.flops) + sum(subtree[id(c)] for c in node.children.values())
-    depth: Dict[int, int] = {id(result.root): 0}
+    depth: dict[int, int] = {id(result.root): 0}
     for node in order[1:]:
         depth[id(node)] = depth.get(id(node.parent), node.depth - 1) + 1
-    args: Dict[int, Dict[str, Any]] = {}
+    args: dict[int, dict[str, Any]] = {}
 
-    def args_of(node: CallNode) -> Dict[str, Any]:
+    def args_of(node: CallNode) -> dict[str, Any]:
         key = id(node)
         if key not in args:
             args[key] = _args(node, subtree.get(key, int(node.flops)))
@@ -106,13 +106,13 @@ def chrome_trace_events(result: ProfileResult) -> Dict[str, Any]:
     # Same start and length: the shallower call is the parent, so it must come first.
     calls = sorted(result.timeline, key=lambda e: (e[1], -(e[2] - e[1]), depth_of(e[0])))
     origin = calls[0][1] if calls else 0
-    tids: Dict[int, int] = {}
+    tids: dict[int, int] = {}
     for _, _, _, raw in calls:
         tids.setdefault(raw, len(tids) + 1)
 
     names = result.meta.get("thread_names")
     names = names if isinstance(names, dict) else {}
-    events: List[Dict[str, Any]] = [{
+    events: list[dict[str, Any]] = [{
         "ph": "M", "name": "process_name", "pid": pid, "tid": 0, "ts": 0,
         "args": {"name": str(result.meta.get("name", PROCESS_NAME))},
     }]

@@ -33,11 +33,11 @@ from __future__ import annotations
 import json
 import numbers
 import os
-from typing import Any, Dict, List, NoReturn, Optional, Tuple, Union
+from typing import Any, NoReturn, Union, cast, get_args
 
 from tracetorch.result import ProfileResult, TimelineEvent
 from tracetorch.stats import TimeStats
-from tracetorch.tree import CallNode, ShapeSignature
+from tracetorch.tree import CallNode, NodeKind, ShapeSignature
 
 __all__ = (
     "FORMAT_NAME", "FORMAT_VERSION", "result_to_dict", "result_from_dict", "save_result",
@@ -50,11 +50,12 @@ FORMAT_NAME = "tracetorch-profile"
 FORMAT_VERSION = 1
 
 PathLike = Union[str, "os.PathLike[str]"]
+_NODE_KINDS: tuple[str, ...] = get_args(NodeKind)
 _STATS_KEYS = ("count", "total_ns", "min_ns", "max_ns", "mean_ns", "m2", "buckets")
 
 
 # ------------------------------------------------------------------------------------ writing
-def _number(value: Any) -> Union[int, float]:
+def _number(value: Any) -> int | float:
     # Rules may hand back numpy integers or floats; JSON wants plain numbers, ints when exact.
     if isinstance(value, numbers.Integral):
         return int(value)
@@ -79,18 +80,18 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def _dim(d: Any) -> Union[int, str]:
+def _dim(d: Any) -> int | str:
     # A symbolic dimension (a traced size) is kept as its text rather than failing the save.
     return int(d) if isinstance(d, numbers.Integral) else str(d)
 
 
-def _signature_to_json(sig: Optional[ShapeSignature]) -> Optional[List[Optional[List[Any]]]]:
+def _signature_to_json(sig: ShapeSignature | None) -> list[list[Any] | None] | None:
     if sig is None:
         return None
     return [None if shape is None else [_dim(d) for d in shape] for shape in sig]
 
 
-def _node_to_dict(node: CallNode) -> Dict[str, Any]:
+def _node_to_dict(node: CallNode) -> dict[str, Any]:
     return {
         "name": node.name,
         "type": node.type_name,
@@ -112,7 +113,7 @@ def _node_to_dict(node: CallNode) -> Dict[str, Any]:
     }
 
 
-def result_to_dict(result: ProfileResult) -> Dict[str, Any]:
+def result_to_dict(result: ProfileResult) -> dict[str, Any]:
     """A JSON-ready dict of ``result``, which :func:`result_from_dict` turns back into a result.
 
     Raises:
@@ -124,7 +125,7 @@ def result_to_dict(result: ProfileResult) -> Dict[str, Any]:
         >>> data["format"], data["version"], data["timeline"]
         ('tracetorch-profile', 1, None)
     """
-    timeline: Optional[List[List[int]]] = None
+    timeline: list[list[int]] | None = None
     if result.timeline is not None:
         index = {id(node): i for i, node in enumerate(result.root.walk())}
         timeline = []
@@ -171,7 +172,7 @@ class _Reader:
     def fail(self, where: str, problem: str) -> NoReturn:
         raise ValueError(f"{self.source}: corrupt tracetorch profile: {where}: {problem}")
 
-    def field(self, obj: Dict[str, Any], key: str, where: str) -> Any:
+    def field(self, obj: dict[str, Any], key: str, where: str) -> Any:
         if key not in obj:
             self.fail(where or "top level", f"missing key {key!r}")
         return obj[key]
@@ -180,26 +181,26 @@ class _Reader:
         if not ok:
             self.fail(where, f"expected {expected}, got {type(value).__name__} {value!r:.60}")
 
-    def obj(self, value: Any, where: str) -> Dict[str, Any]:
+    def obj(self, value: Any, where: str) -> dict[str, Any]:
         self._expect(isinstance(value, dict), value, where, "an object")
-        return value  # type: ignore[no-any-return]
+        return value
 
-    def lst(self, value: Any, where: str) -> List[Any]:
+    def lst(self, value: Any, where: str) -> list[Any]:
         self._expect(isinstance(value, list), value, where, "a list")
-        return value  # type: ignore[no-any-return]
+        return value
 
     def text(self, value: Any, where: str) -> str:
         self._expect(isinstance(value, str), value, where, "a string")
-        return value  # type: ignore[no-any-return]
+        return value
 
-    def integer(self, value: Any, where: str, minimum: Optional[int] = None) -> int:
+    def integer(self, value: Any, where: str, minimum: int | None = None) -> int:
         self._expect(isinstance(value, int) and not isinstance(value, bool), value, where,
                      "an integer")
         if minimum is not None and value < minimum:
             self.fail(where, f"expected an integer >= {minimum}, got {value!r}")
         return int(value)
 
-    def number(self, value: Any, where: str) -> Union[int, float]:
+    def number(self, value: Any, where: str) -> int | float:
         self._expect(isinstance(value, (int, float)) and not isinstance(value, bool), value,
                      where, "a number")
         return _number(value)
@@ -231,10 +232,10 @@ class _Reader:
             fields.update(exact=samples, exact_limit=limit)
         return TimeStats.from_dict(fields)
 
-    def signature(self, value: Any, where: str) -> Optional[ShapeSignature]:
+    def signature(self, value: Any, where: str) -> ShapeSignature | None:
         if value is None:
             return None
-        shapes: List[Optional[Tuple[Any, ...]]] = []
+        shapes: list[tuple[Any, ...] | None] = []
         for i, shape in enumerate(self.lst(value, where)):
             if shape is None:
                 shapes.append(None)
@@ -246,7 +247,7 @@ class _Reader:
             shapes.append(tuple(dims))
         return tuple(shapes)
 
-    def node(self, data: Any, where: str, parent: Optional[CallNode]) -> CallNode:
+    def node(self, data: Any, where: str, parent: CallNode | None) -> CallNode:
         data = self.obj(data, where)
 
         def get(key: str) -> Any:
@@ -257,14 +258,16 @@ class _Reader:
 
         name, type_name = self.text(get("name"), at("name")), self.text(get("type"), at("type"))
         kind = self.text(get("kind"), at("kind"))
+        if kind not in _NODE_KINDS:
+            self.fail(at("kind"), f"expected one of {', '.join(_NODE_KINDS)}, got {kind!r}")
         module_key = self.text(get("module_key"), at("module_key"))
         if parent is None:
             # The root is rebuilt as saved, so a hand-made tree with an odd root survives too.
-            node = CallNode(name, type_name, module_key, kind)
+            node = CallNode(name, type_name, module_key, cast(NodeKind, kind))
         else:
             if name in parent.children:
                 self.fail(at("name"), f"two children of one node are both named {name!r}")
-            node = parent.child(name, type_name, module_key, kind)
+            node = parent.child(name, type_name, module_key, cast(NodeKind, kind))
         node.time = self.stats(get("time"), at("time"))
         node.flops = self.number(get("flops"), at("flops"))
         node.gemm_flops = self.number(get("gemm_flops"), at("gemm_flops"))
@@ -284,10 +287,10 @@ class _Reader:
             self.node(child, f"{at('children')}[{i}]", node)
         return node
 
-    def timeline(self, value: Any, nodes: List[CallNode]) -> Optional[List[TimelineEvent]]:
+    def timeline(self, value: Any, nodes: list[CallNode]) -> list[TimelineEvent] | None:
         if value is None:
             return None
-        events: List[TimelineEvent] = []
+        events: list[TimelineEvent] = []
         for i, row in enumerate(self.lst(value, "timeline")):
             where = f"timeline[{i}]"
             row = self.lst(row, where)

@@ -9,8 +9,6 @@ Example:
 """
 from __future__ import annotations
 
-from typing import List, Tuple
-
 from tracetorch.report.units import format_count, format_flops, format_time_ns
 from tracetorch.result import ProfileResult
 
@@ -32,12 +30,12 @@ def _split_flops(total: int, gemm: int) -> str:
             f"other {format_flops(total - gemm)})")
 
 
-def summary_lines(result: ProfileResult) -> List[str]:
+def summary_lines(result: ProfileResult) -> list[str]:
     """Totals and notes for the end of a report, one ``"Label: value"`` line each.
 
     Always: forward FLOPs split into GEMM/conv and other, and the total time. When present:
-    backward and total FLOPs, the forward/backward/optimizer shares of the time, step statistics, unsupported types, calls that raised, and a note
-    when the timeline was capped.
+    backward and total FLOPs, the forward/backward/optimizer shares of the time, step statistics,
+    unsupported types, calls that raised, and a note when the timeline was capped.
 
     Example:
         >>> from tracetorch.tree import CallNode
@@ -52,7 +50,7 @@ def summary_lines(result: ProfileResult) -> List[str]:
     has_backward = any(n.backward_flops or n.backward_time.count for n in nodes)
     top_calls = sum(c.calls for c in result.root.children.values())
 
-    rows: List[Tuple[str, str]] = [
+    rows: list[tuple[str, str]] = [
         ("Forward FLOPs", _split_flops(result.forward_flops, forward_gemm))]
     if has_backward:
         rows.append(("Backward FLOPs", _split_flops(result.backward_flops, backward_gemm)))

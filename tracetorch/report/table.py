@@ -21,22 +21,33 @@ Example:
 from __future__ import annotations
 
 import re
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Callable, Union
 
 from tracetorch.report._layout import Column, layout
 from tracetorch.report.summary import summary_lines
 from tracetorch.report.units import (
-    MISSING, format_count, format_flops, format_macs, format_percent, format_rate, format_time_ns,
+    MISSING,
+    format_count,
+    format_flops,
+    format_macs,
+    format_percent,
+    format_rate,
+    format_time_ns,
 )
 from tracetorch.result import AggregateRow, ProfileResult
 from tracetorch.tree import CallNode
 
 __all__ = ("SORT_KEYS", "FLAT_VIEWS", "render_table", "render_flat", "node_label")
 
+_TreeRow = tuple[CallNode, int]  # a node and its depth
+_FlatRow = tuple[str, AggregateRow]  # a type or module name and its totals
+_SortKey = Union[int, float, list[tuple[int, int, str]]]
+
 #: Accepted ``sort_by`` values. Siblings are sorted; children always stay under their parent.
-SORT_KEYS: Tuple[str, ...] = ("total", "self", "flops", "calls", "name", "call_order")
+SORT_KEYS: tuple[str, ...] = ("total", "self", "flops", "calls", "name", "call_order")
 #: Accepted ``view`` values of :func:`render_flat`.
-FLAT_VIEWS: Tuple[str, ...] = ("type", "module")
+FLAT_VIEWS: tuple[str, ...] = ("type", "module")
 
 LEGEND_TREE = ("FLOPs, MACs, FLOP/s, Total time and the Bwd columns include children; "
                "Self time excludes them.\n"
@@ -48,7 +59,7 @@ def _rows(n: int) -> str:
     return f"{n} row" if n == 1 else f"{n} rows"
 
 
-def _natural(name: str) -> List[Tuple[int, int, str]]:
+def _natural(name: str) -> list[tuple[int, int, str]]:
     # "layers.2" before "layers.10": digit runs compare as numbers.
     return [(0, int(part), "") if part.isdigit() else (1, 0, part.lower())
             for part in re.split(r"(\d+)", name) if part]
@@ -61,7 +72,7 @@ def _check_choice(arg: str, value: object, allowed: Sequence[str]) -> str:
     return value
 
 
-def _check_positive_int(arg: str, value: object) -> Optional[int]:
+def _check_positive_int(arg: str, value: object) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -94,11 +105,11 @@ class _Inclusive:
     """Subtree sums computed once, bottom up, instead of once per row per ancestor."""
 
     def __init__(self, root: CallNode) -> None:
-        self.flops: Dict[int, int] = {}
-        self.macs: Dict[int, Optional[int]] = {}
-        self.backward_flops: Dict[int, int] = {}
+        self.flops: dict[int, int] = {}
+        self.macs: dict[int, int | None] = {}
+        self.backward_flops: dict[int, int] = {}
         # Backward time of the subtree, or None where no backward pass was timed at all.
-        self.backward_ns: Dict[int, Optional[int]] = {}
+        self.backward_ns: dict[int, int | None] = {}
         order = list(root.walk())
         for node in reversed(order):
             kids = list(node.children.values())
@@ -114,9 +125,9 @@ class _Inclusive:
             self.macs[id(node)] = sum(known) if known else None
 
 
-def _sorted_children(node: CallNode, sort_by: str, inc: _Inclusive) -> List[CallNode]:
+def _sorted_children(node: CallNode, sort_by: str, inc: _Inclusive) -> list[CallNode]:
     kids = list(node.children.values())
-    keys: Dict[str, Callable[[CallNode], object]] = {
+    keys: dict[str, Callable[[CallNode], _SortKey]] = {
         "total": lambda n: -n.total_ns,
         "self": lambda n: -n.self_ns,
         "flops": lambda n: -inc.flops[id(n)],
@@ -129,11 +140,11 @@ def _sorted_children(node: CallNode, sort_by: str, inc: _Inclusive) -> List[Call
     return sorted(kids, key=keys[sort_by])
 
 
-def _select(result: ProfileResult, sort_by: str, depth: Optional[int], min_percent: float,
-            inc: _Inclusive) -> Tuple[List[Tuple[CallNode, int]], int, int]:
+def _select(result: ProfileResult, sort_by: str, depth: int | None, min_percent: float,
+            inc: _Inclusive) -> tuple[list[tuple[CallNode, int]], int, int]:
     """Visible (node, level) pairs in display order; counts hidden by depth and min_percent."""
     total = result.total_time_ns
-    rows: List[Tuple[CallNode, int]] = []
+    rows: list[tuple[CallNode, int]] = []
     below_depth = below_percent = 0
 
     def subtree_size(node: CallNode, level: int) -> int:
@@ -141,7 +152,7 @@ def _select(result: ProfileResult, sort_by: str, depth: Optional[int], min_perce
             return 0
         return 1 + sum(subtree_size(c, level + 1) for c in node.children.values())
 
-    stack: List[Tuple[CallNode, int]] = [
+    stack: list[tuple[CallNode, int]] = [
         (c, 1) for c in reversed(_sorted_children(result.root, sort_by, inc))]
     while stack:
         node, level = stack.pop()
@@ -157,7 +168,7 @@ def _select(result: ProfileResult, sort_by: str, depth: Optional[int], min_perce
     return rows, below_depth, below_percent
 
 
-def _time_or_missing(ns: Optional[int]) -> str:
+def _time_or_missing(ns: int | None) -> str:
     return MISSING if ns is None else format_time_ns(ns)
 
 
@@ -165,9 +176,9 @@ def _has_backward(result: ProfileResult) -> bool:
     return any(n.backward_time.count or n.backward_flops for n in result.nodes())
 
 
-def render_table(result: ProfileResult, sort_by: str = "total", depth: Optional[int] = None,
-                 row_limit: Optional[int] = None, min_percent: float = 0.0,
-                 show_backward: Optional[bool] = None) -> str:
+def render_table(result: ProfileResult, sort_by: str = "total", depth: int | None = None,
+                 row_limit: int | None = None, min_percent: float = 0.0,
+                 show_backward: bool | None = None) -> str:
     """The call tree as an indented text table, followed by totals and notes.
 
     Args:
@@ -201,8 +212,7 @@ def render_table(result: ProfileResult, sort_by: str = "total", depth: Optional[
     shown = rows[:row_limit] if row_limit is not None else rows
     total = result.total_time_ns
 
-    Row = Tuple[CallNode, int]
-    columns: List[Column[Row]] = [
+    columns: list[Column[_TreeRow]] = [
         Column("Name", lambda r: "  " * (r[1] - 1) + node_label(r[0]), right=False),
         Column("Calls", lambda r: format_count(r[0].calls)),
         Column("FLOPs", lambda r: format_flops(inc.flops[id(r[0])])),
@@ -234,7 +244,7 @@ def render_table(result: ProfileResult, sort_by: str = "total", depth: Optional[
     return "\n".join(lines)
 
 
-def _flat_rows(result: ProfileResult, view: str) -> List[Tuple[str, AggregateRow]]:
+def _flat_rows(result: ProfileResult, view: str) -> list[_FlatRow]:
     if view == "type":
         return [(key or MISSING, row) for key, row in result.by_type().items()]
     # A top-level model has the empty path; its type names it better than nothing.
@@ -242,7 +252,7 @@ def _flat_rows(result: ProfileResult, view: str) -> List[Tuple[str, AggregateRow
 
 
 def render_flat(result: ProfileResult, view: str = "type", sort_by: str = "total",
-                show_backward: Optional[bool] = None) -> str:
+                show_backward: bool | None = None) -> str:
     """One row per layer type (``view="type"``) or per module instance (``view="module"``).
 
     A module called from several places is one row (its Sites column counts them), so nothing
@@ -268,7 +278,7 @@ def render_flat(result: ProfileResult, view: str = "type", sort_by: str = "total
     if show_backward is None:
         show_backward = _has_backward(result)
     rows = _flat_rows(result, view)
-    keys: Dict[str, Callable[[Tuple[str, AggregateRow]], object]] = {
+    keys: dict[str, Callable[[_FlatRow], _SortKey]] = {
         "total": lambda r: -r[1].total_ns,
         "self": lambda r: -r[1].self_ns,
         "flops": lambda r: -r[1].flops,
@@ -279,8 +289,7 @@ def render_flat(result: ProfileResult, view: str = "type", sort_by: str = "total
         rows.sort(key=keys[sort_by])
     total = result.total_time_ns
 
-    Row = Tuple[str, AggregateRow]
-    columns: List[Column[Row]] = [Column("Type" if view == "type" else "Module",
+    columns: list[Column[_FlatRow]] = [Column("Type" if view == "type" else "Module",
                                          lambda r: r[0], right=False)]
     if view == "module":
         columns += [Column("Type", lambda r: r[1].type_name, right=False),

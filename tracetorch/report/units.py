@@ -17,7 +17,8 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = (
     "COUNT_PREFIXES",
@@ -33,14 +34,14 @@ __all__ = (
 )
 
 #: SI prefixes for counts, one per factor of 1000 (K, not k, as FLOP counters conventionally print).
-COUNT_PREFIXES: Tuple[str, ...] = ("", "K", "M", "G", "T", "P", "E")
+COUNT_PREFIXES: tuple[str, ...] = ("", "K", "M", "G", "T", "P", "E")
 #: Time units, one per factor of 1000 from nanoseconds.
-TIME_UNITS: Tuple[str, ...] = ("ns", "us", "ms", "s")
+TIME_UNITS: tuple[str, ...] = ("ns", "us", "ms", "s")
 #: What a cell shows when a quantity is undefined (no MACs rule, a rate over zero time).
 MISSING = "-"
 
 
-def _split(value: float, steps: int) -> Tuple[str, int]:
+def _split(value: float, steps: int) -> tuple[str, int]:
     """``value`` as three significant figures and the index of the power of 1000 it was scaled by.
 
     Integers below 1000 stay exact. Rounding happens before the scale is final, so 999_999 is
@@ -69,7 +70,7 @@ def _split(value: float, steps: int) -> Tuple[str, int]:
     return sign + f"{rounded:.{decimals}f}", index
 
 
-def _not_finite(value: float) -> Optional[str]:
+def _not_finite(value: float) -> str | None:
     # nan/inf have no magnitude to scale; print them as Python does.
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
@@ -109,7 +110,7 @@ def format_flops(n: float) -> str:
     return _with_unit(n, "FLOPs")
 
 
-def format_macs(n: Optional[float]) -> str:
+def format_macs(n: float | None) -> str:
     """Multiply-accumulates with their unit; :data:`MISSING` when undefined (``None``).
 
     Example:
@@ -159,7 +160,7 @@ def format_percent(part: float, whole: float) -> str:
     return f"{100.0 * part / whole:.1f}%"
 
 
-def _format_one_shape(shape: Optional[Sequence[Any]]) -> str:
+def _format_one_shape(shape: Sequence[Any] | None) -> str:
     if shape is None:
         return MISSING
     return "[" + ", ".join(str(d) for d in shape) + "]"
