@@ -40,7 +40,7 @@ def test_decorated_step_inside_an_outer_profile_counts_each_call_once(model, x):
 
 
 def test_three_nested_blocks_each_see_every_call_once(model, x):
-    outer, middle, inner = tracetorch.profile(model), tracetorch.profile(model), tracetorch.profile(model)
+    outer, middle, inner = (tracetorch.profile(model) for _ in range(3))
     with outer:
         model(x)
         with middle:
@@ -200,7 +200,6 @@ print("inner calls", train_step.profile.find("layers.0").calls)
 
 @pytest.mark.slow
 def test_decorated_step_under_tracetorch_run_counts_each_call_once(tmp_path):
-    import json
     import sys
 
     from support.processes import run_captured

@@ -171,7 +171,7 @@ DAMAGE: list[Any] = [
     ("nested missing key", lambda d: _first_child(d).pop("flops"),
      "root.children[0].children[0]: missing key 'flops'"),
     ("wrong type", lambda d: _first_child(d).update(flops="many"),
-     "root.children[0].children[0].flops: expected a number, got str"),
+     "root.children[0].children[0].flops: expected an integer, got str"),
     ("bool is not a count", lambda d: _first_child(d).update(errors=True), ".errors"),
     ("children not a list", lambda d: _first_child(d).update(children={}), ".children"),
     ("bad stats", lambda d: _first_child(d)["time"].pop("buckets"), "missing key 'buckets'"),

@@ -17,13 +17,13 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from tracetorch.bench import Measurement, benchmark, measure_latency
+from tracetorch.flop_count import count_flops
 from tracetorch.flops.registry import FlopCount, flop_rule
 from tracetorch.instrument import instrument
 from tracetorch.params import count_parameters, parameter_table
+from tracetorch.profiler import profile
 from tracetorch.result import ProfileResult
 from tracetorch.schedule import schedule
-from tracetorch.profiler import profile
-from tracetorch.flop_count import count_flops
 
 __all__ = (
     "__version__",

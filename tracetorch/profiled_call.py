@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import TYPE_CHECKING, Any, Callable, Generator, TypeVar
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 if TYPE_CHECKING:
     from tracetorch.profiler import profile
@@ -30,7 +31,7 @@ __all__ = ("profiled",)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def profiled(prof: "profile", fn: F) -> F:
+def profiled(prof: profile, fn: F) -> F:
     """``fn`` wrapped so that each call runs inside ``prof`` and ends one of its steps."""
     if not callable(fn):
         raise TypeError(f"profile() decorates a callable, got {type(fn).__name__}")
@@ -49,7 +50,7 @@ def profiled(prof: "profile", fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _plain(prof: "profile", fn: Callable[..., Any]) -> Callable[..., Any]:
+def _plain(prof: profile, fn: Callable[..., Any]) -> Callable[..., Any]:
     def run_profiled(*args: Any, **kwargs: Any) -> Any:
         outermost = not prof.reentered
         with prof:
@@ -62,7 +63,7 @@ def _plain(prof: "profile", fn: Callable[..., Any]) -> Callable[..., Any]:
     return run_profiled
 
 
-def _coroutine(prof: "profile", fn: Callable[..., Any]) -> Callable[..., Any]:
+def _coroutine(prof: profile, fn: Callable[..., Any]) -> Callable[..., Any]:
     async def run_profiled(*args: Any, **kwargs: Any) -> Any:
         outermost = not prof.reentered
         with prof:
@@ -75,7 +76,7 @@ def _coroutine(prof: "profile", fn: Callable[..., Any]) -> Callable[..., Any]:
     return run_profiled
 
 
-def _generator(prof: "profile", fn: Callable[..., Any]) -> Callable[..., Any]:
+def _generator(prof: profile, fn: Callable[..., Any]) -> Callable[..., Any]:
     def run_profiled(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
         outermost = not prof.reentered
 

@@ -14,12 +14,9 @@ from __future__ import annotations
 
 import time
 from contextvars import Token
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, TypeVar
 
 from tracetorch.adapters import AdapterSet
-from tracetorch.flops.registry import FlopRegistry, default_registry
-from tracetorch.introspect import is_layer
-from tracetorch.engine.patches import BOARD
 from tracetorch.engine.collector import Collector
 from tracetorch.engine.fold import merge_tree
 from tracetorch.engine.hotpath import (
@@ -30,6 +27,9 @@ from tracetorch.engine.hotpath import (
     open_root,
     record_all_threads,
 )
+from tracetorch.engine.patches import BOARD
+from tracetorch.flops.registry import FlopRegistry, default_registry
+from tracetorch.introspect import is_layer
 from tracetorch.result import ProfileResult
 from tracetorch.schedule import Phase, schedule
 from tracetorch.tree import CallNode
@@ -46,7 +46,7 @@ def _zero_clock() -> int:
     return 0
 
 
-class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile, used like a function
+class profile(ProfileResult):
     """Record every layer call made inside the block: calls, FLOPs and time, as a tree.
 
     Args:
@@ -85,10 +85,10 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
 
     def __init__(self, model: Any = None, *, timing: bool = True, timeline: bool = False,
                  max_events: int = 100_000,
-                 flop_rules: Optional[Dict[type, Any]] = None,
-                 clock: Optional[Callable[[], int]] = None,
+                 flop_rules: dict[type, Any] | None = None,
+                 clock: Callable[[], int] | None = None,
                  warn_unsupported: bool = True,
-                 schedule: Optional[schedule] = None, all_threads: bool = False,
+                 schedule: schedule | None = None, all_threads: bool = False,
                  isolated: bool = False, ops: bool = True) -> None:
         if model is not None and not (is_layer(model) or callable(model)):
             raise TypeError(f"model must be a layer (an object with a forward method) or None, "
@@ -116,12 +116,12 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
                               clock=self._collector.clock, timeline=timeline,
                               max_events=max_events, warn_unsupported=warn_unsupported,
                               count_ops=bool(ops))
-        self._entries: List[_Entry] = []
+        self._entries: list[_Entry] = []
         self._stale = False
-        self._step_start: Optional[int] = None
+        self._step_start: int | None = None
 
     # ---------------------------------------------------------------- context manager
-    def __enter__(self) -> "profile":
+    def __enter__(self) -> profile:
         frame = current_frame()
         if self._entries and frame is not None and frame.collector is self._collector:
             # Entered again inside itself (a recursive decorated function): recorded once.
@@ -191,7 +191,7 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
         return profiled(self, fn)
 
     # ---------------------------------------------------------------- recordings
-    def _open_segment(self, entry: "_Entry") -> None:
+    def _open_segment(self, entry: _Entry) -> None:
         """Start recording this entry's calls for the current step, as its phase says."""
         phase = self.phase
         if phase in ("wait", "done"):
@@ -204,7 +204,7 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
         entry.target = self.root if direct else CallNode.root()
         entry.opened = open_root(self._collector.start(entry.target))
 
-    def _close_segment(self, entry: "_Entry") -> None:
+    def _close_segment(self, entry: _Entry) -> None:
         """Stop recording the entry's current step and hand its calls to whoever keeps them."""
         target, opened = entry.target, entry.opened
         entry.target = entry.opened = None
@@ -248,7 +248,7 @@ class profile(ProfileResult):  # noqa: N801 - named like torch.profiler.profile,
             self._open_segment(entry)
         self._step_start = self._collector.host_clock()
 
-    def _recording_entry(self) -> Optional["_Entry"]:
+    def _recording_entry(self) -> _Entry | None:
         for entry in reversed(self._entries):
             if not entry.reentrant:
                 return entry
@@ -283,16 +283,16 @@ class _Entry:
 
     __slots__ = ("enclosing", "reentrant", "active", "target", "opened")
 
-    def __init__(self, enclosing: Optional[Frame], reentrant: bool = False) -> None:
+    def __init__(self, enclosing: Frame | None, reentrant: bool = False) -> None:
         #: Another profile's open call, which gets every call recorded here as well.
         self.enclosing = enclosing
         self.reentrant = reentrant
         self.active = False
-        self.target: Optional[CallNode] = None
-        self.opened: Optional[Tuple[Token, bool]] = None
+        self.target: CallNode | None = None
+        self.opened: tuple[Token, bool] | None = None
 
 
-def _registry_with(flop_rules: Optional[Dict[type, Any]]) -> FlopRegistry:
+def _registry_with(flop_rules: dict[type, Any] | None) -> FlopRegistry:
     if not flop_rules:
         return default_registry
     if not isinstance(flop_rules, dict):

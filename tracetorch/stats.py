@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 import numpy as np
 
@@ -51,17 +51,17 @@ class TimeStats:
                  "exact_limit", "_exact")
 
     def __init__(self, exact_limit: int = 0) -> None:
-        self.pending: List[int] = []
+        self.pending: list[int] = []
         self.exact_limit = exact_limit
         # Every sample while there are at most exact_limit of them, then None for good.
-        self._exact: Optional[List[int]] = [] if exact_limit else None
+        self._exact: list[int] | None = [] if exact_limit else None
         self._count = 0
         self._total = 0
         self._min = 0
         self._max = 0
         self._mean = 0.0
         self._m2 = 0.0
-        self._buckets: Dict[int, int] = {}
+        self._buckets: dict[int, int] = {}
 
     def add(self, ns: int) -> None:
         """Record one duration (hot path: an append, a fold every FLUSH_EVERY samples)."""
@@ -88,7 +88,7 @@ class TimeStats:
             del pending[:taken]
             self._fold(samples)
 
-    def _fold(self, samples: List[int]) -> None:
+    def _fold(self, samples: list[int]) -> None:
         if self._exact is not None:
             self._exact.extend(samples)
             if len(self._exact) > self.exact_limit:
@@ -117,14 +117,15 @@ class TimeStats:
         self._mean += delta * n / total
         self._m2 += m2 + delta * delta * self._count * n / total
 
-    def merge(self, other: "TimeStats") -> None:
+    def merge(self, other: TimeStats) -> None:
         """Add every sample of ``other`` to this one (used for by-module and by-type views)."""
         self.flush()
         other.flush()
         if other._count == 0:
             return
         if self._count == 0:
-            self._min, self._max, self._mean, self._m2 = other._min, other._max, other._mean, other._m2
+            self._min, self._max = other._min, other._max
+            self._mean, self._m2 = other._mean, other._m2
         else:
             self._min, self._max = min(self._min, other._min), max(self._max, other._max)
             self._merge_moments(other._count, other._mean, other._m2)
@@ -196,7 +197,7 @@ class TimeStats:
                 return min(max(_bucket_value(key), float(self._min)), float(self._max))
         return float(self._max)
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form that :meth:`from_dict` restores exactly."""
         self.flush()
         return {
@@ -208,7 +209,7 @@ class TimeStats:
         }
 
     @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> "TimeStats":
+    def from_dict(cls, data: dict[str, Any]) -> TimeStats:
         """Rebuild statistics saved by :meth:`to_dict`."""
         stats = cls(int(data.get("exact_limit", 0)))
         exact = data.get("exact")

@@ -12,7 +12,8 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Literal, Optional, Tuple
+from collections.abc import Iterator
+from typing import Any, Literal, Optional
 
 from tracetorch.stats import TimeStats
 
@@ -28,9 +29,9 @@ RuleState = Literal["rule", "user", "free", "none"]
 #: How many distinct input/output shape signatures a node keeps.
 MAX_SHAPES = 4
 
-Shape = Tuple[int, ...]
+Shape = tuple[int, ...]
 #: The shapes of one call's tensor arguments (``None`` for a non-tensor argument).
-ShapeSignature = Tuple[Optional[Shape], ...]
+ShapeSignature = tuple[Optional[Shape], ...]
 
 
 class CallNode:
@@ -61,21 +62,21 @@ class CallNode:
     )
 
     def __init__(self, name: str, type_name: str, module_key: str, kind: NodeKind = "module",
-                 parent: Optional["CallNode"] = None) -> None:
+                 parent: CallNode | None = None) -> None:
         self.name = name
         self.type_name = type_name
         self.kind = kind
         self.module_key = module_key
         self.parent = parent
-        self.children: Dict[str, CallNode] = {}
+        self.children: dict[str, CallNode] = {}
         self.time = TimeStats()
         self.flops = 0
         self.gemm_flops = 0
-        self.macs: Optional[int] = None
+        self.macs: int | None = None
         self.flops_source = "none"
         self.params = 0
-        self.input_shapes: List[ShapeSignature] = []
-        self.output_shapes: List[ShapeSignature] = []
+        self.input_shapes: list[ShapeSignature] = []
+        self.output_shapes: list[ShapeSignature] = []
         self.backward_time = TimeStats()
         self.backward_flops = 0
         self.backward_gemm_flops = 0
@@ -83,9 +84,9 @@ class CallNode:
         # Transient, while recording (folded into the fields above by Recorder.fold):
         # per input signature, [calls, inclusive FLOPs, GEMM FLOPs, MACs] of the rule, so a
         # rule runs once per distinct shape and a call costs one counter increment;
-        self.flops_cache: Dict[Any, List[Any]] = {}
+        self.flops_cache: dict[Any, list[Any]] = {}
         # id(instance) -> child node, so naming runs once per child;
-        self.children_by_owner: Dict[int, CallNode] = {}
+        self.children_by_owner: dict[int, CallNode] = {}
         # "rule", "user", "free" (a rule of None) or "none", and tensor operations run directly
         # in this node's calls since the last fold.
         self.rule_state: RuleState = "none"
@@ -96,12 +97,12 @@ class CallNode:
         self.frame: Any = None
 
     @classmethod
-    def root(cls) -> "CallNode":
+    def root(cls) -> CallNode:
         """An empty root whose children are the top-level calls."""
         return cls("", "", "", kind="root")
 
     def child(self, name: str, type_name: str, module_key: str,
-              kind: NodeKind = "module") -> "CallNode":
+              kind: NodeKind = "module") -> CallNode:
         """The child called ``name``, created on first use."""
         node = self.children.get(name)
         if node is None:
@@ -156,7 +157,7 @@ class CallNode:
     def path(self) -> str:
         """Dotted call path from the top (``""`` for the root)."""
         names = []
-        node: Optional[CallNode] = self
+        node: CallNode | None = self
         while node is not None and node.kind != "root":
             if node.name:  # the profiled model's own node is unnamed, like named_modules()
                 names.append(node.name)
@@ -171,13 +172,13 @@ class CallNode:
             depth, node = depth + 1, node.parent
         return depth
 
-    def walk(self) -> Iterator["CallNode"]:
+    def walk(self) -> Iterator[CallNode]:
         """This node and its descendants, depth first, in call order."""
         yield self
         for child in self.children.values():
             yield from child.walk()
 
-    def find(self, path: str) -> "CallNode":
+    def find(self, path: str) -> CallNode:
         """The first descendant (depth first) whose dotted path is ``path``; ``""`` is the
         profiled model's own node."""
         for node in self.walk():

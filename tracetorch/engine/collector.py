@@ -1,10 +1,11 @@
 """What one profile collects, and everything the hot path leaves for later.
 
-The hot path (:mod:`tracetorch.engine.hotpath`) only appends a duration and bumps a per-shape counter.
-The rest happens here: naming and creating a node on its first call under a parent, running the
-FLOP rule once per distinct input shape, charging backward operations, keeping the capped
-timeline, and :meth:`Collector.fold`, which turns the counters into each node's own FLOPs at every
-step and at exit.
+The hot path (:mod:`tracetorch.engine.hotpath`) only appends a duration and bumps a per-shape
+counter. The rest happens here: naming and creating a node on its first call under a parent,
+running the FLOP rule once per distinct input shape, charging backward operations, and
+:meth:`Collector.fold`, which turns the counters into each node's own FLOPs at every step and at
+exit. Timing lives in :mod:`tracetorch.engine.timing`, folding and grafting trees in
+:mod:`tracetorch.engine.fold`.
 
 Example:
     >>> from tracetorch.tree import CallNode
@@ -17,7 +18,7 @@ from __future__ import annotations
 import threading
 import warnings
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable
 
 from tracetorch.engine.fold import fold_tree, graft
 from tracetorch.engine.hotpath import Frame
@@ -41,14 +42,14 @@ _DEFAULT_NAMES = {"optimizer": "{}.step", "backward": "backward"}
 _PAUSED = object()
 
 # Types already warned about as unsupported, process-wide, so a training loop warns once.
-_WARNED_UNSUPPORTED: Set[str] = set()
+_WARNED_UNSUPPORTED: set[str] = set()
 
 
 class Collector(CallTiming):
     """The tree of one profile plus the caches that keep the hot path cheap."""
 
-    def __init__(self, root: CallNode, model: Any, *, registry: Optional[FlopRegistry] = None,
-                 clock: Optional[Clock] = None, timeline: bool = False,
+    def __init__(self, root: CallNode, model: Any, *, registry: FlopRegistry | None = None,
+                 clock: Clock | None = None, timeline: bool = False,
                  max_events: int = 100_000, warn_unsupported: bool = True,
                  count_ops: bool = True) -> None:
         super().__init__(clock, timeline, max_events)
@@ -62,13 +63,13 @@ class Collector(CallTiming):
         self.root_frame = Frame(self, root, None, True)
         self.owner_thread = threading.get_ident()
         self._lock = threading.Lock()
-        self._user_rules: Dict[CallNode, Callable[..., int]] = {}
-        self._names: Dict[int, Dict[int, str]] = {}
-        self._keys: Dict[int, Tuple[Optional[weakref.ref], str, type]] = {}
+        self._user_rules: dict[CallNode, Callable[..., int]] = {}
+        self._names: dict[int, dict[int, str]] = {}
+        self._keys: dict[int, tuple[weakref.ref | None, str, type]] = {}
         self._next_key = 0
-        self._owners: List[Any] = []  # strong references keep the ids above unambiguous
-        self._param_counts: Dict[int, int] = {}
-        self._pending_backward: Dict[CallNode, int] = {}
+        self._owners: list[Any] = []  # strong references keep the ids above unambiguous
+        self._param_counts: dict[int, int] = {}
+        self._pending_backward: dict[CallNode, int] = {}
         # FLOPs of the backward pass in progress, for its Tensor.backward node's summary.
         self._pass_flops = self._pass_gemm = 0
 
@@ -80,7 +81,7 @@ class Collector(CallTiming):
         self.owner_thread = threading.get_ident()
         return self.root_frame
 
-    def thread_frame(self) -> Optional[Frame]:
+    def thread_frame(self) -> Frame | None:
         """For ``profile(all_threads=True)``: the frame of the calling thread, whose calls go
         under a ``thread <name>`` node of their own (``None`` in the profiling thread itself,
         or while the profile is paused by its schedule)."""
@@ -118,8 +119,8 @@ class Collector(CallTiming):
         self._param_counts.clear()
 
     # ------------------------------------------------------------------ tree building
-    def new_child(self, frame: Frame, owner: Any, kind: NodeKind, label: Optional[str],
-                  flops_fn: Optional[Callable[..., int]]) -> CallNode:
+    def new_child(self, frame: Frame, owner: Any, kind: NodeKind, label: str | None,
+                  flops_fn: Callable[..., int] | None) -> CallNode:
         """Name and create the node for the first call of ``owner`` under ``frame``."""
         _, parent_node, parent_owner, _ = frame
         key = self.module_key(owner)
@@ -141,7 +142,7 @@ class Collector(CallTiming):
         return node
 
     def adopt(self, node: CallNode, owner: Any, kind: NodeKind,
-              flops_fn: Optional[Callable[..., int]], parent_ops: bool) -> None:
+              flops_fn: Callable[..., int] | None, parent_ops: bool) -> None:
         """Make ``node`` ready to record calls of ``owner``: its rule, parameters and frame.
 
         Only a torch module changes whether operations are counted inside it (off under a rule,
@@ -166,24 +167,24 @@ class Collector(CallTiming):
         """The key naming ``owner`` in this profile (stable across entries of the profile)."""
         known = self._keys.get(id(owner))
         if known is not None:
-            ref, key, type_ = known
+            known_ref, known_key, known_type = known
             # Without a weak reference (``__slots__`` classes, builtins) the same id and type
             # stand for the same owner: a profile entered again must find its nodes again.
-            if (ref() is owner) if ref is not None else type(owner) is type_:
-                return key
+            if (known_ref() is owner) if known_ref is not None else type(owner) is known_type:
+                return known_key
         # Keys outlive a recording (by_module folds call sites by them, and a profile entered
         # again must find the same module), so they are counters checked through weak refs.
         key = f"m{self._next_key}"
         self._next_key += 1
         try:
-            ref: Optional[weakref.ref] = weakref.ref(owner)
+            ref: weakref.ref | None = weakref.ref(owner)
         except TypeError:
             ref = None
         self._keys[id(owner)] = (ref, key, type(owner))
         self._owners.append(owner)
         return key
 
-    def _name_in(self, parent: Any, child: Any) -> Optional[str]:
+    def _name_in(self, parent: Any, child: Any) -> str | None:
         names = self._names.get(id(parent))
         if names is None or id(child) not in names:
             # Scanned once per parent, again only when a child appears that was not there yet.
@@ -207,8 +208,8 @@ class Collector(CallTiming):
         return count
 
     # ------------------------------------------------------------------ FLOPs
-    def first_call(self, node: CallNode, owner: Any, args: Tuple[Any, ...],
-                   kwargs: Dict[str, Any], output: Any) -> List[Any]:
+    def first_call(self, node: CallNode, owner: Any, args: tuple[Any, ...],
+                   kwargs: dict[str, Any], output: Any) -> list[Any]:
         """The first call of ``node`` with these input shapes: note the shapes, run the rule.
 
         Returns the per-shape counter ``[calls, FLOPs, GEMM FLOPs, MACs]`` (``None`` FLOPs when
@@ -236,7 +237,7 @@ class Collector(CallTiming):
                 f"operations in it; its FLOPs are reported as 0. Register one with "
                 f"@tracetorch.flop_rule({type_name}).", stacklevel=4)
 
-    def fold(self, root: Optional[CallNode] = None) -> None:
+    def fold(self, root: CallNode | None = None) -> None:
         """Turn the counters collected since the last fold into each node's own FLOPs (in the
         profile's tree, or in the recording ``root``)."""
         self.resolve_times()
@@ -244,9 +245,9 @@ class Collector(CallTiming):
         fold_tree(self.root if root is None else root)
 
     # ------------------------------------------------------------------ device clocks
-    def unsupported(self) -> Dict[str, int]:
+    def unsupported(self) -> dict[str, int]:
         """Calls of leaf layers with no FLOP rule whose FLOPs nothing counted, by type."""
-        counts: Dict[str, int] = {}
+        counts: dict[str, int] = {}
         for node in self.root.walk():
             if (node.kind == "module" and node.rule_state == "none" and not node.children
                     and node.flops_source == "none"):
@@ -268,7 +269,7 @@ class Collector(CallTiming):
         if gemm:
             self._pass_gemm += flops
 
-    def flush_backward(self, pass_node: Optional[CallNode] = None) -> None:
+    def flush_backward(self, pass_node: CallNode | None = None) -> None:
         """End of a backward pass: each layer it touched gets one backward sample.
 
         The pass's own node (``Tensor.backward``), when given, gets the pass's FLOPs as its
@@ -285,9 +286,9 @@ class Collector(CallTiming):
 
 
     # ------------------------------------------------------------------ nesting
-    def owners_by_key(self) -> Dict[str, Any]:
+    def owners_by_key(self) -> dict[str, Any]:
         """The objects called, by module key, as far as they are still known (for grafting)."""
-        found: Dict[str, Any] = {}
+        found: dict[str, Any] = {}
         for owner in self._owners:
             known = self._keys.get(id(owner))
             if known is not None:
@@ -315,9 +316,9 @@ class Collector(CallTiming):
         outer.dropped_events += self.dropped_events
 
 
-def _type_name(owner: Any, kind: str, label: Optional[str]) -> str:
+def _type_name(owner: Any, kind: str, label: str | None) -> str:
     if kind == "backward":
         return "backward"
     if kind == "function":
-        return label or getattr(owner, "__qualname__", type(owner).__name__)
+        return str(label or getattr(owner, "__qualname__", type(owner).__name__))
     return type(owner).__name__

@@ -16,7 +16,7 @@ Example:
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Tuple
+from typing import TYPE_CHECKING, Any
 
 from tracetorch.tree import CallNode
 
@@ -26,10 +26,10 @@ if TYPE_CHECKING:
 __all__ = ("fold_tree", "merge_tree", "graft")
 
 #: The same node in the source tree and in the tree it was merged into.
-NodeMap = Dict[CallNode, CallNode]
+NodeMap = dict[CallNode, CallNode]
 
 
-def fold_tree(node: CallNode) -> Tuple[int, int, int]:
+def fold_tree(node: CallNode) -> tuple[int, int, int]:
     """Fold ``node``'s subtree; return its inclusive (FLOPs, GEMM FLOPs, MACs) since the last fold.
 
     A node with a rule costs what the rule said (its own tensor operations were the rule's
@@ -94,7 +94,7 @@ def merge_tree(source: CallNode, target: CallNode, mapping: Any = None) -> None:
         merge_tree(child, merged, mapping)
 
 
-def graft(source: CallNode, owners: Dict[str, Any], frame: "Frame") -> NodeMap:
+def graft(source: CallNode, owners: dict[str, Any], frame: Frame) -> NodeMap:
     """Add the top-level calls of the folded tree ``source`` to another profile, under its open
     call ``frame``, and return which node of that profile each source node went to.
 
@@ -117,7 +117,7 @@ def graft(source: CallNode, owners: Dict[str, Any], frame: "Frame") -> NodeMap:
     return mapping
 
 
-def _graft_subtree(source: CallNode, target: CallNode, owners: Dict[str, Any], mapping: NodeMap,
+def _graft_subtree(source: CallNode, target: CallNode, owners: dict[str, Any], mapping: NodeMap,
                    outer: Any) -> None:
     mapping[source] = target
     _add_recorded(source, target)

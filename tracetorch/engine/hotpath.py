@@ -18,7 +18,7 @@ Example:
 from __future__ import annotations
 
 from contextvars import ContextVar, Token
-from typing import TYPE_CHECKING, Any, Callable, Dict, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from tracetorch.introspect import signature
 from tracetorch.stats import FLUSH_EVERY
@@ -40,53 +40,53 @@ class Frame(NamedTuple):
     cost per operation (torch's function mode) turns it off there through :func:`set_op_switch`.
     """
 
-    collector: "Collector"
+    collector: Collector
     node: CallNode
     owner: Any
     ops: bool
 
 
 #: The innermost open call of this context.
-_FRAME: ContextVar[Optional[Frame]] = ContextVar("tracetorch_frame", default=None)
+_FRAME: ContextVar[Frame | None] = ContextVar("tracetorch_frame", default=None)
 
 #: Called as ``observer(frame, args, kwargs, output)`` after each layer call that returned, while
 #: a framework adapter has set one (the torch adapter tags the autograd nodes the call created).
-_exit_observer: Optional[Callable[[Frame, Tuple[Any, ...], Dict[str, Any], Any], None]] = None
+_exit_observer: Callable[[Frame, tuple[Any, ...], dict[str, Any], Any], None] | None = None
 
 #: ``switch(on) -> changed``: turns a framework's operation counting on or off in this thread,
 #: returning whether it changed anything (then the wrapper switches back when the call ends).
-_op_switch: Optional[Callable[[bool], bool]] = None
+_op_switch: Callable[[bool], bool] | None = None
 
 #: The profile recording every thread's calls (``profile(all_threads=True)``), if any.
-_all_threads: Optional["Collector"] = None
+_all_threads: Collector | None = None
 
 
-def all_threads_collector() -> Optional["Collector"]:
+def all_threads_collector() -> Collector | None:
     """The profile currently recording every thread's calls, if any."""
     return _all_threads
 
 
-def record_all_threads(collector: Optional["Collector"]) -> None:
+def record_all_threads(collector: Collector | None) -> None:
     """Let ``collector`` record calls made in threads where no profile is open (``None``: stop)."""
     global _all_threads
     _all_threads = collector
 
 
-def set_exit_observer(observer: Optional[Callable[..., None]]) -> Optional[Callable[..., None]]:
+def set_exit_observer(observer: Callable[..., None] | None) -> Callable[..., None] | None:
     """Install (or with ``None`` remove) the exit observer; returns the previous one."""
     global _exit_observer
     previous, _exit_observer = _exit_observer, observer
     return previous
 
 
-def set_op_switch(switch: Optional[Callable[[bool], bool]]) -> Optional[Callable[[bool], bool]]:
+def set_op_switch(switch: Callable[[bool], bool] | None) -> Callable[[bool], bool] | None:
     """Install (or with ``None`` remove) the operation-counting switch; returns the previous."""
     global _op_switch
     previous, _op_switch = _op_switch, switch
     return previous
 
 
-def current_frame() -> Optional[Frame]:
+def current_frame() -> Frame | None:
     """The innermost open call of this context (``None`` outside every profile).
 
     A frame left behind by a profile that was exited in another thread is dropped here: it
@@ -99,7 +99,7 @@ def current_frame() -> Optional[Frame]:
     return frame
 
 
-def open_root(frame: Frame) -> Tuple[Token, bool]:
+def open_root(frame: Frame) -> tuple[Token, bool]:
     """Make a profile record this context's calls from now on; returns what
     :func:`close_root` needs to undo it."""
     previous = _FRAME.get()
@@ -107,7 +107,7 @@ def open_root(frame: Frame) -> Tuple[Token, bool]:
     return _FRAME.set(frame), switched
 
 
-def close_root(collector: "Collector", opened: Tuple[Token, bool]) -> bool:
+def close_root(collector: Collector, opened: tuple[Token, bool]) -> bool:
     """Undo :func:`open_root`; returns False when that was not possible here.
 
     A token made in another context (a profile exited in another thread, a generator finalised
@@ -140,7 +140,7 @@ class OpCounter:
     gradient is later charged to the layer call that created it.
     """
 
-    def forward_op(self, name: str, flops: int, gemm: bool) -> Optional[Frame]:
+    def forward_op(self, name: str, flops: int, gemm: bool) -> Frame | None:
         """Charge a forward operation to the innermost open call."""
         frame = _FRAME.get()
         if frame is None or not frame.collector.active:
@@ -151,14 +151,14 @@ class OpCounter:
             node.op_gemm += flops
         return frame
 
-    def backward_op(self, tag: Optional[Frame], name: str, flops: int, gemm: bool,
+    def backward_op(self, tag: Frame | None, name: str, flops: int, gemm: bool,
                     elapsed_ns: int) -> None:
         """Charge a gradient operation to the layer call whose forward created it."""
         frame = tag if tag is not None else _FRAME.get()
         if frame is not None:
             frame.collector.add_backward(frame.node, flops, gemm, elapsed_ns)
 
-    def backward_clock(self, tag: Optional[Frame]) -> Callable[[], int]:
+    def backward_clock(self, tag: Frame | None) -> Callable[[], int]:
         """The clock that times gradient operations charged to ``tag``: the profile's own
         (``profile(clock=...)``; a clock that always reads 0 with ``timing=False``)."""
         frame = tag if tag is not None else _FRAME.get()
@@ -173,9 +173,9 @@ class _BackwardPass:
     """Stands for "a backward pass" as the owner of backward nodes."""
 
 
-def make_wrapper(kind: NodeKind, label: Optional[str] = None,
-                 flops_fn: Optional[Callable[..., int]] = None,
-                 guard: Optional[Callable[[], bool]] = None) -> Callable[..., Any]:
+def make_wrapper(kind: NodeKind, label: str | None = None,
+                 flops_fn: Callable[..., int] | None = None,
+                 guard: Callable[[], bool] | None = None) -> Callable[..., Any]:
     """The wrapt wrapper for one patched callable.
 
     ``kind`` names what the node is (``"module"``, ``"function"``, ``"backward"``,
@@ -187,8 +187,8 @@ def make_wrapper(kind: NodeKind, label: Optional[str] = None,
     shared_owner = _BackwardPass() if kind == "backward" else None
     module_kind = kind == "module"
 
-    def wrapper(wrapped: Callable[..., Any], instance: Any, args: Tuple[Any, ...],
-                kwargs: Dict[str, Any]) -> Any:
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> Any:
         if guard is not None and guard():
             return wrapped(*args, **kwargs)
         frame = _FRAME.get()

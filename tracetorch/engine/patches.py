@@ -1,10 +1,16 @@
-"""Installing and removing the wrapt wrappers, exactly and under a lock.
+"""The one patch primitive: every attribute tracetorch sets, and taking back only its own.
 
-Patches go in when the first profile starts and come out when the last one ends, so code run
-outside every profile pays nothing. Only a class that *defines* the attribute is patched (found
-through its MRO), and restoring puts back the very object that was there, so afterwards
-``vars(cls)["forward"] is original`` holds and a subclass that merely inherited ``forward``
-never gains a copy of it.
+Every attribute the profiler changes — a layer's ``forward``, ``Tensor.backward``, a core
+optimizer's ``step``, a base class's ``__init_subclass__``, an ``@instrument``\\ ed class — is
+set by :meth:`Patch.apply`, which remembers where, what was there (or that nothing was: the class
+only inherited it) and the object it installed. :meth:`Patch.restore` puts the original back by
+identity only while the attribute still holds that object: a user's own reassignment made
+inside the block (``nn.Linear.forward = f``) is theirs and stays; an attribute added to a class
+that only inherited it is deleted again, so the class gets no copy.
+
+:class:`PatchBoard` holds the patches of the open profiles, reference-counted under a lock:
+the first :meth:`~PatchBoard.acquire` opens, the last :meth:`~PatchBoard.release` restores, so
+code run outside every profile pays nothing.
 
 Example:
     >>> class Layer:
@@ -13,8 +19,8 @@ Example:
     >>> original = vars(Layer)["forward"]
     >>> board = PatchBoard()
     >>> board.acquire([PatchTarget(Layer, "forward", "module")])
-    >>> vars(Layer)["forward"] is original
-    False
+    >>> is_instrumented(vars(Layer)["forward"])
+    True
     >>> board.release()
     >>> vars(Layer)["forward"] is original
     True
@@ -22,51 +28,173 @@ Example:
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
+from collections.abc import Iterable
+from typing import Any, Callable, NamedTuple
 
 import wrapt
 
 from tracetorch.engine.hotpath import make_wrapper
+from tracetorch.tree import NodeKind
 
-__all__ = ("BOARD", "PatchTarget", "PatchBoard", "defining_class", "is_instrumented", "mark_instrumented")
+__all__ = ("BOARD", "Patch", "PatchTarget", "PatchBoard", "defining_class", "is_instrumented",
+           "recording_wrapper", "subclass_watcher")
+
+Guard = Callable[[], bool]
+
+#: Stands for "the owner had no attribute of its own" (it inherited it, or had none).
+_ABSENT: Any = object()
+
+
+class Patch:
+    """One attribute set by tracetorch: where, what was there, and what was put there.
+
+    Example:
+        >>> class Base:
+        ...     def hello(self):
+        ...         return "base"
+        >>> class Child(Base):
+        ...     pass
+        >>> patch = Patch.apply(Child, "hello", lambda self: "patched")
+        >>> Child().hello()
+        'patched'
+        >>> patch.restore(), "hello" in vars(Child)    # inherited: the copy is deleted
+        (True, False)
+    """
+
+    __slots__ = ("owner", "attr", "original", "installed")
+
+    def __init__(self, owner: Any, attr: str, original: Any, installed: Any) -> None:
+        self.owner = owner
+        self.attr = attr
+        self.original = original
+        self.installed = installed
+
+    @classmethod
+    def apply(cls, owner: Any, attr: str, value: Any) -> Patch:
+        """Set ``owner.attr = value`` and return the patch that can undo it."""
+        patch = cls(owner, attr, vars(owner).get(attr, _ABSENT), value)
+        setattr(owner, attr, value)
+        return patch
+
+    @property
+    def inherited(self) -> bool:
+        """Whether the owner had no attribute of its own before the patch."""
+        return self.original is _ABSENT
+
+    @property
+    def owned(self) -> bool:
+        """Whether the attribute still holds what tracetorch installed."""
+        return vars(self.owner).get(self.attr, _ABSENT) is self.installed
+
+    def restore(self) -> bool:
+        """Put the original back (delete the attribute if there was none) unless something
+        else was assigned since; returns whether anything was restored."""
+        if not self.owned:
+            return False  # reassigned by the user (or deleted): theirs now
+        if self.original is _ABSENT:
+            delattr(self.owner, self.attr)
+        else:
+            setattr(self.owner, self.attr, self.original)
+        return True
 
 
 class PatchTarget(NamedTuple):
-    """An attribute to wrap: ``cls.attr`` recorded as a node of ``kind``."""
+    """A callable attribute to wrap: ``cls.attr`` recorded as a node of ``kind``.
+
+    ``guard() -> True`` lets a call through unrecorded (see
+    :func:`tracetorch.engine.hotpath.make_wrapper`). Only a class that defines ``attr`` itself
+    is patched, unless ``inherited``: then the attribute found through the MRO is wrapped and
+    set on ``cls`` (and deleted again on restore).
+    """
 
     cls: type
     attr: str
-    kind: str
+    kind: NodeKind
+    guard: Guard | None = None
+    inherited: bool = False
 
 
-def defining_class(cls: type, attr: str) -> Optional[type]:
-    """The class in ``cls``'s MRO whose own ``__dict__`` holds ``attr`` (``None`` if none)."""
+def defining_class(cls: type, attr: str) -> type | None:
+    """The class in ``cls``'s MRO whose own ``__dict__`` holds ``attr`` (``None`` if none).
+
+    Example:
+        >>> class A:
+        ...     def forward(self): ...
+        >>> class B(A):
+        ...     pass
+        >>> defining_class(B, "forward").__name__
+        'A'
+    """
     for klass in cls.__mro__:
         if attr in vars(klass):
             return None if klass is object else klass
     return None
 
 
-def mark_instrumented(wrapper: wrapt.FunctionWrapper) -> wrapt.FunctionWrapper:
-    """Tag a wrapper as tracetorch's so that nothing wraps it a second time."""
-    wrapper._self_tracetorch = True
-    return wrapper
-
-
 def is_instrumented(value: Any) -> bool:
-    """Whether ``value`` is already a tracetorch wrapper (installed here or by ``instrument``)."""
+    """Whether ``value`` is a tracetorch wrapper (from a profile or ``instrument``).
+
+    Example:
+        >>> is_instrumented(print), is_instrumented(recording_wrapper(print, "function"))
+        (False, True)
+    """
     return isinstance(value, wrapt.FunctionWrapper) and getattr(value, "_self_tracetorch", False)
 
 
+def recording_wrapper(original: Any, kind: NodeKind, *, label: str | None = None,
+                      flops_fn: Callable[..., int] | None = None,
+                      guard: Guard | None = None) -> wrapt.FunctionWrapper:
+    """``original`` wrapped (with wrapt, so it still binds as a method) to record each call as
+    a node of ``kind``, tagged as tracetorch's so nothing wraps it twice.
+
+    Example:
+        >>> double = recording_wrapper(lambda x: 2 * x, "function", label="double")
+        >>> double(21)                      # outside a profile it only calls through
+        42
+    """
+    wrapper = wrapt.FunctionWrapper(original, make_wrapper(kind, label, flops_fn, guard))
+    wrapper._self_tracetorch = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def subclass_watcher(base: type, on_new: Callable[[type], None]) -> classmethod:
+    """An ``__init_subclass__`` for ``base`` that does what ``base`` did, then calls
+    ``on_new(cls)`` for the new subclass (a class the profiler cannot wrap is still created).
+
+    Example:
+        >>> class Base:
+        ...     pass
+        >>> seen = []
+        >>> patch = Patch.apply(Base, "__init_subclass__", subclass_watcher(Base, seen.append))
+        >>> class New(Base):
+        ...     pass
+        >>> patch.restore(), seen == [New]
+        (True, True)
+    """
+    own = vars(base).get("__init_subclass__")
+
+    def __init_subclass__(cls: type, **kwargs: Any) -> None:  # noqa: N807 - its real name
+        if own is not None:
+            own.__get__(None, cls)(**kwargs)
+        else:
+            super(base, cls).__init_subclass__(**kwargs)  # type: ignore[arg-type]
+        try:
+            on_new(cls)
+        except Exception:
+            pass
+
+    return classmethod(__init_subclass__)
+
+
 class PatchBoard:
-    """Reference-counted patches: the first :meth:`acquire` opens, the last :meth:`release`
-    restores every original and runs the registered cleanups."""
+    """The patches of the open profiles: the first :meth:`acquire` opens, the last
+    :meth:`release` restores what is still tracetorch's and runs the registered cleanups."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._users = 0
-        self._originals: Dict[Tuple[type, str], Any] = {}
-        self._cleanups: List[Callable[[], None]] = []
+        self._patches: dict[tuple[Any, str], Patch] = {}
+        self._cleanups: list[Callable[[], None]] = []
 
     @property
     def active(self) -> bool:
@@ -74,7 +202,7 @@ class PatchBoard:
         return self._users > 0
 
     def acquire(self, targets: Iterable[PatchTarget],
-                on_first: Optional[Callable[[], List[Callable[[], None]]]] = None) -> None:
+                on_first: Callable[[], list[Callable[[], None]]] | None = None) -> None:
         """Register one more user and wrap ``targets`` not wrapped yet.
 
         ``on_first`` runs when this is the first user; the callables it returns run when the last
@@ -92,22 +220,32 @@ class PatchBoard:
                 raise
 
     def patch(self, target: PatchTarget) -> None:
-        """Wrap one attribute now (a no-op if it is wrapped or no profile is active)."""
+        """Wrap one attribute now (a no-op if it is wrapped, not callable, not the class's own
+        without ``inherited``, or if no profile is active)."""
+        cls, attr, kind, guard, inherited = target
         with self._lock:
-            if not self._users:
+            if not self._users or (cls, attr) in self._patches:
                 return
-            cls, attr, kind = target
-            key = (cls, attr)
-            if key in self._originals or attr not in vars(cls):
+            if attr in vars(cls):
+                original = vars(cls)[attr]
+            elif inherited and defining_class(cls, attr) is not None:
+                original = getattr(cls, attr)
+            else:
                 return
-            original = vars(cls)[attr]
             if is_instrumented(original) or not callable(original):
                 return
-            wrapper = mark_instrumented(wrapt.FunctionWrapper(original, make_wrapper(kind)))
-            setattr(cls, attr, wrapper)
-            self._originals[key] = original
+            self._add(cls, attr, recording_wrapper(original, kind, guard=guard))
 
-    def add_cleanups(self, cleanups: List[Callable[[], None]]) -> None:
+    def watch_subclasses(self, base: type, on_new: Callable[[type], None]) -> None:
+        """Call ``on_new(cls)`` for every subclass of ``base`` created until the last release."""
+        with self._lock:
+            if self._users and (base, "__init_subclass__") not in self._patches:
+                self._add(base, "__init_subclass__", subclass_watcher(base, on_new))
+
+    def _add(self, owner: Any, attr: str, value: Any) -> None:
+        self._patches[(owner, attr)] = Patch.apply(owner, attr, value)
+
+    def add_cleanups(self, cleanups: list[Callable[[], None]]) -> None:
         """Run ``cleanups`` when the last user releases (for adapters started late)."""
         with self._lock:
             if self._users:
@@ -117,21 +255,22 @@ class PatchBoard:
                     cleanup()
 
     def release(self) -> None:
-        """One user fewer; the last one puts every original back and runs the cleanups."""
+        """One user fewer; the last one restores every patch still tracetorch's (a value the
+        user assigned meanwhile stays) and runs the cleanups."""
         with self._lock:
             if self._users == 0:
                 return
             self._users -= 1
             if self._users:
                 return
-            errors: List[BaseException] = []
-            for (cls, attr), original in reversed(list(self._originals.items())):
+            errors: list[BaseException] = []
+            patches, self._patches = self._patches, {}
+            cleanups, self._cleanups = self._cleanups, []
+            for patch in reversed(list(patches.values())):
                 try:
-                    setattr(cls, attr, original)
+                    patch.restore()
                 except BaseException as exc:  # keep restoring the rest, report after
                     errors.append(exc)
-            self._originals.clear()
-            cleanups, self._cleanups = self._cleanups, []
             for cleanup in reversed(cleanups):
                 try:
                     cleanup()
@@ -140,10 +279,10 @@ class PatchBoard:
             if errors:
                 raise errors[0]
 
-    def patched(self) -> Dict[Tuple[type, str], Any]:
-        """A snapshot of what is wrapped now, with the originals (for tests and debugging)."""
+    def patched(self) -> dict[tuple[Any, str], Patch]:
+        """What is patched now, ``{(owner, attr): patch}`` (for tests and debugging)."""
         with self._lock:
-            return dict(self._originals)
+            return dict(self._patches)
 
 
 #: The one board every profile in the process shares.

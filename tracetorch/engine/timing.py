@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable
 
 from tracetorch.tree import CallNode
 
@@ -31,7 +31,7 @@ Clock = Callable[[], int]
 class CallTiming:
     """The clocks, deferred device readings and timeline events of one profile."""
 
-    def __init__(self, clock: Optional[Clock] = None, timeline: bool = False,
+    def __init__(self, clock: Clock | None = None, timeline: bool = False,
                  max_events: int = 100_000) -> None:
         self.clock: Clock = clock if clock is not None else time.perf_counter_ns
         #: The clock of steps, backward passes and the timeline (host time even when calls use a
@@ -39,9 +39,9 @@ class CallTiming:
         self.host_clock: Clock = self.clock
         #: ``(node, start, end)`` readings of a device clock, turned into times by
         #: :meth:`resolve_times` at each fold; ``None`` while calls are timed on the host.
-        self.deferred: Optional[List[Tuple[CallNode, int, int]]] = None
+        self.deferred: list[tuple[CallNode, int, int]] | None = None
         self.device_clock: Any = None
-        self.events: Optional[List[Tuple[CallNode, int, int, int]]] = [] if timeline else None
+        self.events: list[tuple[CallNode, int, int, int]] | None = [] if timeline else None
         # Host clock and no timeline: the wrapper appends durations itself (the common case).
         self.plain_timing = self.events is None
         self.max_events = max_events

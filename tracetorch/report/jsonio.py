@@ -269,8 +269,8 @@ class _Reader:
                 self.fail(at("name"), f"two children of one node are both named {name!r}")
             node = parent.child(name, type_name, module_key, cast(NodeKind, kind))
         node.time = self.stats(get("time"), at("time"))
-        node.flops = self.number(get("flops"), at("flops"))
-        node.gemm_flops = self.number(get("gemm_flops"), at("gemm_flops"))
+        node.flops = self.integer(get("flops"), at("flops"), minimum=0)
+        node.gemm_flops = self.integer(get("gemm_flops"), at("gemm_flops"), minimum=0)
         macs = get("macs")
         node.macs = None if macs is None else int(self.number(macs, at("macs")))
         node.flops_source = self.text(get("flops_source"), at("flops_source"))
@@ -279,9 +279,9 @@ class _Reader:
             sigs = self.lst(get(key), at(key))
             setattr(node, key, [self.signature(s, f"{at(key)}[{i}]") for i, s in enumerate(sigs)])
         node.backward_time = self.stats(get("backward_time"), at("backward_time"))
-        node.backward_flops = self.number(get("backward_flops"), at("backward_flops"))
-        node.backward_gemm_flops = self.number(get("backward_gemm_flops"),
-                                               at("backward_gemm_flops"))
+        node.backward_flops = self.integer(get("backward_flops"), at("backward_flops"), minimum=0)
+        node.backward_gemm_flops = self.integer(get("backward_gemm_flops"),
+                                                at("backward_gemm_flops"), minimum=0)
         node.errors = self.integer(get("errors"), at("errors"), minimum=0)
         for i, child in enumerate(self.lst(get("children"), at("children"))):
             self.node(child, f"{at('children')}[{i}]", node)
