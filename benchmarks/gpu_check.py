@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, List, Tuple
+from typing import Any
 
 try:
     import torch
@@ -43,7 +43,7 @@ def conv_net() -> torch.nn.Module:
 
 def mlp_stack() -> torch.nn.Module:
     nn = torch.nn
-    layers: List[nn.Module] = []
+    layers: list[nn.Module] = []
     for _ in range(6):
         layers += [nn.LayerNorm(1024), nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024)]
     return nn.Sequential(*layers)
@@ -57,7 +57,7 @@ def check(name: str, model: torch.nn.Module, x: torch.Tensor, repeats: int,
         for _ in range(3):
             model(x)
         torch.cuda.synchronize()
-        whole: List[float] = []
+        whole: list[float] = []
         still_busy = 0
         with tracetorch.profile(model) as prof:
             for _ in range(repeats):
@@ -74,7 +74,7 @@ def check(name: str, model: torch.nn.Module, x: torch.Tensor, repeats: int,
     model_ns = top.time.total_ns
     events_ns = sum(whole)
     layers_ns = sum(child.time.total_ns for child in top.children.values())
-    rows: List[Tuple[str, Any, int, float, float]] = [
+    rows: list[tuple[str, Any, int, float, float]] = [
         (child.path, child.type_name, child.calls, child.time.total_ns / max(child.calls, 1) / 1e6,
          100.0 * child.time.total_ns / max(model_ns, 1)) for child in top.children.values()]
     print(f"\n{name}: input {tuple(x.shape)}, {repeats} forwards")
@@ -99,7 +99,7 @@ def check(name: str, model: torch.nn.Module, x: torch.Tensor, repeats: int,
     return ok
 
 
-def main(argv: List[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tolerance", type=float, default=0.05)
     parser.add_argument("--repeats", type=int, default=20)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tracetorch.bench import Measurement, benchmark, measure_latency
+from tracetorch.introspect import dummy_input
 
 
 class FakeClock:
@@ -195,6 +196,28 @@ def test_measure_latency_builds_a_torch_tensor_for_a_torch_model(torch):
 
     measure_latency(Probe(), (2, 3), warmup=0, iterations=1)
     assert seen == [torch.Tensor]
+
+
+def test_dummy_input_is_zeros_or_seeded_in_the_models_framework():
+    class Tokens:
+        vocab_size = 7
+
+    zeros = dummy_input(object(), (2, 3))
+    assert zeros.data.dtype == np.float32 and not zeros.data.any()
+    first, again = dummy_input(object(), (2, 3), seed=1), dummy_input(object(), (2, 3), seed=1)
+    assert first.data.dtype == np.float32 and first.data.any()
+    np.testing.assert_array_equal(first.data, again.data)
+    ids = dummy_input(Tokens(), (50,), seed=0)
+    assert ids.data.dtype == np.int64 and 0 <= ids.data.min() and ids.data.max() < 7
+    assert not dummy_input(Tokens(), (3,)).data.any()
+
+
+def test_dummy_input_takes_a_torch_models_dtype(torch):
+    model = torch.nn.Linear(3, 2).double()
+    assert dummy_input(model, (4, 3)).dtype == torch.float64
+    x = dummy_input(model, (4, 3), seed=0)
+    assert x.dtype == torch.float64 and bool(x.abs().sum() > 0)
+    assert measure_latency(model, (4, 3), warmup=0, iterations=1) > 0
 
 
 @pytest.mark.parametrize("iterations", [0, -3, 2.5, True, "10"])

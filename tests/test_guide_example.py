@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 GUIDE_EXAMPLE = '''\
 from tracetorch.perf.profiling import Profiler
 from tracetorch.core.layers import Linear
@@ -32,15 +34,16 @@ print(f"FLOPs per forward pass: {flops:,}")
 
 input_tensor = Tensor(np.random.randn(1, 1024))
 avg_latency = profiler.measure_latency(
-    model, 
-    input_tensor, 
-    warmup=5, 
+    model,
+    input_tensor,
+    warmup=5,
     iterations=100
 )
 print(f"Average latency: {avg_latency*1000:.3f} ms")
 '''
 
 
+@pytest.mark.slow
 def test_guide_example_runs_as_a_script(tmp_path):
     script = tmp_path / "guide_example.py"
     script.write_text(GUIDE_EXAMPLE)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from support.torch_models import shared_model
+from tracetorch.introspect import is_torch_module, numel
 from tracetorch.params import count_parameters, parameter_table
 
 
@@ -180,7 +181,8 @@ def test_torch_total_trainable_frozen(torch):
     model = _conventions_model(torch)
     assert count_parameters(model) == 30_400
     table = parameter_table(model)
-    assert (table.total, table.trainable, table.frozen, table.buffers) == (30_400, 20_300, 10_100, 0)
+    assert (table.total, table.trainable, table.frozen, table.buffers) == (
+        30_400, 20_300, 10_100, 0)
     rows = {row.path: row for row in table}
     assert rows[""].total == 100 and rows[""].type_name == "Conventions"
     assert (rows["frozen"].trainable, rows["frozen"].frozen) == (0, 10_100)
@@ -219,6 +221,7 @@ def test_torch_buffers_are_counted_apart(torch):
     assert {row.path: row.buffers for row in table} == {"0": 0, "1": 21}
 
 
+@pytest.mark.slow
 def test_count_parameters_never_imports_torch():
     code = ("import sys, numpy as np\n"
             "from tracetorch.params import count_parameters, parameter_table\n"
@@ -280,3 +283,17 @@ def test_duck_table_container_parameters_not_double_counted():
     table = parameter_table(Holder())
     assert {row.path: row.total for row in table} == {"": 5, "layers.0": 12}
     assert table.total == count_parameters(Holder()) == 17
+
+
+def test_numel_of_arrays_core_tensors_and_scalars():
+    from tracetorch.core import Tensor
+
+    stale = Tensor(np.zeros((2, 3)))
+    stale.data = np.zeros(10)  # TinyTorch-style: .data is the truth, not a cached shape
+    assert (numel(np.zeros((2, 3))), numel(stale), numel(2.5), numel([1, 2, 3])) == (6, 10, 1, 3)
+
+
+def test_numel_and_is_torch_module_for_torch(torch):
+    layer = torch.nn.Linear(3, 2)
+    assert numel(layer.weight) == 6 and is_torch_module(layer)
+    assert not is_torch_module(layer.weight) and not is_torch_module(object())

@@ -9,10 +9,17 @@ import pytest
 
 from support.torch_models import shared_model
 from tracetorch.core import Conv2d, Flatten, Linear, MaxPool2d, ReLU, Sequential, Tensor
-from tracetorch.perf import (BYTES_PER_FLOAT32, KB_TO_BYTES, MB_TO_BYTES, Profiler,
-                             analyze_weight_distribution, arithmetic_intensity, quick_profile)
-from tracetorch.perf.profiling import _count_conv_flops, _count_linear_flops
 from tracetorch.flop_count import count_flops
+from tracetorch.perf import (
+    BYTES_PER_FLOAT32,
+    KB_TO_BYTES,
+    MB_TO_BYTES,
+    Profiler,
+    analyze_weight_distribution,
+    arithmetic_intensity,
+    quick_profile,
+)
+from tracetorch.perf.profiling import _count_conv_flops, _count_linear_flops
 
 
 @pytest.fixture
@@ -140,7 +147,7 @@ def test_subclasses_keep_their_parents_formula(profiler):
 
 
 def test_a_class_named_linear_is_not_dispatched_by_name(profiler):
-    class Linear:  # noqa: N801 - a duck-typed layer that only shares the name
+    class Linear:
         def forward(self, x):
             return x * 2.0
 

@@ -9,8 +9,8 @@ import pytest
 
 from support.trees import encoder_tree
 from tracetorch.report.chrome import chrome_trace_events, export_chrome_trace
-from tracetorch.result import ProfileResult, TimelineEvent
-from tracetorch.tree import CallNode
+from tracetorch.result import ProfileResult
+from tracetorch.tree import CallNode, TimelineEvent
 
 MAIN, WORKER = 140_234_567_890_123, 140_234_567_999_999  # threading.get_ident()-sized ids
 

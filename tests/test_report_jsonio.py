@@ -1,4 +1,8 @@
-"""Saving and loading profiles: an exact round trip, and clear errors for anything else."""
+"""Saving and loading profiles: an exact round trip, and clear errors for anything else.
+
+``ProfileResult.from_dict`` / ``ProfileResult.load`` / ``tracetorch.load`` assemble a result from
+the parts that ``report.jsonio`` checks and returns (``parse_profile`` / ``read_profile``).
+"""
 from __future__ import annotations
 
 import json
@@ -10,12 +14,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tracetorch
 from tracetorch.report.chrome import chrome_trace_events
 from tracetorch.report.jsonio import (
     FORMAT_NAME,
     FORMAT_VERSION,
-    load_result,
-    result_from_dict,
+    SavedProfile,
+    parse_profile,
+    read_profile,
     result_to_dict,
     save_result,
 )
@@ -95,7 +101,7 @@ def assert_equivalent(a: ProfileResult, b: ProfileResult) -> None:
 def test_round_trip_through_json_text() -> None:
     original = build()
     data = json.loads(json.dumps(result_to_dict(original)))
-    loaded = result_from_dict(data)
+    loaded = ProfileResult.from_dict(data)
     assert_equivalent(original, loaded)
     assert [(n.path, s, e, t) for n, s, e, t in loaded.timeline or []] == \
         [(n.path, s, e, t) for n, s, e, t in original.timeline or []]
@@ -127,25 +133,51 @@ def test_save_and_load_files(tmp_path: pathlib.Path) -> None:
     original = build()
     for path in (tmp_path / "run.json", str(tmp_path / "run2.json")):
         save_result(original, path)
-        assert_equivalent(original, load_result(path))
+        assert_equivalent(original, ProfileResult.load(path))
 
 
 def test_no_timeline_round_trips_as_none(tmp_path: pathlib.Path) -> None:
     original = build()
     original.timeline = None
     save_result(original, tmp_path / "run.json")
-    assert load_result(tmp_path / "run.json").timeline is None
+    assert ProfileResult.load(tmp_path / "run.json").timeline is None
 
 
 def test_empty_profile_round_trips(tmp_path: pathlib.Path) -> None:
     save_result(ProfileResult(CallNode.root()), tmp_path / "empty.json")
-    loaded = load_result(tmp_path / "empty.json")
+    loaded = ProfileResult.load(tmp_path / "empty.json")
     assert loaded.nodes() == [] and loaded.total_flops == 0
 
 
 def test_missing_file_raises_file_not_found(tmp_path: pathlib.Path) -> None:
     with pytest.raises(FileNotFoundError):
-        load_result(tmp_path / "nope.json")
+        ProfileResult.load(tmp_path / "nope.json")
+
+
+def test_every_entry_point_reads_the_same_parts(tmp_path: pathlib.Path) -> None:
+    """The methods and ``tracetorch.load`` are the report functions plus assembly, no more."""
+    original = build()
+    assert original.to_dict() == result_to_dict(original)
+    original.save(str(tmp_path / "run.json"))
+    parts = read_profile(tmp_path / "run.json")
+    assert isinstance(parts, SavedProfile)
+    assert parts._fields == ("root", "unsupported", "timeline", "dropped_events", "step_times",
+                             "meta")
+    assert parts.unsupported == {"Dropout": 700} and parts.dropped_events == 3
+    assert parse_profile(original.to_dict()).meta == parts.meta
+    for loaded in (ProfileResult(*parts), ProfileResult.load(tmp_path / "run.json"),
+                   tracetorch.load(str(tmp_path / "run.json")),
+                   ProfileResult.from_dict(original.to_dict())):
+        assert type(loaded) is ProfileResult
+        assert_equivalent(original, loaded)
+
+
+def test_a_profiler_rebuilds_a_result_not_a_profiler() -> None:
+    # ``profile`` extends ProfileResult with its own constructor; from_dict still works on it.
+    with tracetorch.profile() as prof:
+        pass
+    again = tracetorch.profile.from_dict(prof.to_dict())
+    assert type(again) is ProfileResult and again.total_flops == 0
 
 
 # ------------------------------------------------------------------------ damaged files
@@ -197,13 +229,15 @@ def test_damaged_documents_raise_value_error_naming_file(
     edit(data)
     path = tmp_path / "damaged.json"
     path.write_text(json.dumps(data))
-    with pytest.raises(ValueError) as info:
-        load_result(path)
-    assert str(path) in str(info.value)
-    assert message in str(info.value)
+    for load in (ProfileResult.load, tracetorch.load, read_profile):
+        with pytest.raises(ValueError) as info:
+            load(path)
+        assert str(path) in str(info.value)
+        assert message in str(info.value)
     # The same check without a file names the given source.
-    with pytest.raises(ValueError, match="^memory:"):
-        result_from_dict(data, source="memory")
+    for parse in (ProfileResult.from_dict, parse_profile):
+        with pytest.raises(ValueError, match="^memory:"):
+            parse(data, source="memory")
 
 
 @pytest.mark.parametrize("content, message", [
@@ -219,7 +253,7 @@ def test_unreadable_files_raise_value_error_naming_file(
     path = tmp_path / "bad.json"
     path.write_bytes(content)
     with pytest.raises(ValueError) as info:
-        load_result(path)
+        ProfileResult.load(path)
     assert str(path) in str(info.value) and message in str(info.value)
 
 
@@ -229,7 +263,7 @@ def test_truncated_file(tmp_path: pathlib.Path) -> None:
     text = path.read_text()
     path.write_text(text[: len(text) // 2])
     with pytest.raises(ValueError, match="not valid JSON"):
-        load_result(path)
+        ProfileResult.load(path)
 
 
 def test_newer_version_message_says_to_upgrade(tmp_path: pathlib.Path) -> None:
@@ -238,12 +272,12 @@ def test_newer_version_message_says_to_upgrade(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "future.json"
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError, match=r"version 7; this one reads up to 1\); upgrade"):
-        load_result(path)
+        ProfileResult.load(path)
 
 
 def test_default_source_is_dict() -> None:
     with pytest.raises(ValueError, match="^<dict>: not a tracetorch profile"):
-        result_from_dict({"format": "x"})
+        ProfileResult.from_dict({"format": "x"})
 
 
 # ------------------------------------------------------------------- property: any tree
@@ -269,4 +303,4 @@ def trees(draw: st.DrawFn) -> ProfileResult:
 @settings(max_examples=60, deadline=None)
 @given(trees())
 def test_any_tree_round_trips(result: ProfileResult) -> None:
-    assert_equivalent(result, result_from_dict(json.loads(json.dumps(result_to_dict(result)))))
+    assert_equivalent(result, ProfileResult.from_dict(json.loads(json.dumps(result.to_dict()))))

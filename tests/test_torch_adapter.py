@@ -1,4 +1,5 @@
 """The torch adapter: what gets wrapped, how paths come out, and that nothing is left behind."""
+import importlib
 import os
 import subprocess
 import sys
@@ -11,9 +12,9 @@ import pytest
 torch = pytest.importorskip("torch") if os.environ.get("CI") != "true" else __import__("torch")
 
 import tracetorch  # noqa: E402
+from test_torch_models import Attn, Block, BoomNet, Shared  # noqa: E402
 from tracetorch.adapters.base import all_subclasses  # noqa: E402
 from tracetorch.engine.patches import BOARD  # noqa: E402
-from test_torch_models import Attn, Block, BoomNet, Shared  # noqa: E402
 
 nn = torch.nn
 F = torch.nn.functional
@@ -39,12 +40,14 @@ def assert_same(before, after):
             assert now[name] is value, (key, name)
 
 
+@pytest.mark.slow
 def test_import_tracetorch_does_not_import_torch():
     code = "import sys, tracetorch; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.slow
 def test_torch_imported_inside_an_open_block_is_profiled_from_then_on():
     code = """
 import sys, types, tracetorch
@@ -78,7 +81,7 @@ def test_every_module_class_defining_forward_is_wrapped_only_inside():
 
 
 def test_nothing_stays_patched_after_training_with_new_classes():
-    import torch._dynamo  # noqa: F401 - an optimizer step imports it, rebinding torch.manual_seed
+    import torch._dynamo
 
     before = snapshot()
     assert_same(before, snapshot())
@@ -119,7 +122,7 @@ def test_nothing_stays_patched_after_training_with_new_classes():
     assert torch._C._len_torch_dispatch_stack() == 0
 
 
-def test_optimizer_built_inside_keeps_torchs_step_hooks_after_the_block():
+def test_optimizer_built_inside_is_what_torch_alone_makes_of_it():
     class Fresh(torch.optim.SGD):
         def step(self, closure=None):
             return super().step(closure)
@@ -127,16 +130,112 @@ def test_optimizer_built_inside_keeps_torchs_step_hooks_after_the_block():
     original = vars(Fresh)["step"]
     param = nn.Parameter(torch.ones(2))
     with tracetorch.profile() as prof:
-        opt = Fresh([param], lr=0.5)  # torch hooks Fresh.step now, around our wrapper
+        opt = Fresh([param], lr=0.5)  # torch hooks Fresh.step now; tracetorch patches no step
         param.grad = torch.ones(2)
         opt.step()
-    assert prof.find("Fresh.step").calls == 1
+        opt.step()
+    assert prof.find("Fresh.step").calls == 2  # super().step() is the same call, no new level
+    assert not prof.find("Fresh.step").children
     step = vars(Fresh)["step"]
     assert step.__wrapped__ is original and step.hooked  # what torch itself would have left
+    hooks = importlib.import_module("torch.optim.optimizer")
+    assert not hooks._global_optimizer_pre_hooks and not hooks._global_optimizer_post_hooks
     seen = []
     opt.register_step_pre_hook(lambda *a: seen.append(1))
     opt.step()
-    assert seen == [1]
+    assert seen  # torch's own hooks still run (twice if SGD.step, reached by super(), is hooked)
+
+
+def test_a_step_that_raises_is_closed_at_the_next_step():
+    class Flaky(torch.optim.SGD):
+        fail = True
+
+        def step(self, closure=None):
+            if self.fail:
+                raise RuntimeError("flaky")
+            return super().step(closure)
+
+    lin = nn.Linear(2, 2)
+    opt = Flaky(lin.parameters(), lr=0.1)
+    with tracetorch.profile() as prof:
+        lin(torch.ones(1, 2)).sum().backward()
+        with pytest.raises(RuntimeError, match="flaky"):
+            opt.step()
+        Flaky.fail = False
+        opt.step()
+        lin(torch.ones(1, 2))
+    node = prof.find("Flaky.step")
+    assert (node.calls, node.errors) == (2, 1)
+    assert [n.path for n in prof.nodes()] == ["Linear", "backward", "Flaky.step"]
+    assert prof.find("Linear").calls == 2  # after the failed step: at the top, not under it
+
+
+def test_a_step_that_raised_inside_another_step_is_closed_with_it():
+    class Broken(torch.optim.SGD):
+        def step(self, closure=None):
+            raise RuntimeError("broken")
+
+    class Outer(torch.optim.SGD):
+        def __init__(self, params, inner):
+            super().__init__(params, lr=0.1)
+            self.inner = inner
+
+        def step(self, closure=None):
+            try:
+                self.inner.step()
+            except RuntimeError:
+                pass
+            return super().step(closure)
+
+    param = nn.Parameter(torch.ones(2))
+    param.grad = torch.ones(2)
+    opt = Outer([param], Broken([nn.Parameter(torch.ones(1))], lr=0.1))
+    with tracetorch.profile() as prof:
+        opt.step()
+        nn.Linear(2, 2)(torch.ones(1, 2))
+    assert [n.path for n in prof.nodes()] == ["Outer.step", "Outer.step.Broken.step", "Linear"]
+    assert (prof.find("Outer.step").errors, prof.find("Outer.step.Broken.step").errors) == (0, 1)
+    assert torch.equal(param.detach(), torch.full((2,), 0.9))
+
+
+def test_optimizer_and_scheduler_made_inside_run_no_tracetorch_code_after():
+    model = Block(nn.Linear(3, 3))
+    x = torch.randn(2, 3)
+    with tracetorch.profile() as prof:
+        opt = torch.optim.Adam(model.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
+        model(x).sum().backward()
+        opt.step()
+        sched.step()
+    assert prof.find("Adam.step").calls == 1
+    package = os.path.dirname(tracetorch.__file__)
+    ran = set()
+    sys.setprofile(lambda frame, event, arg: ran.add(frame.f_code.co_filename))
+    try:
+        model(x).sum().backward()
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+    finally:
+        sys.setprofile(None)
+    assert sorted(f for f in ran if f.startswith(package)) == []
+    assert any("optim" in f for f in ran)  # the profiler did see torch's own code
+
+
+def test_users_forward_assigned_inside_the_block_is_kept():
+    original = vars(nn.Linear)["forward"]
+
+    def forward(self, x):
+        return x
+
+    lin = nn.Linear(2, 2)
+    try:
+        with tracetorch.profile():
+            nn.Linear.forward = forward
+        assert vars(nn.Linear)["forward"] is forward
+        assert torch.equal(lin(torch.ones(1, 2)), torch.ones(1, 2))
+    finally:
+        nn.Linear.forward = original
 
 
 def test_the_same_after_the_model_raises():

@@ -111,6 +111,20 @@ def test_backward_spans_are_device_times(fake_gpu):
     assert prof.find("0").backward_time.count == 1
 
 
+def test_backward_follows_the_profiles_timing_setting_on_a_gpu(fake_gpu):
+    model = nn.Sequential(Kernel(1_000, 30_000))
+    x = torch.ones(3, requires_grad=True)
+    with tracetorch.profile(model, timing=False) as prof:
+        model(x).sum().backward()
+    assert prof._collector.device_clock is None
+    assert (prof.find("0").backward_time.count, prof.find("0").backward_time.total_ns) == (1, 0)
+    ticks = iter(range(0, 10**12, 1_000))
+    with tracetorch.profile(model, clock=lambda: next(ticks)) as prof:
+        model(x).sum().backward()
+    assert prof.find("0").backward_time.total_ns % 1_000 == 0  # the injected clock, not events
+    assert fake_gpu.syncs == 0
+
+
 def test_failing_call_is_timed_on_the_device_too(fake_gpu):
     class Fails(nn.Module):
         def forward(self, x):
@@ -146,6 +160,7 @@ def test_event_clock_resolves_only_its_spans():
     assert clock.resolve([("later", c, d)])[0][:2] == ("later", 7)
 
 
+@pytest.mark.slow
 def test_gpu_check_exits_cleanly_without_cuda():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: run benchmarks/gpu_check.py itself")

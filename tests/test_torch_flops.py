@@ -6,9 +6,8 @@ import pytest
 torch = pytest.importorskip("torch") if os.environ.get("CI") != "true" else __import__("torch")
 
 import tracetorch  # noqa: E402
-from tracetorch.adapters.torch.ops import einsum_flops, matmul_flops  # noqa: E402
-from test_torch_models import (  # noqa: E402
-    Attn, Conv1D, GPTBlock, Shared, fcm_counts, resnet18)
+from test_torch_models import Attn, Conv1D, GPTBlock, Shared, fcm_counts, resnet18  # noqa: E402
+from tracetorch.flops.torch_functions import einsum_flops, matmul_flops  # noqa: E402
 
 nn = torch.nn
 F = torch.nn.functional

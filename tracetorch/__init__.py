@@ -54,6 +54,4 @@ def load(path: str) -> ProfileResult:
         >>> tracetorch.load("/tmp/empty-run.json").total_flops
         0
     """
-    from tracetorch.report.jsonio import load_result
-
-    return load_result(path)
+    return ProfileResult.load(path)

@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional, Tuple
+from typing import Any, Callable
 
 import numpy as np
 
-from tracetorch.params import is_torch_module
+from tracetorch.introspect import dummy_input
 from tracetorch.report.units import format_time_ns
 
-__all__ = ("Measurement", "benchmark", "measure_latency", "random_input", "as_callable",
+__all__ = ("Measurement", "benchmark", "measure_latency", "as_callable",
            "SPREAD_WARNING_THRESHOLD")
 
 #: IQR / median above which a measurement is flagged as noisy.
@@ -50,7 +51,7 @@ class Measurement:
         warnings: human-readable doubts about the result (large spread, too few blocks).
     """
 
-    times_s: Tuple[float, ...]
+    times_s: tuple[float, ...]
     number_per_block: int
     median: float
     mean: float
@@ -58,10 +59,10 @@ class Measurement:
     p10: float
     p90: float
     n: int
-    warnings: Tuple[str, ...]
+    warnings: tuple[str, ...]
 
     @classmethod
-    def from_times(cls, times_s: Tuple[float, ...], number_per_block: int) -> "Measurement":
+    def from_times(cls, times_s: tuple[float, ...], number_per_block: int) -> Measurement:
         """Statistics and warnings for per-call block times.
 
         Example:
@@ -100,7 +101,7 @@ def _seconds(value: float) -> str:
 
 def benchmark(fn_or_model: Any, *inputs: Any, warmup: int = 3, min_run_time: float = 0.2,
               max_blocks: int = 10_000, clock: Callable[[], int] = time.perf_counter_ns,
-              sync: Optional[Callable[[], Any]] = None) -> Measurement:
+              sync: Callable[[], Any] | None = None) -> Measurement:
     """Time ``fn_or_model(*inputs)`` in blocks and summarise the per-call seconds.
 
     Args:
@@ -127,7 +128,8 @@ def benchmark(fn_or_model: Any, *inputs: Any, warmup: int = 3, min_run_time: flo
     _check_count(warmup, "warmup", minimum=0)
     _check_count(max_blocks, "max_blocks", minimum=1)
     if not isinstance(min_run_time, (int, float)) or not min_run_time > 0:
-        raise ValueError(f"min_run_time: expected a positive number of seconds, got {min_run_time!r}")
+        raise ValueError("min_run_time: expected a positive number of seconds, "
+                         f"got {min_run_time!r}")
 
     def run_block(number: int) -> int:
         if sync is not None:
@@ -154,7 +156,7 @@ def benchmark(fn_or_model: Any, *inputs: Any, warmup: int = 3, min_run_time: flo
             if long_enough or block_ns >= budget_ns or number >= _MAX_NUMBER_PER_BLOCK:
                 break
             number *= 10
-        times_ns = []
+        times_ns: list[int] = []
         elapsed_ns = 0
         while elapsed_ns < budget_ns and len(times_ns) < max_blocks:
             block_ns = run_block(number)
@@ -167,7 +169,8 @@ def measure_latency(model: Any, x: Any, warmup: int = 10, iterations: int = 100)
     """Mean seconds per call of ``model(x)``, as the TinyTorch guide's ``measure_latency``.
 
     ``x`` may be a tensor (``tracetorch.core``, torch, numpy) or a shape tuple, for which a
-    random input is made (a torch tensor for a torch model, else a ``tracetorch.core`` Tensor).
+    seeded random input is made in the model's framework
+    (:func:`tracetorch.introspect.dummy_input`).
     The ``iterations`` calls are timed as one block with ``time.perf_counter_ns`` (one pair of
     clock reads, not one per call) with the garbage collector off. For medians and spread, use
     :func:`benchmark`.
@@ -185,7 +188,7 @@ def measure_latency(model: Any, x: Any, warmup: int = 10, iterations: int = 100)
     _check_count(iterations, "iterations", minimum=1)
     _check_count(warmup, "warmup", minimum=0)
     if _is_shape(x):
-        x = random_input(model, x)
+        x = dummy_input(model, x, seed=0)
     for _ in range(warmup):
         fn(x)
     with _gc_disabled():
@@ -194,31 +197,6 @@ def measure_latency(model: Any, x: Any, warmup: int = 10, iterations: int = 100)
             fn(x)
         elapsed_ns = time.perf_counter_ns() - start
     return elapsed_ns / iterations / 1e9
-
-
-def random_input(model: Any, shape: Tuple[int, ...], seed: int = 0) -> Any:
-    """A seeded random input of ``shape`` in the model's own framework.
-
-    Standard-normal float32 values (a torch tensor for a torch model, else a
-    ``tracetorch.core`` Tensor), or integer ids below ``model.vocab_size`` for a core token
-    model, which cannot take floats.
-
-    Example:
-        >>> random_input(object(), (2, 3)).shape
-        (2, 3)
-    """
-    if is_torch_module(model):
-        import torch  # already imported by the user: a torch model exists
-
-        generator = torch.Generator().manual_seed(seed)
-        return torch.randn(shape, generator=generator)
-    from tracetorch.core.tensor import Tensor
-
-    rng = np.random.default_rng(seed)
-    vocab_size = getattr(model, "vocab_size", None)
-    if isinstance(vocab_size, int) and not isinstance(vocab_size, bool):
-        return Tensor(rng.integers(0, vocab_size, size=shape), dtype=np.int64)
-    return Tensor(rng.standard_normal(shape).astype(np.float32))
 
 
 def _is_shape(x: Any) -> bool:

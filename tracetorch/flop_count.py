@@ -14,14 +14,13 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Sequence, Tuple
-
-import numpy as np
+from collections.abc import Sequence
+from typing import Any
 
 from tracetorch.bench import as_callable
-from tracetorch.params import is_torch_module
+from tracetorch.introspect import check_shape, dummy_input, is_torch_module
 
-__all__ = ("count_flops", "forward_flops_and_output", "dummy_input", "check_shape")
+__all__ = ("count_flops", "forward_flops_and_output")
 
 
 def count_flops(model: Any, input_shape: Sequence[int]) -> int:
@@ -46,7 +45,7 @@ def count_flops(model: Any, input_shape: Sequence[int]) -> int:
     return flops
 
 
-def forward_flops_and_output(model: Any, x: Any) -> Tuple[int, Any]:
+def forward_flops_and_output(model: Any, x: Any) -> tuple[int, Any]:
     """Run ``model(x)`` once under the engine: its forward FLOPs and its output.
 
     Example:
@@ -69,38 +68,3 @@ def forward_flops_and_output(model: Any, x: Any) -> Tuple[int, Any]:
         else:
             out = call(x)
     return prof.forward_flops, out
-
-
-def dummy_input(model: Any, shape: Tuple[int, ...]) -> Any:
-    """A zero input of ``shape`` in the model's framework, dtype and device.
-
-    Example:
-        >>> dummy_input(object(), (2, 3)).shape
-        (2, 3)
-    """
-    if is_torch_module(model):
-        import torch
-
-        first = next(iter(model.parameters()), None)
-        if first is None:
-            return torch.zeros(shape)
-        return torch.zeros(shape, dtype=first.dtype, device=first.device)
-    from tracetorch.core.tensor import Tensor
-
-    return Tensor(np.zeros(shape, dtype=np.float32))
-
-
-def check_shape(input_shape: Any) -> Tuple[int, ...]:
-    """``input_shape`` as a tuple, or a ValueError naming it.
-
-    Example:
-        >>> check_shape([2, 3])
-        (2, 3)
-    """
-    valid = (isinstance(input_shape, (tuple, list)) and len(input_shape) > 0
-             and all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0
-                     for d in input_shape))
-    if not valid:
-        raise ValueError("input_shape: expected a non-empty tuple of positive ints, "
-                         f"got {input_shape!r}")
-    return tuple(int(d) for d in input_shape)

@@ -17,13 +17,11 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, TypeVar, Union, overload
+import sys
+from typing import Any, Callable, TypeVar, overload
 
-import wrapt
-
+from tracetorch.engine.patches import Guard, Patch, is_instrumented, recording_wrapper
 from tracetorch.flops.registry import default_registry
-from tracetorch.engine.patches import is_instrumented, mark_instrumented
-from tracetorch.engine.hotpath import make_wrapper
 
 __all__ = ("instrument",)
 
@@ -35,12 +33,12 @@ def instrument(target: T) -> T: ...
 
 
 @overload
-def instrument(target: None = None, *, flops: Optional[Callable[..., int]] = None,
-               name: Optional[str] = None) -> Callable[[T], T]: ...
+def instrument(target: None = None, *, flops: Callable[..., int] | None = None,
+               name: str | None = None) -> Callable[[T], T]: ...
 
 
-def instrument(target: Any = None, *, flops: Optional[Callable[..., int]] = None,
-               name: Optional[str] = None) -> Union[Any, Callable[[Any], Any]]:
+def instrument(target: Any = None, *, flops: Callable[..., int] | None = None,
+               name: str | None = None) -> Any | Callable[[Any], Any]:
     """Record every call of a function, or of a class's ``forward``, as a tree node.
 
     Args:
@@ -51,7 +49,9 @@ def instrument(target: Any = None, *, flops: Optional[Callable[..., int]] = None
         name: the node's name for a function (default: its qualified name).
 
     A class gets its ``forward`` wrapped where it is looked up (its own, or the inherited one
-    set on the class), or ``__call__`` if it has no ``forward``.
+    set on the class), or ``__call__`` if it has no ``forward``. The wrapper stays (it calls
+    straight through outside a profile); with torch imported, it also steps aside while a torch
+    compiler or tracer runs the code.
     """
     if flops is not None and not callable(flops):
         raise TypeError(f"flops must be a callable returning an int, got {flops!r}")
@@ -66,17 +66,27 @@ def instrument(target: Any = None, *, flops: Optional[Callable[..., int]] = None
         if is_instrumented(obj):
             return obj
         label = name or getattr(obj, "__qualname__", None) or type(obj).__name__
-        return mark_instrumented(wrapt.FunctionWrapper(obj, make_wrapper("function", label, flops)))
+        return recording_wrapper(obj, "function", label=label, flops_fn=flops,
+                                 guard=_compiler_guard())
 
     return decorate if target is None else decorate(target)
 
 
-def _instrument_class(cls: type, rule: Optional[Callable[..., int]]) -> type:
+def _instrument_class(cls: type, rule: Callable[..., int] | None) -> type:
     attr = "forward" if callable(getattr(cls, "forward", None)) else "__call__"
-    current = getattr(cls, attr)
     if not is_instrumented(vars(cls).get(attr)):
-        original = vars(cls).get(attr, current)
-        setattr(cls, attr, mark_instrumented(wrapt.FunctionWrapper(original, make_wrapper("module"))))
+        # Set for good (the decorator's purpose), so the Patch that could undo it is dropped.
+        original = vars(cls).get(attr, getattr(cls, attr))
+        Patch.apply(cls, attr, recording_wrapper(original, "module", guard=_compiler_guard()))
     if rule is not None:
         default_registry.register(cls)(rule)
     return cls
+
+
+def _compiler_guard() -> Guard | None:
+    """The torch compiler/tracer guard when torch is loaded (never importing it)."""
+    if "torch" not in sys.modules:
+        return None
+    from tracetorch.adapters.torch.tracing import tracing
+
+    return tracing

@@ -1,7 +1,9 @@
-"""Framework-neutral looks at models: their submodules' names and the shapes of call arguments.
+"""Framework-neutral looks at models and tensors: submodules' names, shapes of call arguments,
+element counts, and inputs made to fit a model.
 
 Everything here works on ``tracetorch.core`` modules, ``torch.nn.Module`` and duck-typed models
-(objects with a ``forward`` and layers kept in attributes or lists), without importing torch.
+(objects with a ``forward`` and layers kept in attributes or lists), without importing torch: a
+torch model or tensor can only exist once the user has imported it.
 
 Example:
     >>> class Net:
@@ -17,11 +19,16 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
 
 from tracetorch.tree import ShapeSignature
 
-__all__ = ("is_layer", "named_submodules", "shape_of", "signature", "layer_classes")
+__all__ = ("is_layer", "is_torch_module", "named_submodules", "layer_classes", "shape_of",
+           "signature", "numel", "check_shape", "dummy_input")
 
 # Attributes never worth descending into when walking a duck-typed model.
 _SKIP_ATTRS = frozenset({"__dict__", "__weakref__", "__class__"})
@@ -32,7 +39,21 @@ def is_layer(obj: Any) -> bool:
     return not isinstance(obj, type) and callable(getattr(obj, "forward", None))
 
 
-def named_submodules(model: Any) -> Iterator[Tuple[str, Any]]:
+def is_torch_module(obj: Any) -> bool:
+    """Whether ``obj`` is a ``torch.nn.Module``, without importing torch.
+
+    A torch module cannot exist unless torch was imported, so checking ``sys.modules`` is enough.
+
+    Example:
+        >>> is_torch_module(object())
+        False
+    """
+    torch = sys.modules.get("torch")
+    nn = getattr(torch, "nn", None)
+    return nn is not None and isinstance(obj, nn.Module)
+
+
+def named_submodules(model: Any) -> Iterator[tuple[str, Any]]:
     """Every layer below ``model`` with its dotted path, each object once, in definition order.
 
     Frameworks that name their own submodules (``named_modules()``) are asked; other objects
@@ -47,7 +68,7 @@ def named_submodules(model: Any) -> Iterator[Tuple[str, Any]]:
     yield from _walk_attributes(model, "", {id(model)})
 
 
-def _walk_attributes(obj: Any, prefix: str, seen: Set[int]) -> Iterator[Tuple[str, Any]]:
+def _walk_attributes(obj: Any, prefix: str, seen: set[int]) -> Iterator[tuple[str, Any]]:
     for name, value in _attribute_items(obj):
         for path, layer in _layers_in(value, prefix + name):
             if id(layer) in seen:
@@ -57,7 +78,7 @@ def _walk_attributes(obj: Any, prefix: str, seen: Set[int]) -> Iterator[Tuple[st
             yield from _walk_attributes(layer, path + ".", seen)
 
 
-def _attribute_items(obj: Any) -> List[Tuple[str, Any]]:
+def _attribute_items(obj: Any) -> list[tuple[str, Any]]:
     try:
         items = vars(obj)
     except TypeError:  # objects with __slots__ and no __dict__
@@ -65,7 +86,7 @@ def _attribute_items(obj: Any) -> List[Tuple[str, Any]]:
     return [(k, v) for k, v in items.items() if k not in _SKIP_ATTRS and not k.startswith("__")]
 
 
-def _layers_in(value: Any, path: str) -> Iterator[Tuple[str, Any]]:
+def _layers_in(value: Any, path: str) -> Iterator[tuple[str, Any]]:
     if is_layer(value):
         yield path, value
     elif isinstance(value, (list, tuple)):
@@ -78,15 +99,15 @@ def _layers_in(value: Any, path: str) -> Iterator[Tuple[str, Any]]:
                 yield f"{path}.{key}", item
 
 
-def layer_classes(model: Any) -> List[type]:
+def layer_classes(model: Any) -> list[type]:
     """The classes of ``model`` and of every layer below it, each once."""
-    classes: Dict[type, None] = {type(model): None} if is_layer(model) else {}
+    classes: dict[type, None] = {type(model): None} if is_layer(model) else {}
     for _, layer in named_submodules(model):
         classes.setdefault(type(layer), None)
     return list(classes)
 
 
-def shape_of(value: Any) -> Optional[Tuple[int, ...]]:
+def shape_of(value: Any) -> tuple[int, ...] | None:
     """The shape of a tensor-like value as a plain tuple, or ``None`` for anything else."""
     shape = getattr(value, "shape", None)
     if shape is None or isinstance(value, type):
@@ -97,7 +118,7 @@ def shape_of(value: Any) -> Optional[Tuple[int, ...]]:
         return None
 
 
-def signature(args: Tuple[Any, ...], kwargs: Optional[Dict[str, Any]] = None) -> ShapeSignature:
+def signature(args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> ShapeSignature:
     """Shapes of a call's tensor arguments: one entry per argument, tensors inside tuples,
     lists and dicts flattened in order, ``None`` for a non-tensor argument.
 
@@ -106,7 +127,7 @@ def signature(args: Tuple[Any, ...], kwargs: Optional[Dict[str, Any]] = None) ->
         >>> signature((np.zeros((2, 3)), 5), {"mask": np.zeros(4)})
         ((2, 3), None, (4,))
     """
-    shapes: List[Optional[Tuple[int, ...]]] = []
+    shapes: list[tuple[int, ...] | None] = []
     for value in args:
         _collect_shapes(value, shapes)
     if kwargs:
@@ -115,7 +136,7 @@ def signature(args: Tuple[Any, ...], kwargs: Optional[Dict[str, Any]] = None) ->
     return tuple(shapes)
 
 
-def _collect_shapes(value: Any, out: List[Optional[Tuple[int, ...]]]) -> None:
+def _collect_shapes(value: Any, out: list[tuple[int, ...] | None]) -> None:
     shape = shape_of(value)
     if shape is not None:
         out.append(shape)
@@ -127,3 +148,71 @@ def _collect_shapes(value: Any, out: List[Optional[Tuple[int, ...]]]) -> None:
             _collect_shapes(item, out)
     else:
         out.append(None)
+
+
+def numel(tensor: Any) -> int:
+    """Number of elements of a torch tensor, a ``tracetorch.core`` Tensor, an ndarray or a scalar.
+
+    Example:
+        >>> numel(np.zeros((2, 3))), numel(1.5)
+        (6, 1)
+    """
+    count = getattr(tensor, "numel", None)
+    if callable(count):
+        return int(count())
+    data = getattr(tensor, "data", None)
+    # A TinyTorch-style Tensor keeps its array in .data (its cached .shape can go stale).
+    if isinstance(data, np.ndarray):
+        return int(data.size)
+    return int(np.size(tensor))
+
+
+def check_shape(input_shape: Any) -> tuple[int, ...]:
+    """``input_shape`` as a tuple of ints, or a ValueError naming it.
+
+    Example:
+        >>> check_shape([2, 3])
+        (2, 3)
+    """
+    valid = (isinstance(input_shape, (tuple, list)) and len(input_shape) > 0
+             and all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0
+                     for d in input_shape))
+    if not valid:
+        raise ValueError("input_shape: expected a non-empty tuple of positive ints, "
+                         f"got {input_shape!r}")
+    return tuple(int(d) for d in input_shape)
+
+
+def dummy_input(model: Any, shape: tuple[int, ...], seed: int | None = None) -> Any:
+    """An input of ``shape`` in the model's own framework: zeros, or with ``seed`` seeded
+    standard-normal values.
+
+    A torch model gets a torch tensor of its parameters' dtype and device (float32 on the CPU
+    when it has none). Anything else gets a float32 ``tracetorch.core`` Tensor, except a core
+    token model (an int ``vocab_size``), which cannot take floats: integer ids below
+    ``vocab_size`` (zeros, or seeded random ids).
+
+    Example:
+        >>> dummy_input(object(), (2, 3)).data.tolist()
+        [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+        >>> x = dummy_input(object(), (2, 3), seed=0)
+        >>> x.shape, str(x.data.dtype), bool((x.data != 0).all())
+        ((2, 3), 'float32', True)
+    """
+    if is_torch_module(model):
+        import torch  # already imported by the user: a torch model exists
+
+        first = next(iter(model.parameters()), None)
+        like = {} if first is None else {"dtype": first.dtype, "device": first.device}
+        if seed is None:
+            return torch.zeros(shape, **like)
+        return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(**like)
+    from tracetorch.core.tensor import Tensor
+
+    rng = np.random.default_rng(seed)
+    vocab_size = getattr(model, "vocab_size", None)
+    if isinstance(vocab_size, int) and not isinstance(vocab_size, bool):
+        ids = np.zeros(shape, np.int64) if seed is None else rng.integers(0, vocab_size, shape)
+        return Tensor(ids, dtype=np.int64)
+    values = np.zeros(shape) if seed is None else rng.standard_normal(shape)
+    return Tensor(values.astype(np.float32))

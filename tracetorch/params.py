@@ -15,14 +15,14 @@ Example:
 """
 from __future__ import annotations
 
-import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any
 
-import numpy as np
+from tracetorch.introspect import is_torch_module, named_submodules, numel
 
 __all__ = ("count_parameters", "parameter_table", "ParameterTable", "ParameterRow",
-           "iter_parameters", "numel", "is_torch_module")
+           "iter_parameters")
 
 
 def count_parameters(model: Any) -> int:
@@ -65,27 +65,9 @@ def iter_parameters(model: Any) -> Iterator[Any]:
         [[1.0, 1.0, 1.0]]
     """
     _check_model(model)
-    found: Dict[int, Any] = {}
+    found: dict[int, Any] = {}
     _collect(model, found, set())
     return iter(found.values())
-
-
-def numel(tensor: Any) -> int:
-    """Number of elements of a torch tensor, a ``tracetorch.core`` Tensor, an ndarray or a scalar.
-
-    Example:
-        >>> import numpy as np
-        >>> numel(np.zeros((2, 3))), numel(1.5)
-        (6, 1)
-    """
-    count = getattr(tensor, "numel", None)
-    if callable(count):
-        return int(count())
-    data = getattr(tensor, "data", None)
-    # A TinyTorch-style Tensor keeps its array in .data (its cached .shape can go stale).
-    if isinstance(data, np.ndarray):
-        return int(data.size)
-    return int(np.size(tensor))
 
 
 def _check_model(model: Any) -> None:
@@ -96,21 +78,7 @@ def _check_model(model: Any) -> None:
                         "instantiate it first")
 
 
-def is_torch_module(obj: Any) -> bool:
-    """Whether ``obj`` is a ``torch.nn.Module``, without importing torch.
-
-    A torch module cannot exist unless torch was imported, so checking ``sys.modules`` is enough.
-
-    Example:
-        >>> is_torch_module(object())
-        False
-    """
-    torch = sys.modules.get("torch")
-    nn = getattr(torch, "nn", None)
-    return nn is not None and isinstance(obj, nn.Module)
-
-
-def _collect(obj: Any, found: Dict[int, Any], visited: Set[int]) -> None:
+def _collect(obj: Any, found: dict[int, Any], visited: set[int]) -> None:
     # ``visited`` guards against containers that (directly or not) list themselves.
     if obj is None or id(obj) in visited:
         return
@@ -121,9 +89,8 @@ def _collect(obj: Any, found: Dict[int, Any], visited: Set[int]) -> None:
     layers = getattr(obj, "layers", None)
     parameters = getattr(obj, "parameters", None)
     has_layers = isinstance(layers, (list, tuple))
-    if has_layers:
-        for layer in layers:
-            _collect(layer, found, visited)
+    for layer in layers if isinstance(layers, (list, tuple)) else ():
+        _collect(layer, found, visited)
     if callable(parameters):
         # Union with the layers' tensors: the dedup makes it safe, and a container that also
         # holds tensors of its own (an embedding beside its layer list) loses nothing.
@@ -136,15 +103,13 @@ def _collect(obj: Any, found: Dict[int, Any], visited: Set[int]) -> None:
             _collect(layer, found, visited)
 
 
-def _attribute_layers(obj: Any) -> Iterator[Tuple[str, Any]]:
+def _attribute_layers(obj: Any) -> Iterator[tuple[str, Any]]:
     # The engine's walker names layers (objects with ``forward``) held in attributes, lists and
     # dicts, so the table's paths match the profile tree's.
-    from tracetorch.introspect import named_submodules
-
     return named_submodules(obj)
 
 
-def _add_all(params: Any, found: Dict[int, Any]) -> None:
+def _add_all(params: Any, found: dict[int, Any]) -> None:
     for p in params:
         if p is not None:
             found.setdefault(id(p), p)
@@ -173,7 +138,7 @@ class ParameterTable:
     Buffers (torch running statistics and the like) are counted apart and are not in ``total``.
     """
 
-    rows: Tuple[ParameterRow, ...]
+    rows: tuple[ParameterRow, ...]
 
     @property
     def total(self) -> int:
@@ -256,15 +221,15 @@ def parameter_table(model: Any) -> ParameterTable:
 
 
 # (path, type name, parameters held directly, buffers held directly)
-_Holder = Tuple[str, str, List[Any], List[Any]]
+_Holder = tuple[str, str, list[Any], list[Any]]
 
 
-def _named_holders(model: Any) -> List[_Holder]:
-    holders: Dict[str, _Holder] = {"": ("", type(model).__name__, [], [])}
+def _named_holders(model: Any) -> list[_Holder]:
+    holders: dict[str, _Holder] = {"": ("", type(model).__name__, [], [])}
     for path, module in model.named_modules():
         holders.setdefault(path, (path, type(module).__name__, [], []))
-    seen: Set[int] = set()
-    for method, slot in (("named_parameters", 2), ("named_buffers", 3)):
+    seen: set[int] = set()
+    for method, is_buffer in (("named_parameters", False), ("named_buffers", True)):
         named = getattr(model, method, None)
         if not callable(named):
             continue
@@ -272,11 +237,12 @@ def _named_holders(model: Any) -> List[_Holder]:
             if tensor is None or id(tensor) in seen:
                 continue
             seen.add(id(tensor))
-            holders[_owner(name, holders)][slot].append(tensor)
+            holder = holders[_owner(name, holders)]
+            (holder[3] if is_buffer else holder[2]).append(tensor)
     return list(holders.values())
 
 
-def _owner(name: str, holders: Dict[str, _Holder]) -> str:
+def _owner(name: str, holders: dict[str, _Holder]) -> str:
     # The longest module path that prefixes the name: "blocks.0.ws.1" held in a list
     # attribute ``ws`` of module "blocks.0" belongs to that module.
     path = name
@@ -287,26 +253,26 @@ def _owner(name: str, holders: Dict[str, _Holder]) -> str:
     return ""
 
 
-def _duck_holders(model: Any) -> List[_Holder]:
+def _duck_holders(model: Any) -> list[_Holder]:
     # A duck-typed model names nothing itself. Its parameters are those count_parameters finds;
     # each goes to the deepest layer (from attributes or ``layers`` lists) holding it directly,
     # else to the root, so the table's total always equals count_parameters.
     wanted = {id(p): p for p in iter_parameters(model)}
-    modules: List[Tuple[str, Any]] = [("", model)] + list(_attribute_layers(model))
+    modules: list[tuple[str, Any]] = [("", model)] + list(_attribute_layers(model))
     modules += list(_layer_lists(model, "", {id(o) for _, o in modules}, set()))
-    owner: Dict[int, str] = {}
+    owner: dict[int, str] = {}
     for path, obj in sorted(modules, key=lambda item: -item[0].count(".") - bool(item[0])):
         for tensor in _direct_tensors(obj):
             if id(tensor) in wanted:
                 owner.setdefault(id(tensor), path)
-    held: Dict[str, List[Any]] = {path: [] for path, _ in modules}
+    held: dict[str, list[Any]] = {path: [] for path, _ in modules}
     for key, tensor in wanted.items():
         held[owner.get(key, "")].append(tensor)
     return [(path, type(obj).__name__, held[path], []) for path, obj in modules]
 
 
-def _layer_lists(obj: Any, prefix: str, seen: Set[int],
-                 visited: Set[int]) -> Iterator[Tuple[str, Any]]:
+def _layer_lists(obj: Any, prefix: str, seen: set[int],
+                 visited: set[int]) -> Iterator[tuple[str, Any]]:
     # Layers without a ``forward`` (plain weight holders) are invisible to the engine's walker.
     layers = getattr(obj, "layers", None)
     if not isinstance(layers, (list, tuple)) or id(obj) in visited:
@@ -320,9 +286,9 @@ def _layer_lists(obj: Any, prefix: str, seen: Set[int],
         yield from _layer_lists(layer, path + ".", seen, visited)
 
 
-def _direct_tensors(obj: Any) -> List[Any]:
+def _direct_tensors(obj: Any) -> list[Any]:
     tensors = [getattr(obj, "weight", None), getattr(obj, "bias", None)]
-    parameters: Optional[Any] = getattr(obj, "parameters", None)
+    parameters: Any | None = getattr(obj, "parameters", None)
     if callable(parameters):
         tensors += list(parameters())
     return [t for t in tensors if t is not None]

@@ -4,6 +4,12 @@
 it) and what :func:`tracetorch.load` returns, so a saved run answers the same questions as a
 live one.
 
+Layering: this module imports :mod:`tracetorch.report` (the renderers behind :meth:`table`,
+:meth:`to_dict`, :meth:`save` and :meth:`export_chrome_trace`), and nothing in ``report/``
+imports this module at run time: reports only read a result (``ProfileResult`` is a name in their
+annotations), and the JSON reader returns the parts of a saved profile, which
+:meth:`ProfileResult.from_dict` and :meth:`ProfileResult.load` assemble here.
+
 Example:
     >>> from tracetorch.tree import CallNode
     >>> result = ProfileResult(CallNode.root())
@@ -15,16 +21,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracetorch.report import chrome, jsonio
+from tracetorch.report.table import render_table
 from tracetorch.stats import TimeStats
-from tracetorch.tree import CallNode
+from tracetorch.tree import CallNode, TimelineEvent
 
 __all__ = ("ProfileResult", "AggregateRow", "TimelineEvent", "EXACT_STEPS")
 
 #: Step durations kept exactly (for interpolated p50/p90) before a sketch takes over.
 EXACT_STEPS = 10_000
-
-#: One recorded call for the Chrome trace: (node, start ns, end ns, thread id).
-TimelineEvent = tuple[CallNode, int, int, int]
 
 
 @dataclass
@@ -151,8 +156,6 @@ class ProfileResult:
         ``sort_by`` is one of ``total``, ``self``, ``flops``, ``calls``, ``name``,
         ``call_order`` (siblings are sorted, children stay under their parents).
         """
-        from tracetorch.report.table import render_table
-
         return render_table(self, sort_by=sort_by, depth=depth, row_limit=row_limit,
                             min_percent=min_percent)
 
@@ -160,22 +163,49 @@ class ProfileResult:
         return self.table()
 
     def to_dict(self) -> dict[str, Any]:
-        """A versioned, JSON-ready form that :func:`tracetorch.load` reads back."""
-        from tracetorch.report.jsonio import result_to_dict
-
-        return result_to_dict(self)
+        """A versioned, JSON-ready form that :meth:`from_dict` and :func:`tracetorch.load`
+        read back."""
+        return jsonio.result_to_dict(self)
 
     def save(self, path: str) -> None:
         """Write the profile as versioned JSON (reload with :func:`tracetorch.load`)."""
-        from tracetorch.report.jsonio import save_result
-
-        save_result(self, path)
+        jsonio.save_result(self, path)
 
     def export_chrome_trace(self, path: str) -> None:
         """Write the per-call timeline (``profile(timeline=True)``) as Chrome/Perfetto JSON."""
-        from tracetorch.report.chrome import export_chrome_trace
+        chrome.export_chrome_trace(self, path)
 
-        export_chrome_trace(self, path)
+    # ------------------------------------------------------------- rebuilding
+    # Static rather than class methods: ``profile`` extends this class with another constructor,
+    # and what a saved profile rebuilds is a result, not a profiler.
+    @staticmethod
+    def from_dict(data: Any, source: str = "<dict>") -> ProfileResult:
+        """The result :meth:`to_dict` described; the inverse of :meth:`to_dict`.
+
+        Raises:
+            ValueError: ``data`` is not a tracetorch profile, is from a newer version, or has a
+                missing or mistyped field; the message starts with ``source`` and names the
+                JSON location of the problem.
+
+        Example:
+            >>> from tracetorch.tree import CallNode
+            >>> root = CallNode.root(); root.child("fc", "Linear", "m0").time.add(1_000)
+            >>> again = ProfileResult.from_dict(ProfileResult(root).to_dict())
+            >>> again.find("fc").calls, again.total_time_ns
+            (1, 1000)
+        """
+        return ProfileResult(**jsonio.parse_profile(data, source=source)._asdict())
+
+    @staticmethod
+    def load(path: jsonio.PathLike) -> ProfileResult:
+        """Read a profile written by :meth:`save` (what :func:`tracetorch.load` does).
+
+        Raises:
+            FileNotFoundError: ``path`` does not exist.
+            ValueError: the file is not a tracetorch profile, is from a newer version, or is
+                damaged; the message names the file and the problem.
+        """
+        return ProfileResult(**jsonio.read_profile(path)._asdict())
 
     # ---------------------------------------------------------------- views
     def by_type(self) -> dict[str, AggregateRow]:

@@ -17,7 +17,8 @@ from typing import Any, Literal, Optional
 
 from tracetorch.stats import TimeStats
 
-__all__ = ("CallNode", "MAX_SHAPES", "NodeKind", "RuleState", "Shape", "ShapeSignature")
+__all__ = ("CallNode", "MAX_SHAPES", "NodeKind", "RuleState", "Shape", "ShapeSignature",
+           "TimelineEvent")
 
 #: What a node stands for: a layer call, an instrumented function, a backward pass, an optimizer
 #: step, another thread's calls (``profile(all_threads=True)``) or the tree's root.
@@ -195,3 +196,8 @@ class CallNode:
 
     def __repr__(self) -> str:
         return f"CallNode({self.path or '<root>'!r}, {self.type_name}, calls={self.calls})"
+
+
+#: One recorded call of a per-call timeline (``profile(timeline=True)``): the node, its start and
+#: end on the profile's clock in nanoseconds, and the id of the thread that made it.
+TimelineEvent = tuple[CallNode, int, int, int]

@@ -24,7 +24,8 @@ def reference(x, w, b, stride, pad, g):
             win = xp[:, :, i:i + sh * oh:sh, j:j + sw * ow:sw]
             out += np.einsum("nchw,oc->nohw", win, w[:, :, i, j])
             dw[:, :, i, j] = np.einsum("nohw,nchw->oc", g, win)
-            dxp[:, :, i:i + sh * oh:sh, j:j + sw * ow:sw] += np.einsum("nohw,oc->nchw", g, w[:, :, i, j])
+            dxp[:, :, i:i + sh * oh:sh, j:j + sw * ow:sw] += np.einsum(
+                "nohw,oc->nchw", g, w[:, :, i, j])
     if b is not None:
         out += b[None, :, None, None]
     return out, dxp[:, :, ph:ph + h, pw:pw + wd], dw, g.sum((0, 2, 3))

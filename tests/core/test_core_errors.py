@@ -3,8 +3,19 @@ import numpy as np
 import pytest
 
 from tracetorch.core import (
-    AvgPool2d, BatchNorm2d, Conv2d, CrossEntropyLoss, Dropout, Embedding, LayerNorm, Linear,
-    MaxPool2d, MSELoss, MultiHeadAttention, Tensor, TransformerBlock,
+    AvgPool2d,
+    BatchNorm2d,
+    Conv2d,
+    CrossEntropyLoss,
+    Dropout,
+    Embedding,
+    LayerNorm,
+    Linear,
+    MaxPool2d,
+    MSELoss,
+    MultiHeadAttention,
+    Tensor,
+    TransformerBlock,
 )
 
 

@@ -4,9 +4,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_train_cnn_loss_falls():
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "train_cnn.py"), "--epochs", "3"],

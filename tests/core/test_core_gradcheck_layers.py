@@ -3,9 +3,26 @@ import numpy as np
 import pytest
 
 from tracetorch.core import (
-    GELU, AvgPool2d, BatchNorm2d, Conv2d, CrossEntropyLoss, Dropout, Embedding, Flatten,
-    LayerNorm, Linear, MaxPool2d, MSELoss, MultiHeadAttention, ReLU, Sequential, Sigmoid,
-    Softmax, Tanh, TransformerBlock, manual_seed,
+    GELU,
+    AvgPool2d,
+    BatchNorm2d,
+    Conv2d,
+    CrossEntropyLoss,
+    Dropout,
+    Embedding,
+    Flatten,
+    LayerNorm,
+    Linear,
+    MaxPool2d,
+    MSELoss,
+    MultiHeadAttention,
+    ReLU,
+    Sequential,
+    Sigmoid,
+    Softmax,
+    Tanh,
+    TransformerBlock,
+    manual_seed,
 )
 from tracetorch.core.gradcheck import gradcheck, to_float64
 from tracetorch.core.tensor import Tensor

@@ -147,7 +147,8 @@ def test_conv2d_op_with_bias_stride_padding():
     assert gradcheck(lambda: F.conv2d(x, w, b, stride=(2, 1), padding=(1, 2)), [x, w, b])
 
 
-@pytest.mark.parametrize("kernel,stride,padding", [(2, None, 0), (3, 2, 1), ((2, 3), (1, 2), (1, 1))])
+@pytest.mark.parametrize("kernel,stride,padding",
+                         [(2, None, 0), (3, 2, 1), ((2, 3), (1, 2), (1, 1))])
 def test_pool_ops(kernel, stride, padding):
     x = t64(2, 2, 6, 7, seed=15)
     assert gradcheck(lambda: F.max_pool2d(x, kernel, stride, padding), [x])
@@ -176,7 +177,8 @@ def test_gradcheck_catches_a_wrong_backward():
     x = t64(3, seed=24)
 
     def wrong_square():  # backward forgets the factor 2
-        return Tensor._from_op(x.data ** 2, Node((x,), lambda g: (g * x.data,), "sq", None, False, 0))
+        node = Node((x,), lambda g: (g * x.data,), "sq", None, False, 0)
+        return Tensor._from_op(x.data ** 2, node)
 
     with pytest.raises(AssertionError, match="gradcheck: input 0"):
         gradcheck(wrong_square, [x])

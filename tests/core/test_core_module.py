@@ -3,10 +3,23 @@ import numpy as np
 import pytest
 
 from tracetorch.core import (
-    Dropout, Layer, Linear, Module, ReLU, Sequential, Tensor, TransformerBlock, BatchNorm2d,
+    BatchNorm2d,
+    Dropout,
+    Layer,
+    Linear,
+    Module,
+    ReLU,
+    Sequential,
+    Tensor,
+    TransformerBlock,
+    activations,
+    attention,
+    embeddings,
+    losses,
+    normalization,
+    spatial,
 )
 from tracetorch.core import layers as core_layers
-from tracetorch.core import activations, attention, embeddings, losses, normalization, spatial
 
 
 def test_all_layers_subclass_module():
@@ -97,21 +110,6 @@ def test_call_passes_args_and_kwargs_to_forward():
     assert Echo()(1, 2, c=3) == 6
     with pytest.raises(NotImplementedError):
         Module()(1)
-
-
-def test_subclass_listeners_see_new_classes():
-    seen = []
-    core_layers.subclass_listeners.append(seen.append)
-    try:
-        class NewLayer(Module):
-            pass
-
-        class Deeper(NewLayer):
-            pass
-    finally:
-        core_layers.subclass_listeners.remove(seen.append)
-    assert seen == [NewLayer, Deeper]
-    assert "subclass_listeners" in core_layers.__all__
 
 
 def test_sequential_accepts_list_and_indexing():

@@ -2,8 +2,7 @@
 import numpy as np
 import pytest
 
-from tracetorch.core import Conv2d, Linear, MaxPool2d, Tensor, no_grad
-from tracetorch.core import autograd
+from tracetorch.core import Conv2d, Linear, MaxPool2d, Tensor, autograd, no_grad
 from tracetorch.core import functional as F
 
 

@@ -7,7 +7,14 @@ import numpy as np
 import pytest
 
 from tracetorch.core import (
-    AvgPool2d, BatchNorm2d, Conv2d, LayerNorm, Linear, MaxPool2d, MultiHeadAttention, Tensor,
+    AvgPool2d,
+    BatchNorm2d,
+    Conv2d,
+    LayerNorm,
+    Linear,
+    MaxPool2d,
+    MultiHeadAttention,
+    Tensor,
 )
 from tracetorch.core import functional as F
 
@@ -144,6 +151,7 @@ print(max(float(np.max(np.abs(a - b.detach().numpy()))) for a, b in pairs))
 """
 
 
+@pytest.mark.slow
 def test_against_torch_when_available(torch_installed):
     """Conv2d forward and all three gradients match torch (in a subprocess, so that torch
     is not left imported for other tests that check it stays unimported; CI must have torch)."""

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+from collections.abc import Iterator
+from typing import Any, Callable
 
 import wrapt
 
 from tracetorch.adapters.base import Adapter
 from tracetorch.adapters.duck import duck_targets
-from tracetorch.engine.patches import PatchBoard, PatchTarget
 from tracetorch.engine.hotpath import OpCounter
+from tracetorch.engine.patches import PatchBoard, PatchTarget
 
 __all__ = ("ADAPTERS", "AdapterSet", "Adapter", "duck_targets")
 
@@ -37,7 +38,7 @@ def _torch() -> Adapter:
 
 
 #: (module that makes the adapter relevant, factory), in start order.
-ADAPTERS: List[Tuple[str, Callable[[], Adapter]]] = [("tracetorch.core", _core), ("torch", _torch)]
+ADAPTERS: list[tuple[str, Callable[[], Adapter]]] = [("tracetorch.core", _core), ("torch", _torch)]
 
 
 class AdapterSet:
@@ -46,11 +47,11 @@ class AdapterSet:
     def __init__(self, board: PatchBoard) -> None:
         self.board = board
         self.counter = OpCounter()
-        self._started: Dict[str, Adapter] = {}
+        self._started: dict[str, Adapter] = {}
         self._lock = threading.RLock()
         self._hooked = False
 
-    def open(self) -> List[Callable[[], None]]:
+    def open(self) -> list[Callable[[], None]]:
         """Start every adapter whose framework is loaded; return the cleanups (board calls this
         for its first user)."""
         if not self._hooked:
@@ -58,7 +59,7 @@ class AdapterSet:
             for module_name, _ in ADAPTERS:
                 wrapt.register_post_import_hook(self._on_import, module_name)
             self._hooked = True
-        cleanups: List[Callable[[], None]] = [self._started.clear]
+        cleanups: list[Callable[[], None]] = [self._started.clear]
         for module_name, factory in ADAPTERS:
             if module_name in sys.modules:
                 cleanups.extend(self._start(module_name, factory))
@@ -82,7 +83,7 @@ class AdapterSet:
             if configure is not None:
                 configure(collector)
 
-    def _start(self, module_name: str, factory: Callable[[], Adapter]) -> List[Callable[[], None]]:
+    def _start(self, module_name: str, factory: Callable[[], Adapter]) -> list[Callable[[], None]]:
         with self._lock:
             if module_name in self._started:
                 return []

@@ -16,16 +16,12 @@ Example:
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, List
-
-try:
-    from typing import Protocol, runtime_checkable
-except ImportError:  # pragma: no cover - Python < 3.8 is not supported anyway
-    raise
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from tracetorch.engine.patches import PatchBoard, PatchTarget
     from tracetorch.engine.hotpath import OpCounter
+    from tracetorch.engine.patches import PatchBoard, PatchTarget
 
 __all__ = ("Adapter", "all_subclasses")
 
@@ -41,18 +37,19 @@ class Adapter(Protocol):
 
     module_name: str
 
-    def patch_targets(self) -> Iterable["PatchTarget"]: ...
+    def patch_targets(self) -> Iterable[PatchTarget]: ...
 
-    def start(self, board: "PatchBoard", counter: "OpCounter") -> List[Callable[[], None]]: ...
+    def start(self, board: PatchBoard, counter: OpCounter) -> list[Callable[[], None]]: ...
 
 
 def all_subclasses(cls: type) -> Iterator[type]:
     """``cls`` and every class derived from it, each once, parents before children."""
-    seen = {cls}
-    stack = [cls]
+    seen: set[type] = {cls}
+    stack: list[type] = [cls]
     yield cls
     while stack:
-        for sub in stack.pop().__subclasses__():
+        subclasses: list[type] = stack.pop().__subclasses__()
+        for sub in subclasses:
             if sub not in seen:
                 seen.add(sub)
                 stack.append(sub)

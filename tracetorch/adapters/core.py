@@ -1,9 +1,10 @@
 """The adapter for ``tracetorch.core``, the numpy reference framework.
 
-It wraps the ``forward`` of every :class:`~tracetorch.core.layers.Module` subclass (also those
-defined while a profile is open, through ``Module.__init_subclass__``), ``Tensor.backward`` and
-every optimizer's ``step``, and makes the profiler core's tensor-operation observer, so that
-operations run inside a layer are counted and backward passes are timed per layer.
+It wraps the ``forward`` of every :class:`~tracetorch.core.layers.Module` subclass,
+``Tensor.backward`` and every optimizer's ``step`` (also of classes defined while a profile is
+open: the board watches both base classes), and makes the profiler core's tensor-operation
+observer, so that operations run inside a layer are counted and backward passes are timed per
+layer.
 
 Example:
     >>> adapter = CoreAdapter()
@@ -12,11 +13,13 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Callable, Iterator, List
+from collections.abc import Iterator
+from typing import Callable
 
 from tracetorch.adapters.base import all_subclasses
-from tracetorch.engine.patches import PatchBoard, PatchTarget
 from tracetorch.engine.hotpath import OpCounter
+from tracetorch.engine.patches import PatchBoard, PatchTarget
+from tracetorch.tree import NodeKind
 
 __all__ = ("CoreAdapter",)
 
@@ -33,24 +36,29 @@ class CoreAdapter:
         from tracetorch.core.tensor import Tensor
 
         for cls in all_subclasses(Module):
-            if "forward" in vars(cls):
-                yield PatchTarget(cls, "forward", "module")
+            yield PatchTarget(cls, "forward", "module")
         yield PatchTarget(Tensor, "backward", "backward")
         for cls in all_subclasses(Optimizer):
-            if "step" in vars(cls):
-                yield PatchTarget(cls, "step", "optimizer")
+            yield PatchTarget(cls, "step", "optimizer")
 
-    def start(self, board: PatchBoard, counter: OpCounter) -> List[Callable[[], None]]:
+    def start(self, board: PatchBoard, counter: OpCounter) -> list[Callable[[], None]]:
         """Observe tensor operations and patch classes created from now on."""
-        from tracetorch.core import autograd, layers
+        from tracetorch.core import autograd
+        from tracetorch.core.layers import Module
+        from tracetorch.core.optim import Optimizer
         from tracetorch.flops.core_rules import register_core_rules
 
         register_core_rules()
         previous = autograd.set_op_observer(counter)
+        board.watch_subclasses(Module, _patcher(board, "forward", "module"))
+        board.watch_subclasses(Optimizer, _patcher(board, "step", "optimizer"))
 
-        def patch_new_class(cls: type) -> None:
-            board.patch(PatchTarget(cls, "forward", "module"))
+        def stop() -> None:
+            autograd.set_op_observer(previous)
 
-        layers.subclass_listeners.append(patch_new_class)
-        return [lambda: autograd.set_op_observer(previous),
-                lambda: layers.subclass_listeners.remove(patch_new_class)]
+        return [stop]
+
+
+def _patcher(board: PatchBoard, attr: str, kind: NodeKind) -> Callable[[type], None]:
+    """Wraps ``attr`` of each new class that defines it."""
+    return lambda cls: board.patch(PatchTarget(cls, attr, kind))

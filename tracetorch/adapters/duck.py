@@ -12,10 +12,11 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
-from tracetorch.introspect import layer_classes
 from tracetorch.engine.patches import PatchTarget, defining_class
+from tracetorch.introspect import layer_classes
 
 __all__ = ("duck_targets",)
 

@@ -31,7 +31,7 @@ from tracetorch.cli.demo import run_demo
 from tracetorch.cli.progress import ProgressLine
 from tracetorch.profiler import profile
 from tracetorch.report.chrome import export_chrome_trace
-from tracetorch.report.jsonio import load_result, save_result
+from tracetorch.report.jsonio import save_result
 from tracetorch.report.table import FLAT_VIEWS, SORT_KEYS, render_flat, render_table
 from tracetorch.result import ProfileResult
 
@@ -262,7 +262,7 @@ def _cmd_report(opts: argparse.Namespace) -> int:
     if opts.flat is not None and (opts.depth is not None or opts.top is not None):
         raise CliError("--depth and --top apply to the tree, not to --flat views")
     try:
-        result = load_result(opts.profile)
+        result = ProfileResult.load(opts.profile)
     except FileNotFoundError:
         raise CliError(f"cannot open {opts.profile!r}: no such file") from None
     except OSError as err:

@@ -12,6 +12,8 @@ Observer contract (used by the tracetorch profiler engine)::
             return tag                                       # stored on the graph node
         def backward_op(self, tag, name, flops, gemm, elapsed_ns):  # after each node's backward
             ...
+        def backward_clock(self, tag):                       # optional
+            return clock                                     # integer-ns clock for that node
 
     prev = set_op_observer(MyObserver())   # returns the previous observer (or None)
     ...
@@ -20,49 +22,15 @@ Observer contract (used by the tracetorch profiler engine)::
 With no observer installed an op pays exactly one ``_observer is not None`` check.
 ``forward_op`` is called in inference too (no grad), because the profiler attributes
 op FLOPs to the innermost layer that ran them.  ``backward_op`` is called once per graph
-node processed by ``backward()``; ``elapsed_ns`` is the ``time.perf_counter_ns()`` duration
-of that node's backward closure (which includes its broadcast reductions).
+node processed by ``backward()``; ``elapsed_ns`` is the duration of that node's backward
+closure (which includes its broadcast reductions), read from the clock the observer's
+``backward_clock(tag)`` returns -- so a profiler's injected clock, or its "no timing" clock
+that always reads 0, governs backward times too -- or from ``time.perf_counter_ns`` for an
+observer without ``backward_clock``.
 
-FLOP conventions (exact; ``n`` = elements of the op's output, ``N_in`` = elements of
-its input, "per grad input" = counted once for each input that requires grad, ``R`` =
-broadcast-reduction adds = ``n - input.size`` for every grad input that was broadcast,
-i.e. summing ``n`` gradient values down to the input's size costs one add per value removed)::
-
-    op name          forward                  gemm  backward
-    ---------------  -----------------------  ----  ----------------------------------------
-    add, sub         1*n                      no    1*n per grad input + R
-    mul, div         1*n                      no    2*n per grad input + R
-    neg              1*n                      no    1*n
-    pow (scalar p)   1*n                      no    3*n
-    exp, log         1*n                      no    1*n
-    sqrt             1*n                      no    2*n
-    masked_fill      1*n                      no    1*n + R
-    relu             1*n                      no    1*n
-    sigmoid          4*n  (neg, exp, add, div) no   3*n
-    tanh             1*n                      no    3*n
-    gelu             6*n  (x*sigmoid(1.702x))  no   6*n
-    softmax          5*n  (max,sub,exp,sum,div) no  4*n
-    log_softmax      5*n                      no    4*n
-    sum, mean, max   N_in                     no    N_in
-    reshape, transpose, permute  0            no    0
-    getitem          0                        no    n  (scatter-add into the input's shape)
-    embedding        0                        no    n  (scatter-add into the weight rows)
-    matmul           2*B*m*k*n_cols           yes   2*B*m*k*n_cols per grad input + R
-    conv2d           2*kh*kw*Cin*Cout*OH*OW*N yes   2*kh*kw*Cin*Cout*OH*OW*N for the weight
-                                                    grad + the same for the input grad
-    max_pool2d       kh*kw*n                  no    1*n
-    avg_pool2d       kh*kw*n                  no    kh*kw*n
-    layer_norm       7*N_in                   no    8*N_in (input) + 2*N_in (weight) + 1*N_in (bias)
-    batch_norm train 7*N_in                   no    8*N_in (input) + 2*N_in (weight) + 1*N_in (bias)
-    batch_norm eval  4*N_in                   no    2*N_in (input) + 2*N_in (weight) + 1*N_in (bias)
-    cross_entropy    5*N*C + N                no    3*N*C
-
-(matmul: ``B`` = product of the broadcast batch dims, (m, k) @ (k, n_cols); for 1-D operands
-m or n_cols is 1; ``R`` only arises when a batch dimension was broadcast.  conv2d: the bias
-add, the bias gradient and the sum of per-image weight gradients are not counted; the bias
-is fused into the op.  Norms: the per-row/per-channel ``1/sqrt(var + eps)`` is not counted;
-weight/bias terms only apply when they exist and require grad.  Optimizer updates work on
-raw arrays and are not tensor ops, so they are not reported.)
+FLOPs: each op's forward and backward cost, and the conventions behind them (2 FLOPs per
+multiply-add, broadcast-reduction adds, what fused ops leave out), are in
+:mod:`tracetorch.flops.core_ops`, the one home of those formulas.
 
 Gradient storage: ``.grad`` of a leaf tensor is a ``Tensor`` (``requires_grad=False``) whose
 ``.data`` is a fresh ndarray of the leaf's dtype; gradients accumulate across backward calls
@@ -72,10 +40,10 @@ Non-leaf tensors get ``.grad`` only after ``retain_grad()``.  The graph is kept 
 """
 from __future__ import annotations
 
-import math
 import time
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Callable, Iterator, Optional, Protocol, Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
@@ -84,6 +52,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 __all__ = (
     "OpObserver",
+    "TimedOpObserver",
     "set_op_observer",
     "get_op_observer",
     "no_grad",
@@ -91,13 +60,15 @@ __all__ = (
     "is_grad_enabled",
     "Node",
     "unbroadcast",
-    "reduction_adds",
     "run_backward",
 )
 
 
 class OpObserver(Protocol):
     """What the profiler installs with :func:`set_op_observer`.
+
+    An observer may also have ``backward_clock(tag)`` (see :class:`TimedOpObserver`); without
+    it, backward times are read from ``time.perf_counter_ns``.
 
     Example::
 
@@ -107,20 +78,50 @@ class OpObserver(Protocol):
             def backward_op(self, tag, name, flops, gemm, elapsed_ns): pass
     """
 
-    def forward_op(self, name: str, flops: int, gemm: bool) -> object | None: ...
+    # The tag is opaque to the core (Any): an observer chooses what it returns and gets back.
+    def forward_op(self, name: str, flops: int, gemm: bool) -> Any: ...
 
     def backward_op(
-        self, tag: object, name: str, flops: int, gemm: bool, elapsed_ns: int
+        self, tag: Any, name: str, flops: int, gemm: bool, elapsed_ns: int
     ) -> None: ...
 
 
+class TimedOpObserver(OpObserver, Protocol):
+    """An observer that also chooses the clock timing each graph node's backward closure.
+
+    ``backward_clock(tag)`` gets the tag ``forward_op`` returned for the node's op and returns
+    an integer-nanosecond clock; ``elapsed_ns`` of that node is the difference of two readings.
+
+    Example:
+
+        >>> class Ticks:
+        ...     now = 0
+        ...     def forward_op(self, name, flops, gemm):
+        ...         return name
+        ...     def backward_op(self, tag, name, flops, gemm, elapsed_ns):
+        ...         print(tag, elapsed_ns)
+        ...     def backward_clock(self, tag):
+        ...         return self.tick
+        ...     def tick(self):
+        ...         self.now += 1000
+        ...         return self.now
+        >>> prev = set_op_observer(Ticks())
+        >>> (Tensor([1.0, 2.0], requires_grad=True) * 3.0).sum().backward()
+        sum 1000
+        mul 1000
+        >>> _ = set_op_observer(prev)
+    """
+
+    def backward_clock(self, tag: Any) -> Callable[[], int]: ...
+
+
 # Read by every op as ``_ag._observer`` (module attribute, so swapping it takes effect at once).
-_observer: Optional[OpObserver] = None
+_observer: OpObserver | None = None
 # Global grad mode; a plain flag (not thread-local) so that checking it costs one lookup.
 _grad_enabled: bool = True
 
 
-def set_op_observer(observer: Optional[OpObserver]) -> Optional[OpObserver]:
+def set_op_observer(observer: OpObserver | None) -> OpObserver | None:
     """Install ``observer`` (or ``None`` to remove it) and return the previous one.
 
     Example:
@@ -145,7 +146,7 @@ def set_op_observer(observer: Optional[OpObserver]) -> Optional[OpObserver]:
     return previous
 
 
-def get_op_observer() -> Optional[OpObserver]:
+def get_op_observer() -> OpObserver | None:
     """Return the installed op observer, or ``None``."""
     return _observer
 
@@ -166,7 +167,7 @@ def _grad_mode(enabled: bool) -> Iterator[None]:
         _grad_enabled = previous
 
 
-def no_grad():
+def no_grad() -> AbstractContextManager[None]:
     """Context manager that stops ops from building a graph (inference is cheaper).
 
     Example:
@@ -180,7 +181,7 @@ def no_grad():
     return _grad_mode(False)
 
 
-def enable_grad():
+def enable_grad() -> AbstractContextManager[None]:
     """Context manager that turns graph building back on (e.g. inside ``no_grad``)."""
     return _grad_mode(True)
 
@@ -196,8 +197,8 @@ class Node:
 
     def __init__(
         self,
-        parents: Sequence[Optional["Tensor"]],
-        backward: Callable[[np.ndarray], Sequence[Optional[np.ndarray]]],
+        parents: Sequence[Tensor | None],
+        backward: Callable[[np.ndarray], Sequence[np.ndarray | None]],
         name: str,
         tag: object,
         gemm: bool,
@@ -215,7 +216,10 @@ class Node:
 
 
 def unbroadcast(grad: np.ndarray, shape: tuple) -> np.ndarray:
-    """Sum ``grad`` down to ``shape`` (undo numpy broadcasting); costs grad.size - prod(shape) adds."""
+    """Sum ``grad`` down to ``shape`` (undo numpy broadcasting).
+
+    It costs ``grad.size - prod(shape)`` adds (:func:`tracetorch.flops.core_ops.broadcast_adds`).
+    """
     if grad.shape == shape:
         return grad
     extra = grad.ndim - len(shape)
@@ -228,12 +232,7 @@ def unbroadcast(grad: np.ndarray, shape: tuple) -> np.ndarray:
     return grad if isinstance(grad, np.ndarray) else np.asarray(grad)
 
 
-def reduction_adds(out_size: int, in_shape: tuple) -> int:
-    """Adds spent by :func:`unbroadcast` to bring ``out_size`` values down to ``in_shape``."""
-    return out_size - math.prod(in_shape)
-
-
-def _topological_order(root: "Tensor") -> list:
+def _topological_order(root: Tensor) -> list:
     """Tensors reachable from ``root`` through grad-requiring inputs, inputs first."""
     order: list = []
     seen = {id(root)}
@@ -256,11 +255,14 @@ def _topological_order(root: "Tensor") -> list:
     return order
 
 
-def run_backward(root: "Tensor", grad: np.ndarray) -> None:
+def run_backward(root: Tensor, grad: np.ndarray) -> None:
     """Back-propagate ``grad`` (already shaped like ``root``) into every reachable leaf."""
     from .tensor import Tensor  # local: tensor.py imports this module
 
     observer = _observer
+    # Looked up once per pass: the profiler's clock (injected, or zero with timing off) must
+    # time backward work as it times forward calls.
+    clock_for = getattr(observer, "backward_clock", None)
     order = _topological_order(root)
     grads: dict = {id(root): grad}
     # Arrays already stored in some .grad: a second owner must get a copy, because add and
@@ -276,9 +278,10 @@ def run_backward(root: "Tensor", grad: np.ndarray) -> None:
         if node is None:
             continue
         if observer is not None:
-            start = time.perf_counter_ns()
+            clock = time.perf_counter_ns if clock_for is None else clock_for(node.tag)
+            start = clock()
             input_grads = node.backward(g)
-            elapsed = time.perf_counter_ns() - start
+            elapsed = clock() - start
             observer.backward_op(node.tag, node.name, node.flops, node.gemm, elapsed)
         else:
             input_grads = node.backward(g)
@@ -290,7 +293,7 @@ def run_backward(root: "Tensor", grad: np.ndarray) -> None:
             grads[key] = pg if previous is None else previous + pg
 
 
-def _store_grad(tensor: "Tensor", g: np.ndarray, handed_out: set, tensor_cls: type) -> None:
+def _store_grad(tensor: Tensor, g: np.ndarray, handed_out: set, tensor_cls: type[Tensor]) -> None:
     dtype = tensor.data.dtype
     if g.dtype != dtype:
         g = g.astype(dtype)

@@ -8,9 +8,6 @@ no registration calls:
 * every ``Module`` held in an attribute, or in a list/tuple/dict attribute, is a child,
   named by its dotted path (``layers.0``, ``attention.q_proj``).
 
-``Module.__init_subclass__`` calls every function in :data:`subclass_listeners` with each
-new subclass; the tracetorch profiler uses it to patch classes defined while it is active.
-
 Example::
 
     >>> model = Sequential(Linear(4, 8), ReLU(), Linear(8, 2))
@@ -23,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -35,7 +32,6 @@ from .tensor import Tensor
 __all__ = (
     "Module",
     "Layer",
-    "subclass_listeners",
     "Linear",
     "Dropout",
     "Flatten",
@@ -43,9 +39,6 @@ __all__ = (
     "as_tensor",
     "check_positive_int",
 )
-
-#: Called with every new ``Module`` subclass, right after the class is created.
-subclass_listeners: List[Callable[[type], None]] = []
 
 
 def as_tensor(x: Any) -> Tensor:
@@ -92,11 +85,6 @@ class Module:
 
     #: Class-level default so subclasses that skip ``super().__init__()`` still work.
     training: bool = True
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        for listener in list(subclass_listeners):
-            listener(cls)
 
     def __init__(self) -> None:
         self.training = True

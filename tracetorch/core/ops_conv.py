@@ -7,7 +7,7 @@ input gradient are strided views, not contiguous arrays), other strides use
 im2col (``sliding_window_view`` + one copy + batched GEMM, col2im per kernel offset).  The
 bias is added inside the op; its gradient is ``g.sum((0, 2, 3))``.
 
-FLOPs (see :mod:`tracetorch.core.autograd`): forward ``2*kh*kw*Cin*Cout*OH*OW*N`` (gemm;
+FLOPs (see :mod:`tracetorch.flops.core_ops`): forward ``2*kh*kw*Cin*Cout*OH*OW*N`` (gemm;
 bias add not counted); backward that amount for the weight grad plus the same for the input
 grad when the input requires grad (gemm; bias grad not counted).  These are the analytic
 counts: the stream kernels also compute, then drop, outputs at row/image edges.
@@ -21,9 +21,11 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
+
+from tracetorch.flops.core_ops import conv2d_flops, gemm_backward_flops
 
 from . import autograd as _ag
 from . import conv_impl
@@ -64,7 +66,7 @@ def pad2d(x: np.ndarray, ph: int, pw: int, value: float = 0.0) -> np.ndarray:
 def conv2d(
     x: Tensor,
     weight: Tensor,
-    bias: Optional[Tensor] = None,
+    bias: Tensor | None = None,
     stride: Any = 1,
     padding: Any = 0,
 ) -> Tensor:
@@ -105,7 +107,7 @@ def conv2d(
         out, saved = conv_impl.im2col_forward(xd, wd, (sh, sw), (ph, pw))
         if bias is not None:
             out += bias.data.reshape(1, cout, 1, 1)
-    flops = 2 * kh * kw * cin * cout * oh * ow * n
+    flops = conv2d_flops(out.size, cin, kh, kw)
     tag = None
     if _ag._observer is not None:
         tag = _ag._observer.forward_op("conv2d", flops, True)
@@ -114,18 +116,18 @@ def conv2d(
     rb = bias is not None and bias.requires_grad
     if not ((rx or rw or rb) and _ag._grad_enabled):
         return Tensor._wrap(out)
-    if not rw:
-        saved = None  # only the weight gradient reads the padded stream / unfolded input
+    # Only the weight gradient reads the padded stream / unfolded input.
+    kept = saved if rw else None
     # The stream input-gradient needs padding <= k - 1 (it pads the gradient by k-1-p).
     stream_dx = stream and ph <= kh - 1 and pw <= kw - 1
 
     def backward(g: np.ndarray) -> tuple:
         gx = gw = gb = None
-        if rw:
+        if kept is not None:  # the weight requires grad
             if stream:
-                gw = conv_impl.stream_weight_grad(g, saved, wd.shape, (h + 2 * ph, w + 2 * pw))
+                gw = conv_impl.stream_weight_grad(g, kept, wd.shape, (h + 2 * ph, w + 2 * pw))
             else:
-                gw = conv_impl.im2col_weight_grad(g, saved, wd.shape)
+                gw = conv_impl.im2col_weight_grad(g, kept, wd.shape)
         if rb:
             gb = g.sum(axis=(0, 2, 3))
         if rx:
@@ -135,6 +137,6 @@ def conv2d(
                 gx = conv_impl.im2col_input_grad(g, wd, xd.shape, (sh, sw), (ph, pw))
         return gx, gw, gb
 
-    bflops = flops * (rx + rw)
+    bflops = gemm_backward_flops(flops, rx + rw)
     node = Node((x, weight, bias), backward, "conv2d", tag, True, bflops)
     return Tensor._from_op(out, node)

@@ -1,7 +1,8 @@
 """Matrix multiplication (``@``) with numpy's broadcasting rules and a fast path for weights.
 
-FLOPs: forward ``2 * out.size * k`` (= 2*B*m*k*n), gemm; backward the same per input that
-requires grad, plus broadcast-reduction adds when a batch dimension was broadcast.
+FLOPs (:mod:`tracetorch.flops.core_ops`): forward ``2 * out.size * k`` (= 2*B*m*k*n), gemm;
+backward the same per input that requires grad, plus broadcast-reduction adds when a batch
+dimension was broadcast.
 
 The common layer case -- an N-D input times a 2-D weight -- is run as one 2-D GEMM on the
 flattened leading dims, forward and backward, so the weight gradient is a single
@@ -14,9 +15,12 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Callable
 
 import numpy as np
+
+from tracetorch.flops.core_ops import broadcast_adds, gemm_backward_flops, gemm_flops
 
 from . import autograd as _ag
 from .autograd import Node, unbroadcast
@@ -24,6 +28,8 @@ from .ops_math import _binary
 from .tensor import Tensor
 
 __all__ = ("matmul",)
+
+Backward = Callable[[np.ndarray], tuple]
 
 
 def _check(ad: np.ndarray, bd: np.ndarray) -> None:
@@ -69,24 +75,26 @@ def matmul(a: Any, b: Any) -> Tensor:
                 f"matmul: batch dimensions of shapes {ad.shape} and {bd.shape} cannot be "
                 "broadcast together"
             ) from None
-    flops = 2 * (out.size if type(out) is np.ndarray else 1) * k
-    tag = None
-    if _ag._observer is not None:
-        tag = _ag._observer.forward_op("matmul", flops, True)
     ra = ta is not None and ta.requires_grad
     rb = tb is not None and tb.requires_grad
-    if not ((ra or rb) and _ag._grad_enabled):
+    grad = (ra or rb) and _ag._grad_enabled
+    observer = _ag._observer
+    if observer is None and not grad:
+        return Tensor._wrap(out)  # nobody needs the cost: plain inference pays nothing for it
+    flops = gemm_flops(out.size if type(out) is np.ndarray else 1, k)
+    tag = None if observer is None else observer.forward_op("matmul", flops, True)
+    if not grad:
         return Tensor._wrap(out)
     if flat or (ad.ndim == 2 and bd.ndim == 2):
         backward = _backward_2d(ad, bd, ra, rb)
-        bflops = flops * (ra + rb)
+        bflops = gemm_backward_flops(flops, ra + rb)
     else:
-        backward, extra = _backward_general(ad, bd, out.shape, ra, rb)
-        bflops = flops * (ra + rb) + extra
+        backward, adds = _backward_general(ad, bd, ra, rb)
+        bflops = gemm_backward_flops(flops, ra + rb, adds)
     return Tensor._from_op(out, Node((ta, tb), backward, "matmul", tag, True, bflops))
 
 
-def _backward_2d(ad: np.ndarray, bd: np.ndarray, ra: bool, rb: bool):
+def _backward_2d(ad: np.ndarray, bd: np.ndarray, ra: bool, rb: bool) -> Backward:
     """Backward for (rows..., k) @ (k, n): two plain GEMMs on 2-D views."""
     a_shape = ad.shape
     k = a_shape[-1]
@@ -100,20 +108,19 @@ def _backward_2d(ad: np.ndarray, bd: np.ndarray, ra: bool, rb: bool):
     return backward
 
 
-def _backward_general(ad: np.ndarray, bd: np.ndarray, out_shape: tuple, ra: bool, rb: bool):
+def _backward_general(ad: np.ndarray, bd: np.ndarray, ra: bool,
+                      rb: bool) -> tuple[Backward, int]:
     """Backward for batched/broadcast/1-D operands; returns (closure, reduction adds)."""
     # Promote 1-D operands to matrices so one formula covers every case.
     a2 = ad[None, :] if ad.ndim == 1 else ad
     b2 = bd[:, None] if bd.ndim == 1 else bd
     batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
     g_shape = batch + (a2.shape[-2], b2.shape[-1])
-    extra = 0
-    full_a = int(np.prod(batch + a2.shape[-2:], dtype=np.int64))
-    full_b = int(np.prod(batch + b2.shape[-2:], dtype=np.int64))
+    adds = 0
     if ra:
-        extra += full_a - a2.size
+        adds += broadcast_adds(math.prod(batch + a2.shape[-2:]), a2.shape)
     if rb:
-        extra += full_b - b2.size
+        adds += broadcast_adds(math.prod(batch + b2.shape[-2:]), b2.shape)
 
     def backward(g: np.ndarray) -> tuple:
         g2 = g.reshape(g_shape)
@@ -124,4 +131,4 @@ def _backward_general(ad: np.ndarray, bd: np.ndarray, out_shape: tuple, ra: bool
             gb = unbroadcast(np.swapaxes(a2, -1, -2) @ g2, b2.shape).reshape(bd.shape)
         return ga, gb
 
-    return backward, extra
+    return backward, adds

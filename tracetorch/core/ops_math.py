@@ -3,7 +3,7 @@
 Each op follows the same pattern: compute with numpy, report to the op observer (only if
 one is installed), and record a graph node only when an input requires grad.  Binary ops
 broadcast like numpy; their backward sums gradients back to each input's shape
-(``unbroadcast``).  FLOP rules are listed in :mod:`tracetorch.core.autograd`.
+(``unbroadcast``).  FLOP costs come from :mod:`tracetorch.flops.core_ops`.
 
 Example::
 
@@ -13,12 +13,27 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
+from tracetorch.flops.core_ops import (
+    ADD,
+    DIV,
+    EXP,
+    LOG,
+    MASKED_FILL,
+    MUL,
+    NEG,
+    POW,
+    SQRT,
+    SUB,
+    binary_backward_flops,
+    grad_input_flops,
+)
+
 from . import autograd as _ag
-from .autograd import Node, reduction_adds, unbroadcast
+from .autograd import Node, unbroadcast
 from .tensor import Tensor
 
 __all__ = (
@@ -61,17 +76,8 @@ def _broadcast_error(name: str, ad: Any, bd: Any) -> ValueError:
     )
 
 
-def _needs(t: Optional[Tensor]) -> bool:
+def _needs(t: Tensor | None) -> bool:
     return t is not None and t.requires_grad
-
-
-def _binary_flops(n: int, per: int, ra: bool, sa: tuple, rb: bool, sb: tuple) -> int:
-    flops = 0
-    if ra:
-        flops += per * n + reduction_adds(n, sa)
-    if rb:
-        flops += per * n + reduction_adds(n, sb)
-    return flops
 
 
 def add(a: Any, b: Any) -> Tensor:
@@ -83,7 +89,7 @@ def add(a: Any, b: Any) -> Tensor:
         raise _broadcast_error("add", ad, bd) from None
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("add", out.size, False)
+        tag = _ag._observer.forward_op("add", ADD.forward * out.size, False)
     ra, rb = _needs(ta), _needs(tb)
     if (ra or rb) and _ag._grad_enabled:
         sa, sb = _shape(ad), _shape(bd)
@@ -91,7 +97,7 @@ def add(a: Any, b: Any) -> Tensor:
         def backward(g: np.ndarray) -> tuple:
             return (unbroadcast(g, sa) if ra else None, unbroadcast(g, sb) if rb else None)
 
-        flops = _binary_flops(out.size, 1, ra, sa, rb, sb)
+        flops = binary_backward_flops(ADD.backward, out.size, ra, sa, rb, sb)
         return _from_op(out, Node((ta, tb), backward, "add", tag, False, flops))
     return _wrap(out)
 
@@ -105,7 +111,7 @@ def sub(a: Any, b: Any) -> Tensor:
         raise _broadcast_error("sub", ad, bd) from None
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("sub", out.size, False)
+        tag = _ag._observer.forward_op("sub", SUB.forward * out.size, False)
     ra, rb = _needs(ta), _needs(tb)
     if (ra or rb) and _ag._grad_enabled:
         sa, sb = _shape(ad), _shape(bd)
@@ -113,7 +119,7 @@ def sub(a: Any, b: Any) -> Tensor:
         def backward(g: np.ndarray) -> tuple:
             return (unbroadcast(g, sa) if ra else None, unbroadcast(-g, sb) if rb else None)
 
-        flops = _binary_flops(out.size, 1, ra, sa, rb, sb)
+        flops = binary_backward_flops(SUB.backward, out.size, ra, sa, rb, sb)
         return _from_op(out, Node((ta, tb), backward, "sub", tag, False, flops))
     return _wrap(out)
 
@@ -127,7 +133,7 @@ def mul(a: Any, b: Any) -> Tensor:
         raise _broadcast_error("mul", ad, bd) from None
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("mul", out.size, False)
+        tag = _ag._observer.forward_op("mul", MUL.forward * out.size, False)
     ra, rb = _needs(ta), _needs(tb)
     if (ra or rb) and _ag._grad_enabled:
         sa, sb = _shape(ad), _shape(bd)
@@ -138,7 +144,7 @@ def mul(a: Any, b: Any) -> Tensor:
                 unbroadcast(g * ad, sb) if rb else None,
             )
 
-        flops = _binary_flops(out.size, 2, ra, sa, rb, sb)
+        flops = binary_backward_flops(MUL.backward, out.size, ra, sa, rb, sb)
         return _from_op(out, Node((ta, tb), backward, "mul", tag, False, flops))
     return _wrap(out)
 
@@ -152,7 +158,7 @@ def div(a: Any, b: Any) -> Tensor:
         raise _broadcast_error("div", ad, bd) from None
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("div", out.size, False)
+        tag = _ag._observer.forward_op("div", DIV.forward * out.size, False)
     ra, rb = _needs(ta), _needs(tb)
     if (ra or rb) and _ag._grad_enabled:
         sa, sb = _shape(ad), _shape(bd)
@@ -164,7 +170,7 @@ def div(a: Any, b: Any) -> Tensor:
                 unbroadcast(-(g * out) / bd, sb) if rb else None,
             )
 
-        flops = _binary_flops(out.size, 2, ra, sa, rb, sb)
+        flops = binary_backward_flops(DIV.backward, out.size, ra, sa, rb, sb)
         return _from_op(out, Node((ta, tb), backward, "div", tag, False, flops))
     return _wrap(out)
 
@@ -174,28 +180,29 @@ def neg(a: Tensor) -> Tensor:
     out = -a.data
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("neg", out.size, False)
+        tag = _ag._observer.forward_op("neg", NEG.forward * out.size, False)
     if a.requires_grad and _ag._grad_enabled:
-        return _from_op(out, Node((a,), lambda g: (-g,), "neg", tag, False, out.size))
+        flops = NEG.backward * out.size
+        return _from_op(out, Node((a,), lambda g: (-g,), "neg", tag, False, flops))
     return _wrap(out)
 
 
 def pow(a: Tensor, exponent: float) -> Tensor:
     """``a ** exponent`` for a number ``exponent``."""
-    if isinstance(exponent, Tensor) or not np.isscalar(exponent):
+    if not isinstance(exponent, (int, float, np.number)):
         raise TypeError(f"pow: exponent must be a number, got {type(exponent).__name__}")
     p = float(exponent)
     ad = a.data
     out = ad**p
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("pow", out.size, False)
+        tag = _ag._observer.forward_op("pow", POW.forward * out.size, False)
     if a.requires_grad and _ag._grad_enabled:
 
         def backward(g: np.ndarray) -> tuple:
             return (g * (p * ad ** (p - 1.0)),)
 
-        return _from_op(out, Node((a,), backward, "pow", tag, False, 3 * out.size))
+        return _from_op(out, Node((a,), backward, "pow", tag, False, POW.backward * out.size))
     return _wrap(out)
 
 
@@ -204,9 +211,10 @@ def exp(a: Tensor) -> Tensor:
     out = np.exp(a.data)
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("exp", out.size, False)
+        tag = _ag._observer.forward_op("exp", EXP.forward * out.size, False)
     if a.requires_grad and _ag._grad_enabled:
-        return _from_op(out, Node((a,), lambda g: (g * out,), "exp", tag, False, out.size))
+        flops = EXP.backward * out.size
+        return _from_op(out, Node((a,), lambda g: (g * out,), "exp", tag, False, flops))
     return _wrap(out)
 
 
@@ -216,9 +224,10 @@ def log(a: Tensor) -> Tensor:
     out = np.log(ad)
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("log", out.size, False)
+        tag = _ag._observer.forward_op("log", LOG.forward * out.size, False)
     if a.requires_grad and _ag._grad_enabled:
-        return _from_op(out, Node((a,), lambda g: (g / ad,), "log", tag, False, out.size))
+        flops = LOG.backward * out.size
+        return _from_op(out, Node((a,), lambda g: (g / ad,), "log", tag, False, flops))
     return _wrap(out)
 
 
@@ -227,13 +236,13 @@ def sqrt(a: Tensor) -> Tensor:
     out = np.sqrt(a.data)
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("sqrt", out.size, False)
+        tag = _ag._observer.forward_op("sqrt", SQRT.forward * out.size, False)
     if a.requires_grad and _ag._grad_enabled:
 
         def backward(g: np.ndarray) -> tuple:
             return (g / (2.0 * out),)
 
-        return _from_op(out, Node((a,), backward, "sqrt", tag, False, 2 * out.size))
+        return _from_op(out, Node((a,), backward, "sqrt", tag, False, SQRT.backward * out.size))
     return _wrap(out)
 
 
@@ -253,13 +262,13 @@ def masked_fill(a: Tensor, mask: Any, value: float) -> Tensor:
         raise _broadcast_error("masked_fill", ad, mask) from None
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("masked_fill", out.size, False)
+        tag = _ag._observer.forward_op("masked_fill", MASKED_FILL.forward * out.size, False)
     if a.requires_grad and _ag._grad_enabled:
         shape = ad.shape
 
         def backward(g: np.ndarray) -> tuple:
             return (unbroadcast(np.where(mask, 0.0, g).astype(g.dtype, copy=False), shape),)
 
-        flops = out.size + reduction_adds(out.size, shape)
+        flops = grad_input_flops(MASKED_FILL.backward, out.size, shape)
         return _from_op(out, Node((a,), backward, "masked_fill", tag, False, flops))
     return _wrap(out)

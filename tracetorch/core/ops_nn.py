@@ -1,7 +1,7 @@
 """Neural-network ops: activations, softmax, cross-entropy and embedding lookup.
 
 These are fused ops (one graph node each) with hand-written backward passes; their FLOP
-rules are in the table of :mod:`tracetorch.core.autograd`.  GELU uses TinyTorch's
+costs come from :mod:`tracetorch.flops.core_ops`.  GELU uses TinyTorch's
 approximation ``x * sigmoid(1.702 * x)``.
 
 Example::
@@ -14,6 +14,18 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+from tracetorch.flops.core_ops import (
+    GATHER,
+    GELU,
+    LOG_SOFTMAX,
+    RELU,
+    SIGMOID,
+    SOFTMAX,
+    TANH,
+    cross_entropy_backward_flops,
+    cross_entropy_flops,
+)
 
 from . import autograd as _ag
 from .autograd import Node
@@ -47,9 +59,10 @@ def relu(a: Tensor) -> Tensor:
     out = np.maximum(ad, 0)
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("relu", out.size, False)
+        tag = _ag._observer.forward_op("relu", RELU.forward * out.size, False)
     if a.requires_grad and _ag._grad_enabled:
-        return _from_op(out, Node((a,), lambda g: (g * (ad > 0),), "relu", tag, False, out.size))
+        flops = RELU.backward * out.size
+        return _from_op(out, Node((a,), lambda g: (g * (ad > 0),), "relu", tag, False, flops))
     return _wrap(out)
 
 
@@ -58,13 +71,14 @@ def sigmoid(a: Tensor) -> Tensor:
     out = _stable_sigmoid(a.data)
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("sigmoid", 4 * out.size, False)
+        tag = _ag._observer.forward_op("sigmoid", SIGMOID.forward * out.size, False)
     if a.requires_grad and _ag._grad_enabled:
 
         def backward(g: np.ndarray) -> tuple:
             return (g * out * (1.0 - out),)
 
-        return _from_op(out, Node((a,), backward, "sigmoid", tag, False, 3 * out.size))
+        flops = SIGMOID.backward * out.size
+        return _from_op(out, Node((a,), backward, "sigmoid", tag, False, flops))
     return _wrap(out)
 
 
@@ -73,13 +87,13 @@ def tanh(a: Tensor) -> Tensor:
     out = np.tanh(a.data)
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("tanh", out.size, False)
+        tag = _ag._observer.forward_op("tanh", TANH.forward * out.size, False)
     if a.requires_grad and _ag._grad_enabled:
 
         def backward(g: np.ndarray) -> tuple:
             return (g * (1.0 - out * out),)
 
-        return _from_op(out, Node((a,), backward, "tanh", tag, False, 3 * out.size))
+        return _from_op(out, Node((a,), backward, "tanh", tag, False, TANH.backward * out.size))
     return _wrap(out)
 
 
@@ -90,13 +104,13 @@ def gelu(a: Tensor) -> Tensor:
     out = ad * s
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("gelu", 6 * out.size, False)
+        tag = _ag._observer.forward_op("gelu", GELU.forward * out.size, False)
     if a.requires_grad and _ag._grad_enabled:
 
         def backward(g: np.ndarray) -> tuple:
             return (g * (s * (1.0 + 1.702 * ad * (1.0 - s))),)
 
-        return _from_op(out, Node((a,), backward, "gelu", tag, False, 6 * out.size))
+        return _from_op(out, Node((a,), backward, "gelu", tag, False, GELU.backward * out.size))
     return _wrap(out)
 
 
@@ -107,13 +121,14 @@ def softmax(a: Tensor, dim: int = -1) -> Tensor:
     out = z / z.sum(axis=dim, keepdims=True)
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("softmax", 5 * out.size, False)
+        tag = _ag._observer.forward_op("softmax", SOFTMAX.forward * out.size, False)
     if a.requires_grad and _ag._grad_enabled:
 
         def backward(g: np.ndarray) -> tuple:
             return (out * (g - (g * out).sum(axis=dim, keepdims=True)),)
 
-        return _from_op(out, Node((a,), backward, "softmax", tag, False, 4 * out.size))
+        flops = SOFTMAX.backward * out.size
+        return _from_op(out, Node((a,), backward, "softmax", tag, False, flops))
     return _wrap(out)
 
 
@@ -124,13 +139,14 @@ def log_softmax(a: Tensor, dim: int = -1) -> Tensor:
     out = shifted - np.log(np.exp(shifted).sum(axis=dim, keepdims=True))
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("log_softmax", 5 * out.size, False)
+        tag = _ag._observer.forward_op("log_softmax", LOG_SOFTMAX.forward * out.size, False)
     if a.requires_grad and _ag._grad_enabled:
 
         def backward(g: np.ndarray) -> tuple:
             return (g - np.exp(out) * g.sum(axis=dim, keepdims=True),)
 
-        return _from_op(out, Node((a,), backward, "log_softmax", tag, False, 4 * out.size))
+        flops = LOG_SOFTMAX.backward * out.size
+        return _from_op(out, Node((a,), backward, "log_softmax", tag, False, flops))
     return _wrap(out)
 
 
@@ -176,7 +192,7 @@ def cross_entropy(logits: Tensor, targets: Any) -> Tensor:
     out = np.asarray(-logp[rows, t].mean(), dtype=ld.dtype)
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("cross_entropy", 5 * ld.size + n, False)
+        tag = _ag._observer.forward_op("cross_entropy", cross_entropy_flops(n, c), False)
     if logits.requires_grad and _ag._grad_enabled:
 
         def backward(g: np.ndarray) -> tuple:
@@ -184,7 +200,8 @@ def cross_entropy(logits: Tensor, targets: Any) -> Tensor:
             grad[rows, t] -= 1.0
             return (grad * (g / n),)
 
-        return _from_op(out, Node((logits,), backward, "cross_entropy", tag, False, 3 * ld.size))
+        flops = cross_entropy_backward_flops(n, c)
+        return _from_op(out, Node((logits,), backward, "cross_entropy", tag, False, flops))
     return _wrap(out)
 
 
@@ -195,7 +212,7 @@ def embedding(weight: Tensor, indices: Any) -> Tensor:
     out = wd[idx]
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("embedding", 0, False)
+        tag = _ag._observer.forward_op("embedding", GATHER.forward * out.size, False)
     if weight.requires_grad and _ag._grad_enabled:
 
         def backward(g: np.ndarray) -> tuple:
@@ -204,5 +221,6 @@ def embedding(weight: Tensor, indices: Any) -> Tensor:
             np.add.at(grad, idx.ravel(), g.reshape(-1, wd.shape[1]))
             return (grad,)
 
-        return _from_op(out, Node((weight,), backward, "embedding", tag, False, out.size))
+        flops = GATHER.backward * out.size
+        return _from_op(out, Node((weight,), backward, "embedding", tag, False, flops))
     return _wrap(out)

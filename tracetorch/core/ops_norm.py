@@ -6,9 +6,10 @@ backward for normalization with batch statistics is the closed form::
 
     gx = rstd * (gxhat - mean(gxhat) - xhat * mean(gxhat * xhat))      (means over the axes)
 
-FLOPs (``N`` = input elements): with batch statistics forward ``7*N``, backward ``8*N`` for
-the input, ``2*N`` for the weight, ``1*N`` for the bias; batch norm in eval mode (running
-statistics, no dependence on the batch) forward ``4*N``, backward ``2*N`` for the input.
+FLOPs (``N`` = input elements, :mod:`tracetorch.flops.core_ops`): with batch statistics
+forward ``7*N``, backward ``8*N`` for the input, ``2*N`` for the weight, ``1*N`` for the bias;
+batch norm in eval mode (running statistics, no dependence on the batch) forward ``4*N``,
+backward ``2*N`` for the input.
 
 Example::
 
@@ -18,9 +19,9 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
+
+from tracetorch.flops.core_ops import norm_backward_flops, norm_flops
 
 from . import autograd as _ag
 from .autograd import Node
@@ -39,13 +40,13 @@ def _affine_grads(
 
 def _normalize(
     x: Tensor,
-    weight: Optional[Tensor],
-    bias: Optional[Tensor],
+    weight: Tensor | None,
+    bias: Tensor | None,
     axes: tuple,
     param_view: tuple,
     name: str,
     eps: float,
-    stats: Optional[tuple] = None,
+    stats: tuple | None = None,
 ) -> Tensor:
     """Shared body: ``stats`` = (mean, var) fixes the statistics (eval batch norm)."""
     xd = x.data
@@ -67,7 +68,7 @@ def _normalize(
     fixed = stats is not None
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op(name, (4 if fixed else 7) * xd.size, False)
+        tag = _ag._observer.forward_op(name, norm_flops(xd.size, not fixed), False)
     rx = x.requires_grad
     rw = weight is not None and weight.requires_grad
     rb = bias is not None and bias.requires_grad
@@ -92,16 +93,15 @@ def _normalize(
         gw, gb = _affine_grads(g, xhat, reduce_axes, param_shape, rw, rb)
         return gx, gw, gb
 
-    n = xd.size
-    bflops = ((2 if fixed else 8) * n if rx else 0) + (2 * n if rw else 0) + (n if rb else 0)
+    bflops = norm_backward_flops(xd.size, not fixed, rx, rw, rb)
     node = Node((x, weight, bias), backward, name, tag, False, bflops)
     return Tensor._from_op(out, node)
 
 
 def layer_norm(
     x: Tensor,
-    weight: Optional[Tensor],
-    bias: Optional[Tensor],
+    weight: Tensor | None,
+    bias: Tensor | None,
     normalized_ndim: int,
     eps: float = 1e-5,
 ) -> Tensor:
@@ -114,8 +114,8 @@ def layer_norm(
 
 def batch_norm(
     x: Tensor,
-    weight: Optional[Tensor],
-    bias: Optional[Tensor],
+    weight: Tensor | None,
+    bias: Tensor | None,
     running_mean: np.ndarray,
     running_var: np.ndarray,
     training: bool,

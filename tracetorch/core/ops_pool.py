@@ -6,8 +6,8 @@ Max pooling pads with -inf and routes each output's gradient to the first maximu
 window (row-major order, as PyTorch does); average pooling pads with zeros and always
 divides by kh*kw (``count_include_pad=True``).
 
-FLOPs (``n`` = output elements): max forward ``kh*kw*n`` comparisons, backward ``n``;
-avg forward ``kh*kw*n``, backward ``kh*kw*n``.
+FLOPs (``n`` = output elements, :mod:`tracetorch.flops.core_ops`): max forward ``kh*kw*n``
+comparisons, backward ``n``; avg forward ``kh*kw*n``, backward ``kh*kw*n``.
 
 Example::
 
@@ -17,9 +17,11 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
+
+from tracetorch.flops.core_ops import max_pool2d_backward_flops, pool2d_flops
 
 from . import autograd as _ag
 from .autograd import Node
@@ -64,7 +66,7 @@ def _crop(grad: np.ndarray, padding: tuple, shape: tuple) -> np.ndarray:
 
 
 def max_pool2d(
-    x: Tensor, kernel_size: Any, stride: Optional[Any] = None, padding: Any = 0
+    x: Tensor, kernel_size: Any, stride: Any | None = None, padding: Any = 0
 ) -> Tensor:
     """Maximum over each kh x kw window of NCHW ``x``."""
     xd = x.data
@@ -80,7 +82,7 @@ def max_pool2d(
                 np.maximum(out, _window(xp, i, j, strides, out_hw), out=out)
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("max_pool2d", kh * kw * out.size, False)
+        tag = _ag._observer.forward_op("max_pool2d", pool2d_flops(kh * kw, out.size), False)
     if not (x.requires_grad and _ag._grad_enabled):
         return Tensor._wrap(out)
 
@@ -95,11 +97,12 @@ def max_pool2d(
                 _window(grad, i, j, strides, out_hw)[...] += g * hit
         return (_crop(grad, pads, xd.shape),)
 
-    return Tensor._from_op(out, Node((x,), backward, "max_pool2d", tag, False, out.size))
+    bflops = max_pool2d_backward_flops(out.size)
+    return Tensor._from_op(out, Node((x,), backward, "max_pool2d", tag, False, bflops))
 
 
 def avg_pool2d(
-    x: Tensor, kernel_size: Any, stride: Optional[Any] = None, padding: Any = 0
+    x: Tensor, kernel_size: Any, stride: Any | None = None, padding: Any = 0
 ) -> Tensor:
     """Mean over each kh x kw window of NCHW ``x`` (zero padding counts in the mean)."""
     xd = x.data
@@ -114,7 +117,7 @@ def avg_pool2d(
             if i or j:
                 out += _window(xp, i, j, strides, out_hw)
     out *= 1.0 / (kh * kw)
-    per_window = kh * kw * out.size
+    per_window = pool2d_flops(kh * kw, out.size)
     tag = None
     if _ag._observer is not None:
         tag = _ag._observer.forward_op("avg_pool2d", per_window, False)

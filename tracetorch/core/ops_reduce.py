@@ -1,7 +1,8 @@
 """Reductions: sum, mean, max over an axis (int, tuple or None) with ``keepdims``.
 
-FLOPs: forward = input size, backward = input size (the gradient is spread back over
-every input element).  ``max`` splits the gradient evenly between tied maxima.
+FLOPs (:mod:`tracetorch.flops.core_ops`): forward = input size, backward = input size (the
+gradient is spread back over every input element).  ``max`` splits the gradient evenly
+between tied maxima.
 
 Example::
 
@@ -12,9 +13,11 @@ Example::
 from __future__ import annotations
 
 import builtins
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
+
+from tracetorch.flops.core_ops import REDUCTION
 
 from . import autograd as _ag
 from .autograd import Node
@@ -23,7 +26,7 @@ from .tensor import Tensor
 __all__ = ("sum", "mean", "max", "normalize_axes")
 
 
-def normalize_axes(axis: Any, ndim: int, op: str = "reduction") -> Optional[tuple]:
+def normalize_axes(axis: Any, ndim: int, op: str = "reduction") -> tuple | None:
     """Turn ``axis`` (None, int, or sequence; negatives allowed) into a sorted tuple."""
     if axis is None:
         return None
@@ -36,7 +39,7 @@ def normalize_axes(axis: Any, ndim: int, op: str = "reduction") -> Optional[tupl
     return tuple(sorted(set(out)))
 
 
-def _expand(g: np.ndarray, axes: Optional[tuple], keepdims: bool, shape: tuple) -> np.ndarray:
+def _expand(g: np.ndarray, axes: tuple | None, keepdims: bool, shape: tuple) -> np.ndarray:
     """Broadcast a reduced gradient back to the input's shape (a read-only view)."""
     if axes is None:
         g = np.reshape(g, (1,) * len(shape)) if not keepdims else g
@@ -52,14 +55,15 @@ def sum(a: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
     out = np.sum(ad, axis=axes, keepdims=keepdims)
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("sum", ad.size, False)
+        tag = _ag._observer.forward_op("sum", REDUCTION.forward * ad.size, False)
     if a.requires_grad and _ag._grad_enabled:
         shape = ad.shape
 
         def backward(g: np.ndarray) -> tuple:
             return (_expand(g, axes, keepdims, shape),)
 
-        return Tensor._from_op(out, Node((a,), backward, "sum", tag, False, ad.size))
+        flops = REDUCTION.backward * ad.size
+        return Tensor._from_op(out, Node((a,), backward, "sum", tag, False, flops))
     return Tensor._wrap(out)
 
 
@@ -70,7 +74,7 @@ def mean(a: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
     out = np.mean(ad, axis=axes, keepdims=keepdims)
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("mean", ad.size, False)
+        tag = _ag._observer.forward_op("mean", REDUCTION.forward * ad.size, False)
     if a.requires_grad and _ag._grad_enabled:
         shape = ad.shape
         count = ad.size // builtins.max(int(np.size(out)), 1)
@@ -79,7 +83,8 @@ def mean(a: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
         def backward(g: np.ndarray) -> tuple:
             return (_expand(g * scale, axes, keepdims, shape),)
 
-        return Tensor._from_op(out, Node((a,), backward, "mean", tag, False, ad.size))
+        flops = REDUCTION.backward * ad.size
+        return Tensor._from_op(out, Node((a,), backward, "mean", tag, False, flops))
     return Tensor._wrap(out)
 
 
@@ -91,7 +96,7 @@ def max(a: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
     out = kept if keepdims else (kept.reshape(()) if axes is None else np.squeeze(kept, axes))
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("max", ad.size, False)
+        tag = _ag._observer.forward_op("max", REDUCTION.forward * ad.size, False)
     if a.requires_grad and _ag._grad_enabled:
 
         def backward(g: np.ndarray) -> tuple:
@@ -100,5 +105,6 @@ def max(a: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
             gk = g if keepdims else np.reshape(g, kept.shape)
             return ((share * gk).astype(ad.dtype, copy=False),)
 
-        return Tensor._from_op(out, Node((a,), backward, "max", tag, False, ad.size))
+        flops = REDUCTION.backward * ad.size
+        return Tensor._from_op(out, Node((a,), backward, "max", tag, False, flops))
     return Tensor._wrap(out)

@@ -2,7 +2,8 @@
 
 reshape/transpose/permute move no arithmetic (0 FLOPs forward and backward, still
 reported to the observer so the op is visible).  ``getitem`` costs 0 forward and ``n``
-(output elements) backward: the scatter-add of the gradient into the input's shape.
+(output elements) backward: the scatter-add of the gradient into the input's shape (costs
+from :mod:`tracetorch.flops.core_ops`).
 
 Example::
 
@@ -12,9 +13,11 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
+
+from tracetorch.flops.core_ops import GATHER, VIEW
 
 from . import autograd as _ag
 from .autograd import Node
@@ -36,11 +39,12 @@ def reshape(a: Tensor, shape: Any) -> Tensor:
         ) from None
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("reshape", 0, False)
+        tag = _ag._observer.forward_op("reshape", VIEW.forward * out.size, False)
     if a.requires_grad and _ag._grad_enabled:
         in_shape = ad.shape
+        flops = VIEW.backward * out.size
         return Tensor._from_op(
-            out, Node((a,), lambda g: (g.reshape(in_shape),), "reshape", tag, False, 0)
+            out, Node((a,), lambda g: (g.reshape(in_shape),), "reshape", tag, False, flops)
         )
     return Tensor._wrap(out)
 
@@ -51,7 +55,7 @@ def _dim(d: int, ndim: int, op: str) -> int:
     return d % ndim
 
 
-def transpose(a: Tensor, dim0: Optional[int] = None, dim1: Optional[int] = None) -> Tensor:
+def transpose(a: Tensor, dim0: int | None = None, dim1: int | None = None) -> Tensor:
     """Swap ``dim0`` and ``dim1`` (default: the last two; a 0-D/1-D tensor is unchanged)."""
     ad = a.data
     if dim0 is None and dim1 is None:
@@ -66,13 +70,14 @@ def transpose(a: Tensor, dim0: Optional[int] = None, dim1: Optional[int] = None)
     out = np.swapaxes(ad, d0, d1) if ad.ndim >= 2 else ad
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("transpose", 0, False)
+        tag = _ag._observer.forward_op("transpose", VIEW.forward * out.size, False)
     if a.requires_grad and _ag._grad_enabled:
+        flops = VIEW.backward * out.size
         if ad.ndim < 2:
-            return Tensor._from_op(out, Node((a,), lambda g: (g,), "transpose", tag, False, 0))
+            return Tensor._from_op(out, Node((a,), lambda g: (g,), "transpose", tag, False, flops))
         return Tensor._from_op(
             out,
-            Node((a,), lambda g: (np.swapaxes(g, d0, d1),), "transpose", tag, False, 0),
+            Node((a,), lambda g: (np.swapaxes(g, d0, d1),), "transpose", tag, False, flops),
         )
     return Tensor._wrap(out)
 
@@ -86,11 +91,12 @@ def permute(a: Tensor, dims: Any) -> Tensor:
     out = ad.transpose(dims)
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("permute", 0, False)
+        tag = _ag._observer.forward_op("permute", VIEW.forward * out.size, False)
     if a.requires_grad and _ag._grad_enabled:
         inverse = tuple(np.argsort(dims))
+        flops = VIEW.backward * out.size
         return Tensor._from_op(
-            out, Node((a,), lambda g: (g.transpose(inverse),), "permute", tag, False, 0)
+            out, Node((a,), lambda g: (g.transpose(inverse),), "permute", tag, False, flops)
         )
     return Tensor._wrap(out)
 
@@ -121,7 +127,7 @@ def getitem(a: Tensor, index: Any) -> Tensor:
     out = ad[index]
     tag = None
     if _ag._observer is not None:
-        tag = _ag._observer.forward_op("getitem", 0, False)
+        tag = _ag._observer.forward_op("getitem", GATHER.forward * out.size, False)
     if a.requires_grad and _ag._grad_enabled:
         scatter = _has_int_array(index)
 
@@ -133,7 +139,6 @@ def getitem(a: Tensor, index: Any) -> Tensor:
                 grad[index] = g
             return (grad,)
 
-        return Tensor._from_op(
-            out, Node((a,), backward, "getitem", tag, False, int(np.size(out)))
-        )
+        flops = GATHER.backward * out.size
+        return Tensor._from_op(out, Node((a,), backward, "getitem", tag, False, flops))
     return Tensor._wrap(out)

@@ -24,8 +24,7 @@ from tracetorch.engine.fold import fold_tree, graft
 from tracetorch.engine.hotpath import Frame
 from tracetorch.engine.timing import CallTiming, Clock
 from tracetorch.flops.registry import NO_RULE, FlopCount, FlopRegistry, default_registry
-from tracetorch.introspect import named_submodules, signature
-from tracetorch.params import is_torch_module
+from tracetorch.introspect import is_torch_module, named_submodules, signature
 from tracetorch.tree import CallNode, NodeKind
 
 __all__ = ("Collector",)

@@ -1,4 +1,12 @@
-"""FLOP rules: the registry and its conventions (see :mod:`tracetorch.flops.registry`)."""
+"""Every FLOP formula, one home each: the rule registry and its conventions (:mod:`.registry`),
+the costs of ``tracetorch.core``'s tensor operations (:mod:`.core_ops`), the layer rules built on
+them (:mod:`.core_rules`) and those for torch (:mod:`.torch_rules`).
+
+Example:
+    >>> from tracetorch.flops import FlopCount
+    >>> FlopCount(10, gemm=8)
+    FlopCount(flops=10, gemm=8, macs=None)
+"""
 from __future__ import annotations
 
 from tracetorch.flops.registry import (

@@ -30,63 +30,79 @@ SGD.step                2 per parameter element, +2 with momentum, +2 with weigh
 Adam.step               12 per parameter element, +2 with weight decay
 ======================  =================================================================
 
-The numbers match the tensor operations of :mod:`tracetorch.core.autograd`, so a layer costs
-the same whether its rule or its counted operations report it. Layers without a rule here (Sequential, TransformerBlock, user subclasses of Module with their
-own forward) get their FLOPs from their children and the tensor operations they run.
+Every number comes from :mod:`tracetorch.flops.core_ops`, where the core tensor operations get
+theirs, so a layer costs the same whether its rule or its counted operations report it. Layers
+without a rule here (Sequential, TransformerBlock, user subclasses of Module with their own
+forward) get their FLOPs from their children and the tensor operations they run.
 
 Example:
     >>> from tracetorch.core import Linear, Tensor
     >>> import numpy as np
     >>> layer = Linear(4, 3)
-    >>> linear_flops(layer, (Tensor(np.ones((7, 4))),), layer(Tensor(np.ones((7, 4)))))
+    >>> linear_rule(layer, (Tensor(np.ones((7, 4))),), layer(Tensor(np.ones((7, 4)))))
     FlopCount(flops=168, gemm=168, macs=84)
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable
 
+from tracetorch.flops.core_ops import (
+    GELU,
+    MUL,
+    REDUCTION,
+    RELU,
+    SIGMOID,
+    SOFTMAX,
+    SUB,
+    TANH,
+    conv2d_flops,
+    cross_entropy_flops,
+    gemm_flops,
+    linear_flops,
+    norm_flops,
+    pool2d_flops,
+)
 from tracetorch.flops.registry import FlopCount, FlopRegistry, default_registry
 
-__all__ = ("register_core_rules", "linear_flops", "conv2d_flops", "attention_flops")
+__all__ = ("register_core_rules", "linear_rule", "conv2d_rule", "attention_rule")
 
-Inputs = Tuple[Any, ...]
+Inputs = tuple[Any, ...]
 
 
 def _size(value: Any) -> int:
     return int(math.prod(value.shape))
 
 
-def _pair(value: Any) -> Tuple[int, int]:
-    return (value, value) if isinstance(value, int) else (int(value[0]), int(value[1]))
+def _products(flops: int, other: int = 0) -> FlopCount:
+    return FlopCount(flops + other, gemm=flops, macs=flops // 2)
 
 
-def linear_flops(layer: Any, inputs: Inputs, output: Any) -> FlopCount:
+def linear_rule(layer: Any, inputs: Inputs, output: Any) -> FlopCount:
     """2·in·out per row of the input, every leading dimension a row (bias add not counted)."""
     rows = _size(inputs[0]) // inputs[0].shape[-1]
-    macs = rows * layer.in_features * layer.out_features
-    return FlopCount(2 * macs, gemm=2 * macs, macs=macs)
+    return _products(linear_flops(rows, layer.in_features, layer.out_features))
 
 
-def conv2d_flops(layer: Any, inputs: Inputs, output: Any) -> FlopCount:
-    """2·kh·kw·Cin·Cout per output pixel and image, from the recorded output shape."""
-    kh, kw = _pair(layer.kernel_size)
-    batch, _, out_h, out_w = output.shape
-    macs = kh * kw * layer.in_channels * layer.out_channels * out_h * out_w * batch
-    return FlopCount(2 * macs, gemm=2 * macs, macs=macs)
+def conv2d_rule(layer: Any, inputs: Inputs, output: Any) -> FlopCount:
+    """2·kh·kw·Cin per element of the recorded output (bias add not counted)."""
+    kh, kw = layer.kernel_size  # core layers keep it as a pair
+    return _products(conv2d_flops(_size(output), layer.in_channels, kh, kw))
 
 
-def attention_flops(layer: Any, inputs: Inputs, output: Any) -> FlopCount:
+def attention_rule(layer: Any, inputs: Inputs, output: Any) -> FlopCount:
     """Projections, both attention matmuls, q scaling and softmax over (B, L, E) self-attention."""
     x = inputs[0]
     embed = x.shape[-1]
     length = x.shape[-2]
     batch = _size(x) // (length * embed)
-    projections = 4 * 2 * batch * length * embed * embed
-    matmuls = 2 * 2 * batch * length * length * embed
+    rows = batch * length
+    projections = 4 * linear_flops(rows, embed, embed)
+    # QKᵀ and AV: per head, L·L outputs over E/H products, L·(E/H) over L; summed over heads.
+    matmuls = 2 * gemm_flops(rows * length, embed)
     scores = batch * layer.num_heads * length * length
-    gemm = projections + matmuls
-    return FlopCount(gemm + batch * length * embed + 5 * scores, gemm=gemm, macs=gemm // 2)
+    return _products(projections + matmuls,
+                     MUL.forward * rows * embed + SOFTMAX.forward * scores)
 
 
 def _per_output(cost: int) -> Callable[[Any, Inputs, Any], int]:
@@ -97,37 +113,40 @@ def _per_output(cost: int) -> Callable[[Any, Inputs, Any], int]:
     return rule
 
 
-def _per_input(cost: int) -> Callable[[Any, Inputs, Any], int]:
-    def rule(layer: Any, inputs: Inputs, output: Any) -> int:
-        return cost * _size(inputs[0])
-
-    rule.__doc__ = f"{cost} FLOP(s) per element of the first input."
-    return rule
-
-
-def _cross_entropy_flops(layer: Any, inputs: Inputs, output: Any) -> int:
-    """5 per logit (log-softmax) and 1 per row (pick the target and accumulate)."""
+def _cross_entropy_rule(layer: Any, inputs: Inputs, output: Any) -> int:
+    """Log-softmax over every logit, one pick-and-accumulate per row (leading dims are rows)."""
     logits = inputs[0]
-    return 5 * _size(logits) + _size(logits) // logits.shape[-1]
+    classes = logits.shape[-1]
+    return cross_entropy_flops(_size(logits) // classes, classes)
 
 
-def _pool_flops(layer: Any, inputs: Inputs, output: Any) -> int:
+def _mse_rule(layer: Any, inputs: Inputs, output: Any) -> int:
+    """Subtract, square (a multiply) and the mean's accumulate, per element of the input."""
+    return (SUB.forward + MUL.forward + REDUCTION.forward) * _size(inputs[0])
+
+
+def _pool_rule(layer: Any, inputs: Inputs, output: Any) -> int:
     """kh·kw per output element: each window element compared (max) or added (average)."""
-    kh, kw = _pair(layer.kernel_size)
-    return kh * kw * _size(output)
+    kh, kw = layer.kernel_size
+    return pool2d_flops(kh * kw, _size(output))
+
+
+def _norm_rule(layer: Any, inputs: Inputs, output: Any) -> int:
+    """Batch statistics, normalization and affine: 7 per element."""
+    return norm_flops(_size(output))
 
 
 def _parameter_elements(optimizer: Any) -> int:
     return sum(int(p.data.size) for p in optimizer.params)
 
 
-def _sgd_flops(optimizer: Any, inputs: Inputs, output: Any) -> int:
+def _sgd_rule(optimizer: Any, inputs: Inputs, output: Any) -> int:
     """2 per element (scale and subtract), +2 with momentum, +2 with weight decay."""
     per_element = 2 + (2 if optimizer.momentum else 0) + (2 if optimizer.weight_decay else 0)
     return per_element * _parameter_elements(optimizer)
 
 
-def _adam_flops(optimizer: Any, inputs: Inputs, output: Any) -> int:
+def _adam_rule(optimizer: Any, inputs: Inputs, output: Any) -> int:
     """12 per element: both moment updates (7), sqrt, eps, divide, scale, subtract (5); +2 decay."""
     per_element = 12 + (2 if optimizer.weight_decay else 0)
     return per_element * _parameter_elements(optimizer)
@@ -135,29 +154,37 @@ def _adam_flops(optimizer: Any, inputs: Inputs, output: Any) -> int:
 
 def register_core_rules(registry: FlopRegistry = default_registry) -> None:
     """Register the rules above for the ``tracetorch.core`` classes (idempotent)."""
-    from tracetorch.core import activations, attention, embeddings, layers, losses
-    from tracetorch.core import normalization, optim, spatial
+    from tracetorch.core import (
+        activations,
+        attention,
+        embeddings,
+        layers,
+        losses,
+        normalization,
+        optim,
+        spatial,
+    )
 
-    rules: Dict[type, Any] = {
-        layers.Linear: linear_flops,
+    rules: dict[type, Any] = {
+        layers.Linear: linear_rule,
         layers.Dropout: None,
         layers.Flatten: None,
-        spatial.Conv2d: conv2d_flops,
-        spatial.MaxPool2d: _pool_flops,
-        spatial.AvgPool2d: _pool_flops,
-        activations.ReLU: _per_output(1),
-        activations.Sigmoid: _per_output(4),
-        activations.Tanh: _per_output(1),
-        activations.GELU: _per_output(6),
-        activations.Softmax: _per_output(5),
-        normalization.LayerNorm: _per_output(7),
-        normalization.BatchNorm2d: _per_output(7),
+        spatial.Conv2d: conv2d_rule,
+        spatial.MaxPool2d: _pool_rule,
+        spatial.AvgPool2d: _pool_rule,
+        activations.ReLU: _per_output(RELU.forward),
+        activations.Sigmoid: _per_output(SIGMOID.forward),
+        activations.Tanh: _per_output(TANH.forward),
+        activations.GELU: _per_output(GELU.forward),
+        activations.Softmax: _per_output(SOFTMAX.forward),
+        normalization.LayerNorm: _norm_rule,
+        normalization.BatchNorm2d: _norm_rule,
         embeddings.Embedding: None,
-        attention.MultiHeadAttention: attention_flops,
-        losses.MSELoss: _per_input(3),
-        losses.CrossEntropyLoss: _cross_entropy_flops,
-        optim.SGD: _sgd_flops,
-        optim.Adam: _adam_flops,
+        attention.MultiHeadAttention: attention_rule,
+        losses.MSELoss: _mse_rule,
+        losses.CrossEntropyLoss: _cross_entropy_rule,
+        optim.SGD: _sgd_rule,
+        optim.Adam: _adam_rule,
     }
     for layer_type, rule in rules.items():
         registry.register(layer_type, builtin=True)(rule)

@@ -29,7 +29,7 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, NamedTuple, Union
 
 __all__ = ("FlopCount", "FlopRule", "FlopRegistry", "NO_RULE", "default_registry", "flop_rule")
 
@@ -43,10 +43,10 @@ class FlopCount(NamedTuple):
 
     flops: int
     gemm: int = 0
-    macs: Optional[int] = None
+    macs: int | None = None
 
 
-FlopRule = Callable[[Any, Tuple[Any, ...], Any], Union[int, FlopCount]]
+FlopRule = Callable[[Any, tuple[Any, ...], Any], Union[int, FlopCount]]
 
 #: Returned by :meth:`FlopRegistry.lookup` for a type nobody wrote a rule for.
 NO_RULE: Any = object()
@@ -60,15 +60,15 @@ class FlopRegistry:
     """
 
     def __init__(self) -> None:
-        self._builtin: Dict[type, Optional[FlopRule]] = {}
-        self._user: Dict[type, Optional[FlopRule]] = {}
+        self._builtin: dict[type, FlopRule | None] = {}
+        self._user: dict[type, FlopRule | None] = {}
 
     def register(self, layer_type: type, *, builtin: bool = False) -> Callable[[Any], Any]:
         """Decorator registering ``rule`` for ``layer_type`` and its subclasses."""
         if not isinstance(layer_type, type):
             raise TypeError(f"layer_type must be a class, got {layer_type!r}")
 
-        def decorate(rule: Optional[FlopRule]) -> Optional[FlopRule]:
+        def decorate(rule: FlopRule | None) -> FlopRule | None:
             if rule is not None and not callable(rule):
                 raise TypeError(f"a FLOP rule must be callable or None, got {rule!r}")
             (self._builtin if builtin else self._user)[layer_type] = rule
@@ -86,7 +86,7 @@ class FlopRegistry:
                 return self._builtin[klass]
         return NO_RULE
 
-    def copy(self) -> "FlopRegistry":
+    def copy(self) -> FlopRegistry:
         """A registry whose user rules are independent; built-in rules stay shared, so those a
         framework adapter registers later (when its framework is first profiled) reach it too."""
         twin = FlopRegistry()

@@ -10,6 +10,6 @@ Example:
 from __future__ import annotations
 
 from tracetorch.perf import profiling
-from tracetorch.perf.profiling import *  # noqa: F401,F403 - the names in profiling.__all__
+from tracetorch.perf.profiling import *  # noqa: F403 - the names in profiling.__all__
 
 __all__ = profiling.__all__

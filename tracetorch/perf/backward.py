@@ -10,8 +10,9 @@ Example:
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from typing import Any, Callable
 
 from tracetorch.bench import as_callable
 from tracetorch.params import iter_parameters
@@ -19,7 +20,7 @@ from tracetorch.params import iter_parameters
 __all__ = ("train_step", "preserved_gradients", "step_flops")
 
 
-def train_step(model: Any, x: Any) -> Optional[Callable[[Any], None]]:
+def train_step(model: Any, x: Any) -> Callable[[Any], None] | None:
     """A callable running one forward and backward pass, or ``None`` when ``model(x)`` builds
     no autograd graph (no trainable parameters, or a framework without autograd).
 
@@ -58,7 +59,7 @@ def preserved_gradients(model: Any) -> Iterator[None]:
         >>> with preserved_gradients(Layer()):
         ...     pass
     """
-    saved: List[Tuple[Any, Any]] = [(p, p.grad) for p in iter_parameters(model)
+    saved: list[tuple[Any, Any]] = [(p, p.grad) for p in iter_parameters(model)
                                     if hasattr(p, "grad")]
     try:
         yield
@@ -67,7 +68,7 @@ def preserved_gradients(model: Any) -> Iterator[None]:
             p.grad = grad
 
 
-def step_flops(model: Any, step: Callable[[Any], None], x: Any) -> Tuple[int, int]:
+def step_flops(model: Any, step: Callable[[Any], None], x: Any) -> tuple[int, int]:
     """Forward and backward FLOPs of one ``step(x)``, as the engine counts them.
 
     Example:

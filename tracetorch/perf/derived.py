@@ -10,8 +10,6 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Dict, Union
-
 __all__ = (
     "BYTES_PER_FLOAT32",
     "KB_TO_BYTES",
@@ -36,7 +34,7 @@ ASSUMED_RIDGE_FLOPS_PER_BYTE = 10.0
 
 def arithmetic_intensity(flops: float, bytes_moved: float,
                          ridge_point: float = ASSUMED_RIDGE_FLOPS_PER_BYTE
-                         ) -> Dict[str, Union[float, str]]:
+                         ) -> dict[str, float | str]:
     """FLOPs per byte and the roofline regime it falls in (a tie counts as compute-bound).
 
     Example:
@@ -51,7 +49,7 @@ def arithmetic_intensity(flops: float, bytes_moved: float,
 def derived_metrics(flops: int, latency_s: float, bytes_touched: int,
                     peak_gflops: float = ASSUMED_PEAK_GFLOPS,
                     ridge_point: float = ASSUMED_RIDGE_FLOPS_PER_BYTE
-                    ) -> Dict[str, Union[float, bool, str]]:
+                    ) -> dict[str, float | bool | str]:
     """Throughput, a lower bound on memory traffic, and the heuristic bottleneck of one call.
 
     ``bytes_touched`` is what a call must read or write at least once (parameters, input,
@@ -80,7 +78,7 @@ def derived_metrics(flops: int, latency_s: float, bytes_touched: int,
     }
 
 
-def optimizer_memory_estimates(gradient_memory_mb: float) -> Dict[str, float]:
+def optimizer_memory_estimates(gradient_memory_mb: float) -> dict[str, float]:
     """Optimizer state beside the gradients: none for plain SGD, one buffer for momentum, two
     (first and second moments) for Adam and AdamW.
 

@@ -13,12 +13,13 @@ Example:
 from __future__ import annotations
 
 import tracemalloc
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable
 
 import numpy as np
 
 from tracetorch.bench import as_callable
-from tracetorch.params import iter_parameters, numel
+from tracetorch.introspect import numel
+from tracetorch.params import iter_parameters
 
 __all__ = ("nbytes", "parameter_bytes", "gradient_bytes", "activation_bytes",
            "traced_peak_bytes", "memory_report")
@@ -92,7 +93,7 @@ def activation_bytes(x: Any, out: Any) -> int:
     return nbytes(x) + (0 if shared or out is x else nbytes(out))
 
 
-def traced_peak_bytes(call: Callable[[Any], Any], x: Any) -> Tuple[int, Any]:
+def traced_peak_bytes(call: Callable[[Any], Any], x: Any) -> tuple[int, Any]:
     """Peak traced heap growth while running ``call(x)``, and its result.
 
     Tracing is started (and stopped) here only when the caller is not tracing already; a
@@ -117,7 +118,7 @@ def traced_peak_bytes(call: Callable[[Any], Any], x: Any) -> Tuple[int, Any]:
             tracemalloc.stop()
 
 
-def memory_report(model: Any, x: Any) -> Tuple[Dict[str, float], int]:
+def memory_report(model: Any, x: Any) -> tuple[dict[str, float], int]:
     """Memory of ``model(x)`` in MiB, and the bytes one call touches at least once.
 
     ``parameter_memory_mb``: distinct parameters. ``activation_memory_mb``: input plus output.

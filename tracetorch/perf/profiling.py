@@ -1,4 +1,4 @@
-"""TinyTorch's ``Profiler``, kept API-compatible: ``from tracetorch.perf.profiling import Profiler``.
+"""TinyTorch's ``Profiler``, API-compatible: ``from tracetorch.perf.profiling import Profiler``.
 
 The TinyTorch guide's example runs unchanged with ``tinytorch`` replaced by ``tracetorch``.
 Where TinyTorch was unclear or wrong, tracetorch's conventions hold instead:
@@ -23,23 +23,33 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from typing import Any, DefaultDict, Dict, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 from tracetorch import bench
-from tracetorch.core import Conv2d, Linear, Sequential
-from tracetorch.introspect import is_layer
+from tracetorch.introspect import check_shape, dummy_input
 from tracetorch.params import count_parameters as _count_parameters
-from tracetorch.perf.analytic import (conv2d_flops, conv2d_output_shape, layer_parameter_count,
-                                      linear_flops, linear_output_shape)
+from tracetorch.perf.analytic import (
+    conv2d_layer_flops,
+    flops_and_output_shape,
+    layer_parameter_count,
+    linear_layer_flops,
+    walk_layers,
+)
 from tracetorch.perf.backward import preserved_gradients, step_flops, train_step
-from tracetorch.perf.derived import (ASSUMED_PEAK_GFLOPS, ASSUMED_RIDGE_FLOPS_PER_BYTE,
-                                     BYTES_PER_FLOAT32, KB_TO_BYTES, MB_TO_BYTES,
-                                     arithmetic_intensity, derived_metrics,
-                                     optimizer_memory_estimates)
+from tracetorch.perf.derived import (
+    ASSUMED_PEAK_GFLOPS,
+    ASSUMED_RIDGE_FLOPS_PER_BYTE,
+    BYTES_PER_FLOAT32,
+    KB_TO_BYTES,
+    MB_TO_BYTES,
+    arithmetic_intensity,
+    derived_metrics,
+    optimizer_memory_estimates,
+)
 from tracetorch.perf.memory import gradient_bytes, memory_report
 from tracetorch.perf.weights import analyze_weight_distribution
 from tracetorch.profiler import profile
-from tracetorch.flop_count import check_shape, dummy_input, forward_flops_and_output
 
 __all__ = (
     "BYTES_PER_FLOAT32",
@@ -53,12 +63,11 @@ __all__ = (
     "arithmetic_intensity",
 )
 
-# TinyTorch also exposes its helpers at module level (``from ...profiling import _count_conv_flops``).
+# TinyTorch also exposes its helpers at module level
+# (``from ...profiling import _count_conv_flops``).
 _count_layer_parameters = layer_parameter_count
-_count_linear_flops = linear_flops
-_count_conv_flops = conv2d_flops
-
-Shape = Tuple[int, ...]
+_count_linear_flops = linear_layer_flops
+_count_conv_flops = conv2d_layer_flops
 
 
 class Profiler:
@@ -86,21 +95,21 @@ class Profiler:
 
     def __init__(self, peak_gflops: float = ASSUMED_PEAK_GFLOPS,
                  ridge_flops_per_byte: float = ASSUMED_RIDGE_FLOPS_PER_BYTE) -> None:
-        self.measurements: Dict[str, Dict[str, Any]] = {}
-        self.operation_counts: DefaultDict[str, int] = defaultdict(int)
+        self.measurements: dict[str, dict[str, Any]] = {}
+        self.operation_counts: defaultdict[str, int] = defaultdict(int)
         self.peak_gflops = peak_gflops
         self.ridge_flops_per_byte = ridge_flops_per_byte
-        self.prof: Optional[profile] = None
-        self.elapsed: Optional[float] = None
-        self._start_ns: Optional[int] = None
+        self.prof: profile | None = None
+        self.elapsed: float | None = None
+        self._start_ns: int | None = None
 
     @property
-    def result(self) -> Optional[profile]:
+    def result(self) -> profile | None:
         """The engine's profile of the last ``with`` block (the same object as ``prof``)."""
         return self.prof
 
     # ---------------------------------------------------------------- context manager
-    def __enter__(self) -> "Profiler":
+    def __enter__(self) -> Profiler:
         if self._start_ns is not None:
             raise RuntimeError("this Profiler is already in a with block; use a second Profiler "
                                "to nest")
@@ -147,8 +156,8 @@ class Profiler:
         ``tracetorch.core`` ``Linear`` and ``Conv2d`` (and their subclasses) use the closed
         forms of TinyTorch (matmul/convolution only, no bias); a ``Sequential``, or a
         forward-less object with a ``layers`` list, is walked layer by layer with shapes
-        propagated; anything else runs once on a zero input under the engine
-        (:func:`tracetorch.flop_count.count_flops`), which counts every operation.
+        propagated; anything else runs once on a zero input under the engine, which counts
+        every operation (see :func:`tracetorch.perf.analytic.flops_and_output_shape`).
 
         Raises:
             ValueError: ``input_shape`` is not a non-empty tuple of positive ints.
@@ -160,28 +169,28 @@ class Profiler:
             273
         """
         self.operation_counts["count_flops"] += 1
-        return self._flops_and_shape(model, check_shape(input_shape))[0]
+        return flops_and_output_shape(model, check_shape(input_shape))[0]
 
     def _count_linear_flops(self, model: Any, input_shape: Sequence[int]) -> int:
-        """``2 * in * out * rows``; see :func:`tracetorch.perf.analytic.linear_flops`.
+        """``2 * in * out * rows``; see :func:`tracetorch.perf.analytic.linear_layer_flops`.
 
         Example:
             >>> from tracetorch.core import Linear
             >>> Profiler()._count_linear_flops(Linear(128, 64), (32, 128))
             524288
         """
-        return linear_flops(model, input_shape)
+        return linear_layer_flops(model, input_shape)
 
     def _count_conv_flops(self, model: Any, input_shape: Sequence[int]) -> int:
         """``2 * kh * kw * in * out * oh * ow * batch``; see
-        :func:`tracetorch.perf.analytic.conv2d_flops`.
+        :func:`tracetorch.perf.analytic.conv2d_layer_flops`.
 
         Example:
             >>> from tracetorch.core import Conv2d
             >>> Profiler()._count_conv_flops(Conv2d(3, 16, 3), (1, 3, 32, 32))
             777600
         """
-        return conv2d_flops(model, input_shape)
+        return conv2d_layer_flops(model, input_shape)
 
     def _count_sequential_flops(self, model: Any, input_shape: Sequence[int]) -> int:
         """Sum over ``model.layers``, each layer seeing the shape its predecessor produced.
@@ -192,27 +201,7 @@ class Profiler:
             ...     Sequential(Linear(128, 64), Linear(64, 10)), (1, 128))
             17664
         """
-        return self._walk_layers(model, check_shape(input_shape))[0]
-
-    def _flops_and_shape(self, layer: Any, shape: Shape) -> Tuple[int, Shape]:
-        # isinstance, so subclasses (a QuantizedLinear) keep their parent's formula.
-        if isinstance(layer, Linear):
-            return linear_flops(layer, shape), linear_output_shape(layer, shape)
-        if isinstance(layer, Conv2d):
-            return conv2d_flops(layer, shape), conv2d_output_shape(layer, shape)
-        if isinstance(layer, Sequential) or (
-                isinstance(getattr(layer, "layers", None), (list, tuple)) and not is_layer(layer)):
-            return self._walk_layers(layer, shape)
-        # Pooling, flatten, activations, custom layers: run them, exactly once, on zeros.
-        flops, out = forward_flops_and_output(layer, dummy_input(layer, shape))
-        return flops, tuple(out.shape)
-
-    def _walk_layers(self, model: Any, shape: Shape) -> Tuple[int, Shape]:
-        total = 0
-        for layer in model.layers:
-            flops, shape = self._flops_and_shape(layer, shape)
-            total += flops
-        return total, shape
+        return walk_layers(model, check_shape(input_shape))[0]
 
     # ---------------------------------------------------------------- time and memory
     def measure_latency(self, model: Any, input_tensor: Any, warmup: int = 10,
@@ -227,7 +216,7 @@ class Profiler:
         self.operation_counts["measure_latency"] += 1
         return bench.measure_latency(model, input_tensor, warmup=warmup, iterations=iterations)
 
-    def measure_memory(self, model: Any, input_shape: Sequence[int]) -> Dict[str, float]:
+    def measure_memory(self, model: Any, input_shape: Sequence[int]) -> dict[str, float]:
         """Memory of one forward pass on a random input of ``input_shape``, in MiB.
 
         Keys: ``parameter_memory_mb`` (distinct parameters), ``activation_memory_mb`` (input
@@ -246,10 +235,10 @@ class Profiler:
         """
         self.operation_counts["measure_memory"] += 1
         shape = check_shape(input_shape)
-        return memory_report(model, bench.random_input(model, shape))[0]
+        return memory_report(model, dummy_input(model, shape, seed=0))[0]
 
     # ---------------------------------------------------------------- reports
-    def profile_layer(self, layer: Any, input_shape: Sequence[int]) -> Dict[str, Any]:
+    def profile_layer(self, layer: Any, input_shape: Sequence[int]) -> dict[str, Any]:
         """Type, parameters, FLOPs, latency, throughput and memory of one layer.
 
         Example:
@@ -260,7 +249,7 @@ class Profiler:
         """
         self.operation_counts["profile_layer"] += 1
         shape = check_shape(input_shape)
-        x = bench.random_input(layer, shape)
+        x = dummy_input(layer, shape, seed=0)
         memory, _ = memory_report(layer, x)
         flops = self.count_flops(layer, shape)
         latency_s = self.measure_latency(layer, x, warmup=3, iterations=10)
@@ -273,7 +262,7 @@ class Profiler:
         self._store(layer, report)
         return report
 
-    def profile_forward_pass(self, model: Any, input_tensor: Any) -> Dict[str, Any]:
+    def profile_forward_pass(self, model: Any, input_tensor: Any) -> dict[str, Any]:
         """Parameters, FLOPs, latency, memory, throughput and a heuristic bottleneck.
 
         ``input_tensor`` may also be a shape tuple (a random input is made). ``flops`` covers
@@ -306,7 +295,7 @@ class Profiler:
         self._store(model, report)
         return report
 
-    def profile_backward_pass(self, model: Any, input_tensor: Any) -> Dict[str, Any]:
+    def profile_backward_pass(self, model: Any, input_tensor: Any) -> dict[str, Any]:
         """Forward report plus a training step: forward + backward of ``output.sum()``.
 
         With autograd (``tracetorch.core`` or torch, trainable parameters), the step's time is
@@ -363,10 +352,10 @@ class Profiler:
 
     def _as_input(self, model: Any, input_tensor: Any) -> Any:
         if isinstance(input_tensor, tuple) and not hasattr(input_tensor, "numel"):
-            return bench.random_input(model, check_shape(input_tensor))
+            return dummy_input(model, check_shape(input_tensor), seed=0)
         return input_tensor
 
-    def _store(self, model: Any, report: Dict[str, Any], suffix: str = "") -> None:
+    def _store(self, model: Any, report: dict[str, Any], suffix: str = "") -> None:
         name = key = type(model).__name__ + suffix
         n = 1
         while key in self.measurements:
@@ -375,8 +364,8 @@ class Profiler:
         self.measurements[key] = report
 
 
-def quick_profile(model: Any, input_tensor: Any, profiler: Optional[Profiler] = None
-                  ) -> Dict[str, Any]:
+def quick_profile(model: Any, input_tensor: Any, profiler: Profiler | None = None
+                  ) -> dict[str, Any]:
     """Profile one forward pass, print a short summary with units, and return the report.
 
     Example:

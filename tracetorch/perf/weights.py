@@ -10,7 +10,8 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Sequence, Union
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +24,7 @@ _THRESHOLDS = (0.001, 0.01, 0.1)
 
 
 def analyze_weight_distribution(model: Any, percentiles: Sequence[float] = (10, 25, 50, 75, 90)
-                                ) -> Dict[str, Union[int, float, str]]:
+                                ) -> dict[str, int | float | str]:
     """Mean, std, min, max and percentiles of |w| over every distinct parameter (biases too).
 
     Also ``below_threshold_0001``, ``below_threshold_001`` and ``below_threshold_01``: the
@@ -44,7 +45,7 @@ def analyze_weight_distribution(model: Any, percentiles: Sequence[float] = (10, 
     values = np.concatenate(arrays).astype(np.float64) if arrays else np.empty(0)
     if values.size == 0:
         return {"error": "No weights found"}
-    stats: Dict[str, Union[int, float, str]] = {
+    stats: dict[str, int | float | str] = {
         "total_weights": int(values.size),
         "mean": float(values.mean()),
         "std": float(values.std()),

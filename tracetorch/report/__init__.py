@@ -3,8 +3,14 @@
 One module per format: :mod:`~tracetorch.report.units` (number humanizers every renderer uses),
 :mod:`~tracetorch.report.table` (the call tree and flat views as text),
 :mod:`~tracetorch.report.jsonio` (save and load), :mod:`~tracetorch.report.chrome` (trace
-export). ``ProfileResult`` methods (``table()``, ``save()``, ``export_chrome_trace()``) and
-``tracetorch.load`` call these functions.
+export). ``ProfileResult`` methods (``table()``, ``to_dict()``, ``save()``,
+``export_chrome_trace()``, ``from_dict()``, ``load()``) and ``tracetorch.load`` call these
+functions.
+
+The dependency goes one way: :mod:`tracetorch.result` imports this package, and no module here
+imports :mod:`tracetorch.result` at run time (it appears only in annotations, under
+``TYPE_CHECKING``). Renderers only read a result; reading a saved file yields its parts
+(:class:`~tracetorch.report.jsonio.SavedProfile`), which ``ProfileResult`` assembles.
 
 Example:
     >>> from tracetorch.result import ProfileResult
@@ -19,8 +25,9 @@ from tracetorch.report.chrome import chrome_trace_events, export_chrome_trace
 from tracetorch.report.jsonio import (
     FORMAT_NAME,
     FORMAT_VERSION,
-    load_result,
-    result_from_dict,
+    SavedProfile,
+    parse_profile,
+    read_profile,
     result_to_dict,
     save_result,
 )
@@ -39,6 +46,7 @@ from tracetorch.report.units import (
 __all__ = (
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "SavedProfile",
     "chrome_trace_events",
     "export_chrome_trace",
     "format_count",
@@ -48,10 +56,10 @@ __all__ = (
     "format_rate",
     "format_shape",
     "format_time_ns",
-    "load_result",
+    "parse_profile",
+    "read_profile",
     "render_flat",
     "render_table",
-    "result_from_dict",
     "result_to_dict",
     "save_result",
     "summary_lines",

@@ -27,11 +27,13 @@ from __future__ import annotations
 import json
 import numbers
 import os
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from tracetorch.report.units import format_shape
-from tracetorch.result import ProfileResult
 from tracetorch.tree import CallNode
+
+if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
+    from tracetorch.result import ProfileResult
 
 __all__ = ("chrome_trace_events", "export_chrome_trace", "PROCESS_NAME")
 
@@ -71,6 +73,7 @@ def chrome_trace_events(result: ProfileResult) -> dict[str, Any]:
         ValueError: the profile was recorded without a timeline.
 
     Example:
+        >>> from tracetorch.result import ProfileResult
         >>> from tracetorch.tree import CallNode
         >>> chrome_trace_events(ProfileResult(CallNode.root()))  # doctest: +ELLIPSIS
         Traceback (most recent call last):
@@ -152,6 +155,7 @@ def export_chrome_trace(result: ProfileResult, path: PathLike) -> None:
 
     Example:
         >>> import json, os, tempfile
+        >>> from tracetorch.result import ProfileResult
         >>> from tracetorch.tree import CallNode
         >>> root = CallNode.root(); fc = root.child("fc", "Linear", "m0"); fc.time.add(5)
         >>> path = os.path.join(tempfile.mkdtemp(), "run.trace.json")

@@ -1,4 +1,4 @@
-"""Versioned JSON for profiles: :func:`save_result` writes one, :func:`load_result` reads it back.
+"""Versioned JSON for profiles: :func:`save_result` writes one, :func:`read_profile` reads it back.
 
 The document is one object::
 
@@ -20,28 +20,36 @@ Reading is strict: anything but a version-1 profile raises :class:`ValueError` n
 and the problem (the JSON location of a bad field). A missing file raises the usual
 :class:`FileNotFoundError`, unchanged, as ``open`` would.
 
+This module only reads results and never builds one: :func:`parse_profile` and
+:func:`read_profile` return the validated parts as a :class:`SavedProfile`, which
+:meth:`ProfileResult.from_dict() <tracetorch.result.ProfileResult.from_dict>`,
+:meth:`ProfileResult.load() <tracetorch.result.ProfileResult.load>` and :func:`tracetorch.load`
+assemble. So ``tracetorch.result`` imports ``report/`` and nothing here imports it back.
+
 Example:
     >>> from tracetorch.result import ProfileResult
     >>> from tracetorch.tree import CallNode
     >>> root = CallNode.root(); root.child("fc", "Linear", "m0").time.add(1_000)
-    >>> again = result_from_dict(result_to_dict(ProfileResult(root)))
-    >>> again.find("fc").calls, again.total_time_ns
-    (1, 1000)
+    >>> parts = parse_profile(result_to_dict(ProfileResult(root)))
+    >>> parts.root.find("fc").calls, parts.timeline, parts.dropped_events
+    (1, None, 0)
 """
 from __future__ import annotations
 
 import json
 import numbers
 import os
-from typing import Any, NoReturn, Union, cast, get_args
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, Union, cast, get_args
 
-from tracetorch.result import ProfileResult, TimelineEvent
 from tracetorch.stats import TimeStats
-from tracetorch.tree import CallNode, NodeKind, ShapeSignature
+from tracetorch.tree import CallNode, NodeKind, ShapeSignature, TimelineEvent
+
+if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
+    from tracetorch.result import ProfileResult
 
 __all__ = (
-    "FORMAT_NAME", "FORMAT_VERSION", "result_to_dict", "result_from_dict", "save_result",
-    "load_result",
+    "FORMAT_NAME", "FORMAT_VERSION", "SavedProfile", "result_to_dict", "parse_profile",
+    "save_result", "read_profile",
 )
 
 #: The ``"format"`` value every saved profile carries.
@@ -114,12 +122,13 @@ def _node_to_dict(node: CallNode) -> dict[str, Any]:
 
 
 def result_to_dict(result: ProfileResult) -> dict[str, Any]:
-    """A JSON-ready dict of ``result``, which :func:`result_from_dict` turns back into a result.
+    """A JSON-ready dict of ``result``; :func:`parse_profile` reads it back.
 
     Raises:
         ValueError: a timeline event refers to a node that is not in ``result.root``'s tree.
 
     Example:
+        >>> from tracetorch.result import ProfileResult
         >>> from tracetorch.tree import CallNode
         >>> data = result_to_dict(ProfileResult(CallNode.root()))
         >>> data["format"], data["version"], data["timeline"]
@@ -150,11 +159,12 @@ def save_result(result: ProfileResult, path: PathLike) -> None:
 
     Example:
         >>> import os, tempfile
+        >>> from tracetorch.result import ProfileResult
         >>> from tracetorch.tree import CallNode
         >>> path = os.path.join(tempfile.mkdtemp(), "run.json")
         >>> save_result(ProfileResult(CallNode.root()), path)
-        >>> load_result(path).total_flops
-        0
+        >>> read_profile(path).root.children
+        {}
     """
     data = result_to_dict(result)
     with open(path, "w", encoding="utf-8") as f:
@@ -163,6 +173,18 @@ def save_result(result: ProfileResult, path: PathLike) -> None:
 
 
 # ------------------------------------------------------------------------------------ reading
+class SavedProfile(NamedTuple):
+    """The validated parts of a saved profile, named and ordered as ``ProfileResult``'s
+    constructor takes them (``ProfileResult(*parts)`` rebuilds the result)."""
+
+    root: CallNode
+    unsupported: dict[str, int]
+    timeline: list[TimelineEvent] | None
+    dropped_events: int
+    step_times: TimeStats
+    meta: dict[str, Any]
+
+
 class _Reader:
     """Typed field access that fails with the file name and the JSON location of the problem."""
 
@@ -307,19 +329,21 @@ class _Reader:
         return events
 
 
-def result_from_dict(data: Any, source: str = "<dict>") -> ProfileResult:
-    """Rebuild a :class:`ProfileResult` from :func:`result_to_dict`'s output.
+def parse_profile(data: Any, source: str = "<dict>") -> SavedProfile:
+    """Check :func:`result_to_dict`'s output field by field and return its parts.
+
+    ``ProfileResult.from_dict(data)`` is ``ProfileResult(*parse_profile(data))``.
 
     Args:
         data: the parsed JSON document.
-        source: where ``data`` came from, for error messages (``load_result`` passes the path).
+        source: where ``data`` came from, for error messages (``read_profile`` passes the path).
 
     Raises:
         ValueError: ``data`` is not a tracetorch profile, is a newer version, or has a missing or
             mistyped field; the message starts with ``source``.
 
     Example:
-        >>> result_from_dict({"format": "chrome"}, source="x.json")  # doctest: +ELLIPSIS
+        >>> parse_profile({"format": "chrome"}, source="x.json")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
         ValueError: x.json: not a tracetorch profile (format is 'chrome', expected ...)
@@ -351,12 +375,13 @@ def result_from_dict(data: Any, source: str = "<dict>") -> ProfileResult:
     step_times = read.stats(read.field(data, "step_times", ""), "step_times")
     dropped = read.integer(read.field(data, "dropped_events", ""), "dropped_events", minimum=0)
     timeline = read.timeline(data.get("timeline"), list(root.walk()))
-    return ProfileResult(root, unsupported=unsupported, timeline=timeline, dropped_events=dropped,
-                         step_times=step_times, meta=dict(meta))
+    return SavedProfile(root, unsupported=unsupported, timeline=timeline, dropped_events=dropped,
+                        step_times=step_times, meta=dict(meta))
 
 
-def load_result(path: PathLike) -> ProfileResult:
-    """Read a profile written by :func:`save_result`.
+def read_profile(path: PathLike) -> SavedProfile:
+    """Read and check a profile written by :func:`save_result`; its parts, as
+    :func:`parse_profile` returns them (``ProfileResult.load(path)`` assembles the result).
 
     Raises:
         FileNotFoundError: ``path`` does not exist (as ``open`` raises it).
@@ -367,7 +392,7 @@ def load_result(path: PathLike) -> ProfileResult:
         >>> import os, tempfile
         >>> path = os.path.join(tempfile.mkdtemp(), "bad.json")
         >>> _ = open(path, "w").write("{not json")
-        >>> load_result(path)  # doctest: +ELLIPSIS
+        >>> read_profile(path)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
         ValueError: .../bad.json: not valid JSON (...)...
@@ -384,4 +409,4 @@ def load_result(path: PathLike) -> ProfileResult:
                          f"{err.colno}); the file is truncated, corrupt or not a profile") from None
     except RecursionError:
         raise ValueError(f"{source}: JSON nested too deeply to read") from None
-    return result_from_dict(data, source=source)
+    return parse_profile(data, source=source)

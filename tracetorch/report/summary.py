@@ -9,8 +9,12 @@ Example:
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tracetorch.report.units import format_count, format_flops, format_time_ns
-from tracetorch.result import ProfileResult
+
+if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
+    from tracetorch.result import ProfileResult
 
 __all__ = ("summary_lines", "NOISY_SPREAD", "MAX_UNSUPPORTED_LISTED")
 
@@ -38,6 +42,7 @@ def summary_lines(result: ProfileResult) -> list[str]:
     unsupported types, calls that raised, and a note when the timeline was capped.
 
     Example:
+        >>> from tracetorch.result import ProfileResult
         >>> from tracetorch.tree import CallNode
         >>> root = CallNode.root(); node = root.child("fc", "Linear", "m0")
         >>> node.time.add(2_000); node.flops = node.gemm_flops = 4_000

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Callable, Union
+from typing import TYPE_CHECKING, Callable, Union
 
 from tracetorch.report._layout import Column, layout
 from tracetorch.report.summary import summary_lines
@@ -35,13 +35,15 @@ from tracetorch.report.units import (
     format_rate,
     format_time_ns,
 )
-from tracetorch.result import AggregateRow, ProfileResult
 from tracetorch.tree import CallNode
+
+if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
+    from tracetorch.result import AggregateRow, ProfileResult
 
 __all__ = ("SORT_KEYS", "FLAT_VIEWS", "render_table", "render_flat", "node_label")
 
 _TreeRow = tuple[CallNode, int]  # a node and its depth
-_FlatRow = tuple[str, AggregateRow]  # a type or module name and its totals
+_FlatRow = tuple[str, "AggregateRow"]  # a type or module name and its totals
 _SortKey = Union[int, float, list[tuple[int, int, str]]]
 
 #: Accepted ``sort_by`` values. Siblings are sorted; children always stay under their parent.
@@ -195,6 +197,7 @@ def render_table(result: ProfileResult, sort_by: str = "total", depth: int | Non
         ValueError: an argument outside the accepted values (the message lists them).
 
     Example:
+        >>> from tracetorch.result import ProfileResult
         >>> from tracetorch.tree import CallNode
         >>> root = CallNode.root(); fc = root.child("fc", "Linear", "m0"); fc.time.add(500)
         >>> print(render_table(ProfileResult(root), depth=1).splitlines()[0])
@@ -268,6 +271,7 @@ def render_flat(result: ProfileResult, view: str = "type", sort_by: str = "total
         ValueError: an argument outside the accepted values.
 
     Example:
+        >>> from tracetorch.result import ProfileResult
         >>> from tracetorch.tree import CallNode
         >>> root = CallNode.root(); fc = root.child("fc", "Linear", "m0"); fc.time.add(500)
         >>> print(render_flat(ProfileResult(root)).splitlines()[2])

@@ -7,21 +7,26 @@ model are recorded whether or not it is passed to ``profile``. Wrapping ``forwar
 classes that only inherit ``forward`` alone. ``benchmarks/overhead_torch.py`` counts the classes
 wrapped (246 on torch 2.13) and times entering plus leaving a block (about 1.3 ms on CPU) —
 once per block, not per call, so wrapping every class beats guessing which ones a model will
-call.
-TorchScript modules (their ``forward`` is not a Python function) and ``torch.fx.GraphModule``
-classes (which regenerate ``forward`` on ``recompile()``) are not wrapped; the modules they
-call still are.
+call. ``torch.fx.GraphModule`` classes (which regenerate ``forward`` on ``recompile()``) are
+not wrapped; the modules they call still are.
 
-**Classes defined inside the block.** ``torch.nn.Module.__init_subclass__`` and
-``torch.optim.Optimizer.__init_subclass__`` are set while profiling (neither class defines its
-own, so on exit the attribute is deleted again; one that did would be put back): a class created
-in the block gets its ``forward`` (or ``step``) wrapped at once, and unwrapped on exit.
+**Compilers and tracers.** Every torch wrapper's guard is :func:`~.tracing.tracing`: while
+Dynamo (``torch.compile``, ``torch.export``), ``torch.fx`` or the TorchScript tracer runs a
+layer, the wrapper only calls it, so they see the model as it is and nothing is recorded.
+Compiled and scripted modules are recorded where Python calls them: ``__call__`` of
+``OptimizedModule`` (``torch.compile(module)``) and of ``torch.jit.ScriptModule`` (whose
+``forward`` is TorchScript, not Python) is wrapped, so each is one node with its time; the
+layers inside run as a graph and are not seen (its FLOPs are those of the operations the
+function mode sees, else unknown: ``unsupported`` lists it). ``module.compile()``, in place,
+compiles ``Module.__call__`` itself: such a module's calls are not nodes, and the operations the
+function mode sees count toward the enclosing call.
 
-**Optimizers and backward.** ``step`` of every ``torch.optim.Optimizer`` subclass (kind
-``optimizer``) and ``torch.Tensor.backward`` (kind ``backward``). If the first optimizer of a
-class is built inside the block, torch's own step hook (``Optimizer._patch_step_function``)
-wraps ours; on exit that class gets torch's hook around its original ``step``, exactly what it
-would have had without the profiler.
+**Classes defined inside the block.** ``torch.nn.Module.__init_subclass__`` is set while
+profiling (and deleted again on exit): a class created in the block is wrapped at once.
+
+**Optimizers.** No ``step`` is patched: torch's global optimizer step hooks open and close the
+``"{type}.step"`` node (see :mod:`~tracetorch.adapters.torch.steps`), so optimizers and LR
+schedulers created in a block are exactly what torch alone makes of them.
 
 **Operations and gradients.** :mod:`~tracetorch.adapters.torch.ops` counts matrix products,
 convolutions and attention in functional code; :mod:`~tracetorch.adapters.torch.backward` tags
@@ -38,30 +43,56 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+from collections.abc import Iterator
+from typing import Any, Callable
 
 import torch
-import wrapt
 
 from tracetorch.adapters.base import all_subclasses
-from tracetorch.adapters.torch.backward import AutogradPatches, tag_call
-from tracetorch.adapters.torch.cuda import backward_timer_factory, configure as cuda_configure
-from tracetorch.adapters.torch.ops import OpPatches
-from tracetorch.engine.patches import PatchBoard, PatchTarget, mark_instrumented
-from tracetorch.engine.hotpath import OpCounter, make_wrapper, set_exit_observer
+from tracetorch.adapters.torch.cuda import configure as cuda_configure
+from tracetorch.adapters.torch.ops import start_op_counting
+from tracetorch.adapters.torch.steps import start_step_hooks
+from tracetorch.adapters.torch.tracing import tracing
+from tracetorch.engine.hotpath import OpCounter
+from tracetorch.engine.patches import PatchBoard, PatchTarget
 
-__all__ = ("TorchAdapter", "wraps_forward")
+__all__ = ("TorchAdapter", "wraps_forward", "targets_for")
 
 _RULES_REGISTERED = False
 
 
 def wraps_forward(cls: type) -> bool:
-    """Whether ``cls`` gets its ``forward`` wrapped: it defines one, as a Python function."""
+    """Whether ``cls`` gets its ``forward`` wrapped: it defines one, as a Python function, and
+    is neither a TorchScript module (recorded at ``__call__``) nor an fx ``GraphModule``."""
     if cls is torch.nn.Module or not isinstance(vars(cls).get("forward"), types.FunctionType):
+        return False
+    if issubclass(cls, torch.jit.ScriptModule):
         return False
     fx = sys.modules.get("torch.fx")
     graph_module = getattr(fx, "GraphModule", None)
     return not (graph_module is not None and issubclass(cls, graph_module))
+
+
+def _runs_a_graph(cls: type) -> bool:
+    """A module class whose calls run a compiled graph: scripted, traced, or compiled."""
+    # By name: OptimizedModule is seen by the subclass watcher before its module binds it.
+    return cls is torch.jit.ScriptModule or (
+        cls.__module__ == "torch._dynamo.eval_frame" and cls.__qualname__ == "OptimizedModule")
+
+
+def targets_for(cls: type) -> Iterator[PatchTarget]:
+    """What to wrap on one ``torch.nn.Module`` class (nothing for most classes).
+
+    Example:
+        >>> import torch
+        >>> [(t.cls.__name__, t.attr) for t in targets_for(torch.jit.ScriptModule)]
+        [('ScriptModule', '__call__')]
+    """
+    if wraps_forward(cls):
+        yield PatchTarget(cls, "forward", "module", tracing)
+    elif _runs_a_graph(cls):
+        # ScriptModule inherits __call__ from Module: the copy set on it is deleted on exit.
+        yield PatchTarget(cls, "__call__", "module", tracing, inherited=True)
 
 
 class TorchAdapter:
@@ -69,121 +100,37 @@ class TorchAdapter:
 
     module_name = "torch"
 
-    def __init__(self) -> None:
-        self._steps = _OptimizerSteps()
-
     def patch_targets(self) -> Iterator[PatchTarget]:
-        """Every module class defining ``forward``, and ``torch.Tensor.backward``."""
+        """Every module class defining ``forward``, and compiled and scripted modules'
+        ``__call__`` (backward passes reach the function mode of .ops)."""
         for cls in all_subclasses(torch.nn.Module):
-            if wraps_forward(cls):
-                yield PatchTarget(cls, "forward", "module")
-        yield PatchTarget(torch.Tensor, "backward", "backward")
+            yield from targets_for(cls)
 
     def configure(self, collector: Any) -> None:
         """A profile is being entered: on CUDA, time its calls with events (see .cuda)."""
         cuda_configure(collector)
 
-    def start(self, board: PatchBoard, counter: OpCounter) -> List[Callable[[], None]]:
-        """Start counting operations and gradients and watching for new classes; returns the
-        cleanups, run in reverse order when the last profile closes."""
+    def start(self, board: PatchBoard, counter: OpCounter) -> list[Callable[[], None]]:
+        """Start counting operations and gradients, timing optimizer steps and watching for new
+        classes; returns the cleanups, run in reverse order when the last profile closes."""
         global _RULES_REGISTERED
         if not _RULES_REGISTERED:
             from tracetorch.flops.torch_rules import register_torch_rules
 
             register_torch_rules()
             _RULES_REGISTERED = True
-        cleanups: List[Callable[[], None]] = []
+        cleanups: list[Callable[[], None]] = []
         try:
-            ops = OpPatches()
-            cleanups.append(ops.restore)
-            ops.install(counter)
-            autograd = AutogradPatches(counter, backward_timer_factory)
-            cleanups.append(autograd.restore)
-            autograd.install()
-            previous = set_exit_observer(tag_call)
-            cleanups.append(lambda: set_exit_observer(previous))
-            steps = self._steps
-            cleanups.append(steps.restore)
-            for cls in all_subclasses(torch.optim.Optimizer):
-                steps.patch(cls)
+            cleanups.append(start_op_counting(counter))
+            cleanups.append(start_step_hooks())
 
             def new_module_class(cls: type) -> None:
-                if wraps_forward(cls):
-                    board.patch(PatchTarget(cls, "forward", "module"))
+                for target in targets_for(cls):
+                    board.patch(target)
 
-            cleanups.append(_watch_subclasses(torch.nn.Module, new_module_class))
-            cleanups.append(_watch_subclasses(torch.optim.Optimizer, steps.patch))
+            board.watch_subclasses(torch.nn.Module, new_module_class)
         except BaseException:
             for cleanup in reversed(cleanups):
                 cleanup()
             raise
         return cleanups
-
-
-def _watch_subclasses(base: type, on_new: Callable[[type], None]) -> Callable[[], None]:
-    """Call ``on_new(cls)`` for every subclass of ``base`` created from now on; returns the
-    function that puts ``base.__init_subclass__`` back exactly as it was."""
-    had_own = "__init_subclass__" in vars(base)
-    saved = vars(base).get("__init_subclass__")
-
-    def __init_subclass__(cls: type, **kwargs: Any) -> None:
-        if had_own:
-            saved.__get__(None, cls)(**kwargs)
-        else:
-            super(base, cls).__init_subclass__(**kwargs)  # type: ignore[misc]
-        try:
-            on_new(cls)
-        except Exception:  # a class the profiler cannot wrap is still a valid class
-            pass
-
-    base.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[assignment]
-
-    def restore() -> None:
-        if had_own:
-            base.__init_subclass__ = saved  # type: ignore[assignment]
-        elif "__init_subclass__" in vars(base):
-            delattr(base, "__init_subclass__")
-
-    return restore
-
-
-class _OptimizerSteps:
-    """``step`` wrappers on optimizer classes, undone the way torch's own step hook needs."""
-
-    def __init__(self) -> None:
-        self._saved: Dict[type, Tuple[Any, Any]] = {}
-        engine = make_wrapper("optimizer")
-
-        def step_wrapper(wrapped: Callable[..., Any], instance: Any, args: Tuple[Any, ...],
-                         kwargs: Dict[str, Any]) -> Any:
-            if instance is None and args:  # called through torch's hook, unbound
-                instance, args = args[0], args[1:]
-                wrapped = wrapped.__get__(instance, type(instance))
-            return engine(wrapped, instance, args, kwargs)
-
-        self._wrapper = step_wrapper
-
-    def patch(self, cls: type) -> None:
-        """Wrap ``cls.step`` if ``cls`` defines it (the abstract base's is left alone)."""
-        original = vars(cls).get("step")
-        if (cls is torch.optim.Optimizer or cls in self._saved
-                or not isinstance(original, types.FunctionType)):
-            return
-        wrapper = mark_instrumented(wrapt.FunctionWrapper(original, self._wrapper))
-        setattr(cls, "step", wrapper)
-        self._saved[cls] = (original, wrapper)
-
-    def restore(self) -> None:
-        """Put every original back (re-hooked the way torch would have, where needed)."""
-        saved, self._saved = self._saved, {}
-        for cls, (original, wrapper) in saved.items():
-            current = vars(cls).get("step")
-            inner = getattr(current, "__wrapped__", None)  # torch's hook wraps cls.step as read
-            if current is not wrapper and getattr(current, "hooked", False) and (
-                    inner is wrapper or getattr(inner, "_self_parent", None) is wrapper):
-                hooked = torch.optim.Optimizer.profile_hook_step(original)
-                hooked.hooked = True  # type: ignore[attr-defined]
-                setattr(cls, "step", hooked)
-            else:
-                setattr(cls, "step", original)
-

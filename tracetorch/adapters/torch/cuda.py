@@ -10,8 +10,10 @@ plus any gap in which the GPU waited for the host. Work that runs on the host on
 GPU idles is timed at about its host duration. Step times and the timeline's start points stay
 on the host clock.
 
-Backward passes are timed the same way: an event where the autograd node being executed
-changes layer, read once when the pass returns (one synchronisation per backward pass).
+Backward passes of such a profile are timed the same way: an event where the autograd node
+being executed changes layer, read once when the pass returns (one synchronisation per backward
+pass). A profile timed on the host (``TRACETORCH_CUDA_TIMING=host``, an injected ``clock``,
+``timing=False``) times its backward passes with that same clock.
 
 A block that never calls ``prof.step()`` folds early, with one wait, whenever 200,000 events
 are pending. Each event costs a few µs of host time to record, so small layers cost more to
@@ -29,11 +31,12 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from collections.abc import Iterable
+from typing import Any, Callable
 
 import torch
 
-__all__ = ("EventClock", "BackwardEventTimer", "cuda_timing_wanted", "backward_timer_factory",
+__all__ = ("EventClock", "BackwardEventTimer", "cuda_timing_wanted", "backward_timer",
            "configure")
 
 EventFactory = Callable[[], Any]
@@ -63,11 +66,11 @@ class EventClock:
     #: Events held before the clock asks its profile to fold times early (one wait then).
     MAX_PENDING = 200_000
 
-    def __init__(self, event_factory: Optional[EventFactory] = None,
-                 on_full: Optional[Callable[[], None]] = None) -> None:
+    def __init__(self, event_factory: EventFactory | None = None,
+                 on_full: Callable[[], None] | None = None) -> None:
         self._factory = event_factory or _cuda_event
-        self._events: Dict[int, Tuple[Any, int]] = {}
-        self._pool: List[Any] = []
+        self._events: dict[int, tuple[Any, int]] = {}
+        self._pool: list[Any] = []
         self._next = 0
         self._lock = threading.Lock()
         self._last: Any = None
@@ -85,7 +88,7 @@ class EventClock:
             self.on_full()  # a block that never steps: bound the events held
         return handle
 
-    def resolve(self, spans: Iterable[Tuple[Any, int, int]]) -> List[Tuple[Any, int, int]]:
+    def resolve(self, spans: Iterable[tuple[Any, int, int]]) -> list[tuple[Any, int, int]]:
         """``(node, elapsed_ns, host_start_ns)`` for each ``(node, start, end)`` span, after
         waiting once for the last event recorded."""
         spans = list(spans)
@@ -114,9 +117,9 @@ class EventClock:
 class BackwardEventTimer:
     """Spans of a backward pass: an event each time the executing node changes layer."""
 
-    def __init__(self, event_factory: Optional[EventFactory] = None) -> None:
+    def __init__(self, event_factory: EventFactory | None = None) -> None:
         self._factory = event_factory or _cuda_event
-        self._spans: Dict[int, List[Tuple[Any, Any]]] = {}
+        self._spans: dict[int, list[tuple[Any, Any]]] = {}
 
     def mark(self, tag: Any) -> None:
         """An operation of layer call ``tag`` is about to run (on this thread's stream)."""
@@ -127,9 +130,9 @@ class BackwardEventTimer:
         event.record()
         spans.append((tag, event))
 
-    def resolve(self) -> List[Tuple[Any, int]]:
+    def resolve(self) -> list[tuple[Any, int]]:
         """``(tag, elapsed_ns)`` per span, after one synchronisation at the end of the pass."""
-        out: List[Tuple[Any, int]] = []
+        out: list[tuple[Any, int]] = []
         for spans in self._spans.values():
             if not spans:
                 continue
@@ -146,12 +149,14 @@ class BackwardEventTimer:
         return out
 
 
-def backward_timer_factory() -> Optional[BackwardEventTimer]:
-    """A device timer for one backward pass where CUDA timing applies, else ``None``."""
-    return BackwardEventTimer() if cuda_timing_wanted() else None
+def backward_timer(collector: Any) -> BackwardEventTimer | None:
+    """A device timer for one backward pass of a profile that times its calls on the device
+    (see :func:`configure`), else ``None``: the pass is then timed with the profile's own clock.
+    """
+    return BackwardEventTimer() if getattr(collector, "device_clock", None) is not None else None
 
 
-def configure(collector: Any, event_factory: Optional[EventFactory] = None) -> bool:
+def configure(collector: Any, event_factory: EventFactory | None = None) -> bool:
     """Give a profile being entered an event clock, if CUDA timing applies and the profile
     times calls with the real host clock (``timing=False`` and injected clocks are left alone).
     Returns whether it did."""

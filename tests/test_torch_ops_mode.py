@@ -1,0 +1,355 @@
+"""Operation counting through torch's function-mode stack: nothing of torch is replaced."""
+from __future__ import annotations
+
+import sys
+import textwrap
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support.processes import run_captured
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.filterwarnings("ignore:tracetorch has no FLOP rule")
+
+
+def stack_depth(torch: Any) -> int:
+    return torch._C._len_torch_function_stack()
+
+
+def matmul_layer(torch: Any, width: int = 4) -> Any:
+    """A layer without a FLOP rule whose forward is one ``x @ w``."""
+    class MatMul(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(width, width))
+            self.depths: list[int] = []
+
+        def forward(self, x: Any) -> Any:
+            self.depths.append(stack_depth(torch))
+            return x @ self.w
+
+    return MatMul()
+
+
+# ----------------------------------------------------------------------------- identity
+@pytest.mark.slow
+def test_every_torch_attribute_is_the_same_object_during_and_after_a_block(torch_installed):
+    code = textwrap.dedent("""
+        import torch, tracetorch
+        import torch.nn.functional as F
+
+        def snapshot():
+            spaces = {"torch": torch, "F": F, "Tensor": torch.Tensor,
+                      "autograd": torch.autograd}
+            return {name: ({k: v for k, v in vars(space).items()}, sorted(dir(space)))
+                    for name, space in spaces.items()}
+
+        def differences(a, b):
+            out = []
+            for name, (attrs, names) in a.items():
+                now, now_names = b[name]
+                if names != now_names:
+                    out.append((name, sorted(set(names) ^ set(now_names))))
+                out += [(name, k) for k, v in attrs.items() if now.get(k, object()) is not v]
+            return out
+
+        lin = torch.nn.Linear(4, 4)
+        before = snapshot()
+        with tracetorch.profile() as prof:
+            loss = lin(torch.ones(2, 4)).sum()
+            loss.backward()
+            during = snapshot()
+        after = snapshot()
+        print(differences(before, during), differences(before, after),
+              prof.find("backward").calls, torch._C._len_torch_function_stack())
+    """)
+    out = run_captured([sys.executable, "-c", code], cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[]", "[]", "1", "0"]
+
+
+# ----------------------------------------------------------------------------- what is counted
+def test_a_function_bound_before_the_block_is_counted(torch):
+    from torch import matmul  # bound before any profile opens: no replacement could reach it
+
+    class Bound(torch.nn.Module):
+        def forward(self, a: Any, b: Any) -> Any:
+            return matmul(a, b)
+
+    import tracetorch
+
+    layer = Bound()
+    with tracetorch.profile(layer) as prof:
+        layer(torch.ones(3, 4, 5), torch.ones(5, 6))
+    assert prof.find("").flops_source == "ops"
+    assert prof.gemm_flops == prof.forward_flops == 2 * 3 * 4 * 5 * 6
+
+
+def test_every_spelling_of_a_product_is_counted_once(torch):
+    import tracetorch
+
+    a, b = torch.ones(4, 5), torch.ones(5, 6)
+    one = 2 * 4 * 5 * 6
+    spellings = {
+        "torch.matmul": lambda: torch.matmul(a, b), "@": lambda: a @ b,
+        "Tensor.matmul": lambda: a.matmul(b), "Tensor.__matmul__": lambda: a.__matmul__(b),
+        "linalg.matmul": lambda: torch.linalg.matmul(a, b),
+        "__rmatmul__": lambda: b.__rmatmul__(a), "mm": lambda: a.mm(b),
+        "addmm_": lambda: torch.zeros(4, 6).addmm_(a, b),
+        "baddbmm_": lambda: torch.zeros(1, 4, 6).baddbmm_(a[None], b[None]),
+        "F.linear": lambda: torch.nn.functional.linear(a, b.T),
+        "einsum": lambda: torch.einsum("ik,kj->ij", [a, b]),
+        "kwargs": lambda: torch.mm(input=a, mat2=b),
+    }
+    for name, spelling in spellings.items():
+        with tracetorch.profile() as prof:
+            spelling()
+        assert prof.gemm_flops == one, name
+
+
+def test_a_torch_function_subclass_sees_the_same_func_inside_and_outside(torch):
+    import tracetorch
+
+    class Logged(torch.Tensor):
+        seen: list[tuple[bool, str]] = []
+
+        @classmethod
+        def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None):
+            cls.seen.append((func is torch.matmul, getattr(func, "__name__", "")))
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    x = torch.ones(2, 2).as_subclass(Logged)
+
+    def run() -> list[tuple[bool, str]]:
+        Logged.seen = []
+        torch.matmul(x, x)
+        x @ x
+        return Logged.seen
+
+    outside = run()
+    with tracetorch.profile() as prof:
+        inside = run()
+    assert inside == outside
+    assert outside[0] == (True, "matmul")
+    assert prof.gemm_flops == 2 * (2 * 2 * 2 * 2)
+
+
+def test_ops_false_counts_rules_only_and_keeps_the_mode_off_inside_layers(torch):
+    import tracetorch
+
+    custom, lin = matmul_layer(torch), torch.nn.Linear(4, 4)
+    x = torch.ones(3, 4)
+    with tracetorch.profile(ops=False) as prof:
+        custom(x)
+        lin(x)
+    assert custom.depths == [0]
+    assert prof.find("MatMul").flops == 0
+    assert prof.find("Linear").flops == 2 * 3 * 4 * 4
+    with tracetorch.profile() as prof:
+        custom(x)
+    assert custom.depths == [0, 1]
+    assert prof.find("MatMul").flops == 2 * 3 * 4 * 4
+
+
+def test_a_layer_with_a_rule_runs_without_the_mode(torch):
+    import tracetorch
+
+    depths: list[int] = []
+
+    class Recording(torch.nn.Linear):  # the Linear rule applies: its operations are not needed
+        def forward(self, x: Any) -> Any:
+            depths.append(stack_depth(torch))
+            return super().forward(x)
+
+    layer = Recording(4, 4)
+    with tracetorch.profile() as prof:
+        layer(torch.ones(2, 4))
+        depths.append(stack_depth(torch))
+    assert depths == [0, 1]
+    assert prof.find("Recording").flops == 2 * 2 * 4 * 4
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace")
+def test_tracing_inside_a_block_counts_nothing_and_reads_no_proxy(torch):
+    import tracetorch
+
+    layer = matmul_layer(torch)
+    x = torch.ones(2, 4)
+    with tracetorch.profile() as prof:
+        graph = torch.fx.symbolic_trace(layer)
+        traced = torch.jit.trace(layer, x, check_trace=False)  # a check would really run it
+    assert prof.gemm_flops == 0
+    assert torch.equal(graph(x), layer(x)) and torch.equal(traced(x), layer(x))
+
+
+# ----------------------------------------------------------------------------- the stack
+def test_the_mode_is_gone_after_the_block_also_after_an_exception(torch):
+    import tracetorch
+
+    layer = matmul_layer(torch)
+    with tracetorch.profile():
+        layer(torch.ones(1, 4))
+        assert stack_depth(torch) == 1
+    assert stack_depth(torch) == 0
+    with pytest.raises(ValueError, match="boom"):
+        with tracetorch.profile():
+            layer(torch.ones(1, 4))
+            raise ValueError("boom")
+    assert stack_depth(torch) == 0
+    assert layer.depths == [1, 1]
+
+
+def test_a_users_own_modes_are_left_where_they_are(torch):
+    from torch.overrides import TorchFunctionMode
+
+    import tracetorch
+
+    class Counting(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls = 0
+
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None):
+            self.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    lin, x = torch.nn.Linear(4, 4), torch.ones(2, 4)
+    outer = Counting()
+    with outer:
+        with tracetorch.profile() as prof:
+            lin(x)
+            assert torch.overrides._get_current_function_mode_stack()[0] is outer
+            inner = Counting()
+            with inner:  # pushed on top of the profiler's mode, popped by its own exit
+                lin(x)
+                x @ x.T
+            assert inner.calls > 0
+        assert torch.overrides._get_current_function_mode_stack() == [outer]
+    assert stack_depth(torch) == 0
+    assert outer.calls > 0
+    assert prof.find("Linear").calls == 2
+    assert prof.gemm_flops == 2 * (2 * 2 * 4 * 4) + 2 * 2 * 4 * 2
+
+
+def test_a_profile_exited_in_another_thread_leaves_a_pass_through_until_the_next(torch):
+    import tracetorch
+
+    layer = matmul_layer(torch)
+    prof = tracetorch.profile()
+    prof.__enter__()
+    layer(torch.ones(1, 4))
+    exiting = threading.Thread(target=prof.__exit__, args=(None, None, None))
+    exiting.start()
+    exiting.join()
+    assert prof.gemm_flops == 2 * 4 * 4
+    layer(torch.ones(1, 4))  # counted nowhere; the mode left here only passes it through
+    assert prof.gemm_flops == 2 * 4 * 4
+    with tracetorch.profile() as later:
+        layer(torch.ones(1, 4))
+    assert later.gemm_flops == 2 * 4 * 4
+    assert stack_depth(torch) == 0
+
+
+# ----------------------------------------------------------------------------- backward
+def test_backward_is_timed_with_the_profiles_clock(torch):
+    import tracetorch
+
+    second = 10**9
+    ticks = iter(range(0, 10**15, second))  # every reading one second on: no host time fits
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    with tracetorch.profile(model, clock=lambda: next(ticks)) as prof:
+        model(torch.ones(3, 4)).sum().backward()
+    for path in ("0", "1", "2"):
+        node = prof.find(path)
+        assert node.backward_time.count == 1
+        assert node.backward_time.total_ns >= second and node.backward_time.total_ns % second == 0
+    assert prof.find("0").backward_flops == 2 * 3 * 4 * 8
+    assert prof.find("2").backward_flops == 2 * (2 * 3 * 8 * 2)
+
+
+def test_timing_false_gives_no_backward_time_but_all_the_flops(torch):
+    import tracetorch
+
+    lin = torch.nn.Linear(4, 4)
+    with tracetorch.profile(timing=False) as prof:
+        lin(torch.ones(2, 4, requires_grad=True)).sum().backward()
+    node = prof.find("Linear")
+    assert (node.backward_time.count, node.backward_time.total_ns) == (1, 0)
+    assert node.backward_flops == 2 * (2 * 2 * 4 * 4)
+    assert prof.find("backward").time.total_ns == 0
+
+
+def test_autograd_grad_and_autograd_backward_are_recorded_passes(torch):
+    import tracetorch
+
+    lin = torch.nn.Linear(4, 4)
+    x = torch.ones(3, 4, requires_grad=True)
+    with tracetorch.profile() as prof:
+        (grad,) = torch.autograd.grad(lin(x).sum(), x)
+        torch.autograd.backward(lin(x).sum())
+        lin(x).sum().backward()
+    assert grad.shape == x.shape
+    both = 2 * (2 * 3 * 4 * 4)  # input and weight gradients
+    grad_pass = prof.find("autograd.grad")
+    assert (grad_pass.kind, grad_pass.calls, grad_pass.flops) == ("backward", 1, 2 * 3 * 4 * 4)
+    backward = prof.find("backward")
+    assert (backward.kind, backward.calls, backward.flops) == ("backward", 2, 2 * both)
+    assert prof.find("Linear").backward_flops == 2 * 3 * 4 * 4 + 2 * both
+    assert prof.find("Linear").backward_time.count == 3
+
+
+def test_passes_are_one_node_across_entries_of_a_profile(torch):
+    import tracetorch
+
+    lin = torch.nn.Linear(2, 2)
+    prof = tracetorch.profile()
+    for _ in range(3):
+        with prof:
+            lin(torch.ones(1, 2)).sum().backward()
+    assert [(n.path, n.calls) for n in prof.nodes()] == [("Linear", 3), ("backward", 3)]
+
+
+def test_a_gradient_taken_inside_a_custom_backward_is_part_of_the_pass(torch):
+    import tracetorch
+
+    class Penalised(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any) -> Any:
+            ctx.save_for_backward(x)
+            return x * 1
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            (x,) = ctx.saved_tensors
+            with torch.enable_grad():
+                y = x.detach().requires_grad_()
+                (inner,) = torch.autograd.grad((y @ y.T).sum(), y)
+            return grad + inner
+
+    lin = torch.nn.Linear(4, 4)
+    with tracetorch.profile() as prof:
+        Penalised.apply(lin(torch.ones(2, 4))).sum().backward()
+    assert [n.path for n in prof.nodes() if n.kind == "backward"] == ["backward"]
+    assert prof.find("backward").calls == 1
+
+
+def test_a_compiled_function_reports_no_backward_unless_one_ran(torch):
+    import tracetorch
+
+    def loss_of(a: Any, w: Any) -> Any:
+        return torch.relu(a @ w).sum()
+
+    a, w = torch.ones(3, 4), torch.ones(4, 5, requires_grad=True)
+    with tracetorch.profile() as prof:
+        compiled = torch.compile(loss_of, backend="aot_eager", fullgraph=True)
+        loss = compiled(a, w)  # AOT autograd traces a backward graph here: no pass runs
+    assert prof.backward_flops == 0
+    assert "backward" not in [n.path for n in prof.nodes()]
+    with tracetorch.profile() as prof:
+        loss.backward()
+    assert prof.find("backward").calls == 1
+    assert prof.backward_flops == 2 * 3 * 4 * 5  # the weight gradient
+    assert stack_depth(torch) == 0

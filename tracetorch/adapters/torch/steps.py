@@ -1,0 +1,163 @@
+"""Optimizer steps as nodes, through torch's own global step hooks: no ``step`` is patched.
+
+``torch.optim.Optimizer`` runs the hooks registered with ``register_optimizer_step_pre_hook``
+and ``register_optimizer_step_post_hook`` around every ``step()`` (torch wraps each optimizer
+class's ``step`` with its hook runner when the first optimizer of the class is built). While a
+profile is open, the pre-hook opens an ``optimizer`` node named ``"{type}.step"`` (``SGD.step``)
+as a wrapped layer call would, the post-hook closes it, and the hooks are removed when the last
+profile closes. Nothing of an optimizer, its class or an LR scheduler (which wraps
+``optimizer.step`` on the instance) is touched, so objects created inside a block run no
+tracetorch code after it.
+
+A step that raises never reaches its post-hook. The profile notices at the next step in the
+same context (the torch call of the failed step is no longer on the stack): the step counts as
+a call that raised (``errors``), timed to that moment — an upper bound, which still covers what
+was recorded under it meanwhile. ``profile.step()`` and the end of the block reopen the
+profile's root, so later calls do not land under a failed step.
+
+Example:
+    >>> import torch
+    >>> import tracetorch
+    >>> weight = torch.nn.Parameter(torch.ones(2))
+    >>> opt = torch.optim.SGD([weight], lr=0.1)
+    >>> with tracetorch.profile() as prof:
+    ...     weight.grad = torch.ones(2)
+    ...     opt.step()
+    >>> (prof.find("SGD.step").kind, prof.find("SGD.step").calls)
+    ('optimizer', 1)
+"""
+from __future__ import annotations
+
+import sys
+from contextvars import ContextVar
+from types import FrameType
+from typing import Any, Callable
+
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
+
+from tracetorch.adapters.torch.tracing import tracing
+from tracetorch.engine.hotpath import (
+    Frame,
+    all_threads_collector,
+    close_root,
+    current_frame,
+    open_root,
+)
+from tracetorch.introspect import signature
+
+__all__ = ("start_step_hooks",)
+
+
+class _OpenStep:
+    """One ``step()`` between its hooks: torch's frame running it, and the node it opened
+    (``frame`` is ``None`` when it records nothing: no profile, or the same optimizer's step
+    called again from its own, as ``super().step()`` does)."""
+
+    __slots__ = ("outer", "caller", "frame", "opened", "start")
+
+    def __init__(self, outer: _OpenStep | None, caller: FrameType) -> None:
+        self.outer = outer
+        self.caller = caller
+        self.frame: Frame | None = None
+        self.opened: Any = None
+        self.start = 0
+
+    def open(self, parent: Frame, optimizer: Any) -> None:
+        """Open the optimizer's node under ``parent``, the innermost open call."""
+        collector, parent_node = parent.collector, parent.node
+        node = parent_node.children_by_owner.get(id(optimizer))
+        if node is None:
+            node = collector.new_child(parent, optimizer, "optimizer", None, None)
+        self.frame = node.frame
+        self.opened = open_root(node.frame)
+        self.start = collector.clock()
+
+    def close(self, args: tuple[Any, ...], kwargs: dict[str, Any], failed: bool) -> None:
+        """Close the node: a step that returned, or one that raised (noticed later)."""
+        frame = self.frame
+        if frame is None:
+            return
+        collector, node, owner, _ = frame
+        end = collector.clock()
+        if current_frame() is frame:  # not when the profile reopened its root meanwhile
+            close_root(collector, self.opened)
+        if not collector.active:
+            return
+        if failed:
+            collector.record_failure(node, self.start, end)
+            return
+        collector.add_duration(node, self.start, end)
+        key = signature(args, kwargs)
+        entry = node.flops_cache.get(key)
+        if entry is None:
+            entry = node.flops_cache[key] = collector.first_call(node, owner, args, kwargs, None)
+        entry[0] += 1
+
+
+#: The steps open in this context, innermost first (a linked list through ``outer``).
+_OPEN: ContextVar[_OpenStep | None] = ContextVar("tracetorch_open_step", default=None)
+
+
+def _pre_step(optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    if tracing():  # a compiled step: nothing to time, and Dynamo cannot trace what follows
+        return
+    caller = sys._getframe(1)  # torch's hook runner, on the stack until the step ends
+    outer = _close_failed(_OPEN.get(), caller)
+    step = _OpenStep(outer, caller)
+    parent = current_frame()
+    if parent is None:
+        watcher = all_threads_collector()
+        parent = watcher.thread_frame() if watcher is not None else None
+    if parent is not None and parent.owner is not optimizer and parent.collector.active:
+        step.open(parent, optimizer)
+    _OPEN.set(step)
+
+
+def _post_step(optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    if tracing():
+        return
+    caller = sys._getframe(1)
+    inner = []  # steps opened inside this one that raised (the post-hook runs in its caller)
+    step = _OPEN.get()
+    while step is not None and step.caller is not caller:
+        inner.append(step)
+        step = step.outer
+    if step is None:
+        return  # began before the hooks were registered
+    for failed in inner:
+        failed.close((), {}, failed=True)
+    _OPEN.set(step.outer)
+    step.close(args[1:], kwargs, failed=False)
+
+
+def _close_failed(step: _OpenStep | None, caller: FrameType) -> _OpenStep | None:
+    """Close, as failed, the open steps whose torch frame has left the stack (a step that
+    raised skips its post-hook); returns the innermost step still running."""
+    if step is None:
+        return None
+    live = set()
+    frame: FrameType | None = caller
+    while frame is not None:
+        live.add(id(frame))
+        frame = frame.f_back
+    while step is not None and id(step.caller) not in live:
+        step.close((), {}, failed=True)
+        step = step.outer
+    return step
+
+
+def start_step_hooks() -> Callable[[], None]:
+    """Register the step hooks; returns the function that removes them (and forgets the steps
+    this context still holds open)."""
+    handles = [register_optimizer_step_pre_hook(_pre_step),
+               register_optimizer_step_post_hook(_post_step)]
+
+    def stop() -> None:
+        for handle in handles:
+            handle.remove()
+        _OPEN.set(None)
+
+    return stop

@@ -1,0 +1,268 @@
+"""FLOPs of the torch functions counted where they run: matrix products, convolutions, attention.
+
+The torch adapter counts these calls through a ``TorchFunctionMode`` (see
+:mod:`tracetorch.adapters.torch.ops`), which receives each call as a function object: the one a
+user reaches by any spelling. :func:`torch_function_formulas` maps exactly those objects to a
+report name and a formula of the call's arguments and result. What arrives, on torch 2.13:
+
+=====================================================  ==========================================
+called as                                              ``func`` the mode receives
+=====================================================  ==========================================
+``torch.matmul(a, b)``                                 ``torch.matmul``
+``a @ b``, ``a.matmul(b)``, ``Tensor.__matmul__``      ``torch.Tensor.matmul``
+``b.__rmatmul__(a)`` (``a`` not a tensor)              ``torch.Tensor.__rmatmul__``
+``torch.mm`` / ``a.mm`` (``bmm``, ``addmm``,           the ``torch.*`` function / the
+``baddbmm`` and the in-place ``addmm_``, ``baddbmm_``)  ``torch.Tensor`` method
+``torch.einsum``                                       ``torch.functional.einsum`` (the same)
+``F.linear``                                           ``torch._C._nn.linear`` (the same)
+``F.bilinear``, ``F.conv2d``, ``F.conv_transpose2d``…  ``torch.bilinear``, ``torch.conv2d``…
+                                                       (the same objects)
+``F.scaled_dot_product_attention``                     ``torch._C._nn.scaled_dot_product_attention``
+=====================================================  ==========================================
+
+Counted with FLOPs = 2 x MACs for the product; a bias or added input fused into the call is not
+counted, as in the layer rules and in PyTorch's own counter:
+
+============================================  ==================================================
+``matmul``, ``@``, ``linalg.matmul``          2·batch·M·K·N (broadcast batch; 1-D operands too)
+``mm`` / ``bmm``                              2·M·K·N / 2·B·M·K·N
+``addmm`` / ``baddbmm``                       as mm / bmm
+``einsum``                                    2 x product of all distinct index sizes for two
+                                              operands; more operands are contracted left to
+                                              right, each pair costed the same way; one operand 0
+``linear`` / ``bilinear``                     2·rows·in·out / 2·rows·out·in1·in2
+``conv1d/2d/3d``                              2·N·C_out·prod(out spatial)·C_in/groups·prod(k)
+``conv_transpose1d/2d/3d``                    2·N·prod(in spatial)·C_in·C_out/groups·prod(k)
+``scaled_dot_product_attention``              2·batch·L·S·(E + E_v): the two products; the
+                                              causal mask is not discounted (as FlopCounterMode)
+============================================  ==================================================
+
+Example:
+    >>> matmul_flops((8, 4, 16), (16, 32))     # 8 x (4x16 @ 16x32)
+    32768
+    >>> einsum_flops("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)])
+    240
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from math import prod
+from typing import Any, Callable
+
+__all__ = ("Shape", "CallFormula", "matmul_flops", "einsum_flops", "conv_flops", "sdpa_flops",
+           "torch_function_formulas")
+
+Shape = tuple[int, ...]
+#: The FLOPs of one call, from its positional arguments, keyword arguments and result.
+CallFormula = Callable[[tuple[Any, ...], dict[str, Any], Any], int]
+
+
+# ----------------------------------------------------------------------------- shape formulas
+def matmul_flops(a: Shape, b: Shape) -> int:
+    """FLOPs of ``torch.matmul`` on operands of these shapes (broadcast batch dimensions).
+
+    Example:
+        >>> matmul_flops((5,), (5,)), matmul_flops((3, 5), (5,))
+        (10, 30)
+    """
+    if not a or not b:
+        return 0
+    if len(a) == 1 and len(b) == 1:
+        return 2 * a[0]
+    m = 1 if len(a) == 1 else a[-2]
+    k = a[-1]
+    n = 1 if len(b) == 1 else b[-1]
+    batch_a = a[:-2] if len(a) > 2 else ()
+    batch_b = b[:-2] if len(b) > 2 else ()
+    return 2 * _broadcast_numel(batch_a, batch_b) * m * k * n
+
+
+def _broadcast_numel(a: Shape, b: Shape) -> int:
+    size = 1
+    for i in range(1, max(len(a), len(b)) + 1):
+        da = a[-i] if i <= len(a) else 1
+        db = b[-i] if i <= len(b) else 1
+        size *= max(da, db)
+    return size
+
+
+def einsum_flops(equation: str, shapes: Sequence[Shape]) -> int:
+    """FLOPs of ``torch.einsum``: 2 x (product of the distinct index sizes) per pairwise
+    contraction, operands contracted left to right; a single operand counts 0.
+
+    Example:
+        >>> einsum_flops("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)])   # (2x3x4) then (2x4x5)
+        128
+    """
+    if len(shapes) < 2:
+        return 0
+    equation = equation.replace(" ", "")
+    lhs, arrow, rhs = equation.partition("->")
+    inputs = lhs.split(",")
+    if len(inputs) != len(shapes):
+        return 0
+    sizes: dict[str, int] = {}
+    terms: list[str] = []
+    ellipsis_rank = max((len(s) - (len(t) - 3) for t, s in zip(inputs, shapes) if "..." in t),
+                        default=0)
+    batch_letters = [chr(0x100 + i) for i in range(ellipsis_rank)]  # never clash with a-zA-Z
+    for term, shape in zip(inputs, shapes):
+        if "..." in term:
+            head, tail = term.split("...")
+            n_ell = len(shape) - len(head) - len(tail)
+            term = head + "".join(batch_letters[ellipsis_rank - n_ell:]) + tail
+        for letter, size in zip(term, shape):
+            sizes[letter] = max(sizes.get(letter, 1), int(size))
+        terms.append(term)
+    if arrow:
+        out = rhs.replace("...", "".join(batch_letters))
+    else:  # implicit output: the letters used once, alphabetically, after the broadcast dims
+        counts: dict[str, int] = {}
+        for term in terms:
+            for letter in term:
+                counts[letter] = counts.get(letter, 0) + 1
+        out = "".join(batch_letters) + "".join(
+            sorted(c for c, n in counts.items() if n == 1 and c not in batch_letters))
+    flops = 0
+    current = terms[0]
+    for i in range(1, len(terms)):
+        other = terms[i]
+        letters = set(current) | set(other)
+        flops += 2 * prod(sizes[c] for c in letters)
+        needed = set(out).union(*[set(t) for t in terms[i + 1:]])
+        current = "".join(c for c in dict.fromkeys(current + other) if c in needed)
+    return flops
+
+
+def conv_flops(x: Shape, w: Shape, out: Shape, transposed: bool) -> int:
+    """FLOPs (2 x MACs) of a batched convolution: every output (or, transposed, every input)
+    position meets a whole filter, for every pair of channels in a group. Bias not included.
+
+    Example:
+        >>> conv_flops((1, 3, 8, 8), (16, 3, 3, 3), (1, 16, 6, 6), transposed=False)
+        31104
+    """
+    spatial = (x if transposed else out)[2:]
+    return 2 * x[0] * prod(spatial) * w[0] * w[1] * prod(w[2:])
+
+
+def sdpa_flops(q: Shape, k: Shape, v: Shape) -> int:
+    """FLOPs of the two products of attention: ``q @ k^T`` and ``scores @ v``.
+
+    Example:
+        >>> sdpa_flops((1, 2, 8, 4), (1, 2, 8, 4), (1, 2, 8, 4))
+        2048
+    """
+    batch = prod(q[:-2])
+    return 2 * batch * q[-2] * k[-2] * (q[-1] + v[-1])
+
+
+# ----------------------------------------------------------------------------- call formulas
+def _shape(value: Any) -> Shape:
+    return tuple(value.shape)
+
+
+def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
+    return args[index] if len(args) > index else kwargs.get(name)
+
+
+def _matmul(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+    return matmul_flops(_shape(_arg(args, kwargs, 0, "input")),
+                        _shape(_arg(args, kwargs, 1, "other")))
+
+
+def _rmatmul(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+    # Tensor.__rmatmul__(self, other) is other @ self.
+    return matmul_flops(_shape(_arg(args, kwargs, 1, "other")), _shape(args[0]))
+
+
+def _product(first: int, names: tuple[str, str]) -> CallFormula:
+    """mm/bmm and their ``add`` forms: operands ``(…, m, k)`` and ``(…, k, n)`` at positions
+    ``first`` and ``first + 1`` cost 2·batch·m·k·n (the added input is not counted)."""
+    def formula(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+        a = _shape(_arg(args, kwargs, first, names[0]))
+        b = _shape(_arg(args, kwargs, first + 1, names[1]))
+        return 2 * prod(a) * b[-1]
+    return formula
+
+
+def _einsum(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+    if not args or not isinstance(args[0], str):
+        return 0  # the sublist form einsum(op, [0, 1], ...) is not costed
+    operands = args[1:]
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    return einsum_flops(args[0], [_shape(t) for t in operands])
+
+
+def _linear(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+    weight = _arg(args, kwargs, 1, "weight")
+    return 2 * result.numel() * weight.shape[-1]
+
+
+def _bilinear(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+    weight = _arg(args, kwargs, 2, "weight")
+    return 2 * result.numel() * weight.shape[1] * weight.shape[2]
+
+
+def _conv(transposed: bool) -> CallFormula:
+    def formula(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+        x = _shape(_arg(args, kwargs, 0, "input"))
+        w = _shape(_arg(args, kwargs, 1, "weight"))
+        out = _shape(result)
+        if len(x) == len(w) - 1:  # unbatched input
+            x, out = (1,) + x, (1,) + out
+        if transposed:  # weight is (C_in, C_out/groups, k...): the FLOPs are the same product
+            return 2 * x[0] * prod(x[2:]) * w[0] * w[1] * prod(w[2:])
+        return conv_flops(x, w, out, False)
+    return formula
+
+
+def _sdpa(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+    return sdpa_flops(_shape(_arg(args, kwargs, 0, "query")),
+                      _shape(_arg(args, kwargs, 1, "key")),
+                      _shape(_arg(args, kwargs, 2, "value")))
+
+
+@functools.cache
+def torch_function_formulas() -> dict[Callable[..., Any], tuple[str, CallFormula]]:
+    """``{function: (name, formula)}`` for every counted torch function, keyed by the object a
+    ``TorchFunctionMode`` receives for it (see the module docstring); functions this torch
+    version lacks are left out. Built once (it imports torch).
+
+    Example:
+        >>> import torch
+        >>> name, formula = torch_function_formulas()[torch.Tensor.matmul]   # what ``@`` sends
+        >>> a, b = torch.zeros(4, 5), torch.zeros(5, 6)
+        >>> name, formula((a, b), {}, a @ b)
+        ('matmul', 240)
+    """
+    import torch
+
+    mm = _product(0, ("input", "mat2"))
+    addmm = _product(1, ("mat1", "mat2"))
+    baddbmm = _product(1, ("batch1", "batch2"))
+    conv, conv_t = _conv(False), _conv(True)
+    functional = torch.nn.functional
+    tensor = torch.Tensor
+    table: list[tuple[Any, str, str, CallFormula]] = [
+        (torch, "matmul", "matmul", _matmul), (tensor, "matmul", "matmul", _matmul),
+        (torch.linalg, "matmul", "matmul", _matmul),
+        (tensor, "__rmatmul__", "matmul", _rmatmul),
+        (torch, "mm", "mm", mm), (tensor, "mm", "mm", mm),
+        (torch, "bmm", "bmm", mm), (tensor, "bmm", "bmm", mm),
+        (torch, "addmm", "addmm", addmm), (tensor, "addmm", "addmm", addmm),
+        (tensor, "addmm_", "addmm", addmm),
+        (torch, "baddbmm", "baddbmm", baddbmm), (tensor, "baddbmm", "baddbmm", baddbmm),
+        (tensor, "baddbmm_", "baddbmm", baddbmm),
+        (torch, "einsum", "einsum", _einsum),
+        (functional, "linear", "linear", _linear),
+        (functional, "bilinear", "bilinear", _bilinear),
+        (functional, "scaled_dot_product_attention", "scaled_dot_product_attention", _sdpa),
+    ]
+    for dims in ("1d", "2d", "3d"):
+        table.append((functional, "conv" + dims, "conv" + dims, conv))
+        table.append((functional, "conv_transpose" + dims, "conv_transpose" + dims, conv_t))
+    return {getattr(owner, attr): (name, formula)
+            for owner, attr, name, formula in table if hasattr(owner, attr)}
