@@ -100,7 +100,8 @@ def test_class_defined_inside_the_block_is_recorded_and_restored():
 
         Late()(Tensor(np.ones(3, dtype=np.float32)))
     assert prof.find("Late").calls == 1 and prof.find("Late").flops == 3
-    assert "forward" in vars(Late) and not tracetorch.engine.patches.is_instrumented(vars(Late)["forward"])
+    assert "forward" in vars(Late)
+    assert not tracetorch.engine.patches.is_instrumented(vars(Late)["forward"])
     after = forwards_of_every_core_class()
     assert all(after[cls] is before[cls] for cls in before)
 
@@ -230,8 +231,17 @@ class _OpSum:
 
 
 def _layer_cases():
-    from tracetorch.core import (GELU, AvgPool2d, BatchNorm2d, CrossEntropyLoss, LayerNorm,
-                                 MSELoss, Sigmoid, Softmax, Tanh)
+    from tracetorch.core import (
+        GELU,
+        AvgPool2d,
+        BatchNorm2d,
+        CrossEntropyLoss,
+        LayerNorm,
+        MSELoss,
+        Sigmoid,
+        Softmax,
+        Tanh,
+    )
 
     image = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
     rows = np.random.default_rng(1).standard_normal((4, 6)).astype(np.float32)

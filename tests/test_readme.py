@@ -36,10 +36,13 @@ def _commands() -> list[tuple[int, str]]:
     return commands
 
 
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    shutil.copytree(ROOT / "examples", tmp_path / "examples")
-    return tmp_path
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # One folder for the module, as for a user typing the commands in turn: `tracetorch report
+    # run.json` reads what the `run -o run.json` line before it wrote.
+    folder = tmp_path_factory.mktemp("readme")
+    shutil.copytree(ROOT / "examples", folder / "examples")
+    return folder
 
 
 def test_the_readme_has_code_to_run():

@@ -11,11 +11,20 @@ import numpy as np
 import pytest
 
 import tracetorch
+from tracetorch.cli.demo import run_demo
 from tracetorch.core import (
-    SGD, Adam, Conv2d, CrossEntropyLoss, Linear, Module, Optimizer, ReLU, Sequential, Tensor,
+    SGD,
+    Adam,
+    Conv2d,
+    CrossEntropyLoss,
+    Linear,
+    Module,
+    Optimizer,
+    ReLU,
+    Sequential,
+    Tensor,
     manual_seed,
 )
-from tracetorch.cli.demo import run_demo
 
 ROWS, IN, OUT = 4, 5, 3
 

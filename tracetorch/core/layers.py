@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import Any, Iterator, List, Optional, Tuple
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +54,7 @@ def check_positive_int(value: Any, name: str, owner: str) -> int:
     return int(value)
 
 
-def _children_of(value: Any, name: str) -> Iterator[Tuple[str, "Module"]]:
+def _children_of(value: Any, name: str) -> Iterator[tuple[str, Module]]:
     if isinstance(value, Module):
         yield name, value
     elif isinstance(value, (list, tuple)):
@@ -96,18 +97,18 @@ class Module:
         return self.forward(*args, **kwargs)
 
     # -- structure --------------------------------------------------------------------
-    def named_children(self) -> Iterator[Tuple[str, "Module"]]:
+    def named_children(self) -> Iterator[tuple[str, Module]]:
         """Direct sub-modules as (attribute path, module), in attribute order."""
         for name, value in vars(self).items():
             yield from _children_of(value, name)
 
-    def children(self) -> Iterator["Module"]:
+    def children(self) -> Iterator[Module]:
         for _, child in self.named_children():
             yield child
 
     def named_modules(
-        self, prefix: str = "", memo: Optional[set] = None
-    ) -> Iterator[Tuple[str, "Module"]]:
+        self, prefix: str = "", memo: set | None = None
+    ) -> Iterator[tuple[str, Module]]:
         """This module (path ``prefix``) and all descendants, each module once."""
         memo = set() if memo is None else memo
         if id(self) in memo:
@@ -117,11 +118,11 @@ class Module:
         for name, child in self.named_children():
             yield from child.named_modules(f"{prefix}.{name}" if prefix else name, memo)
 
-    def modules(self) -> Iterator["Module"]:
+    def modules(self) -> Iterator[Module]:
         for _, module in self.named_modules():
             yield module
 
-    def _own_parameters(self) -> Iterator[Tuple[str, Tensor]]:
+    def _own_parameters(self) -> Iterator[tuple[str, Tensor]]:
         for name, value in vars(self).items():
             if isinstance(value, Tensor):
                 yield name, value
@@ -130,7 +131,7 @@ class Module:
                     if isinstance(item, Tensor):
                         yield f"{name}.{i}", item
 
-    def named_parameters(self, prefix: str = "") -> Iterator[Tuple[str, Tensor]]:
+    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Tensor]]:
         """(dotted name, parameter) for this module and its descendants, each tensor once."""
         seen: set = set()
         for path, module in self.named_modules(prefix):
@@ -139,14 +140,14 @@ class Module:
                     seen.add(id(tensor))
                     yield (f"{path}.{name}" if path else name), tensor
 
-    def parameters(self) -> List[Tensor]:
+    def parameters(self) -> list[Tensor]:
         """All parameters, de-duplicated by identity (a shared/tied tensor appears once).
 
         Children are asked through their own ``parameters()``, so a subclass that overrides
         it (TinyTorch style) is respected.
         """
         seen: set = set()
-        out: List[Tensor] = []
+        out: list[Tensor] = []
         for _, tensor in self._own_parameters():
             if id(tensor) not in seen:
                 seen.add(id(tensor))
@@ -159,13 +160,13 @@ class Module:
         return out
 
     # -- modes and gradients ----------------------------------------------------------
-    def train(self, mode: bool = True) -> "Module":
+    def train(self, mode: bool = True) -> Module:
         """Set ``training`` on this module and every descendant; returns ``self``."""
         for module in self.modules():
             module.training = bool(mode)
         return self
 
-    def eval(self) -> "Module":
+    def eval(self) -> Module:
         """Inference mode: dropout off, batch norm uses running statistics."""
         return self.train(False)
 
@@ -249,7 +250,7 @@ class Dropout(Module):
             raise ValueError(f"Dropout: p must be a probability in [0, 1], got p={p!r}")
         self.p = float(p)
 
-    def forward(self, x: Any, training: Optional[bool] = None) -> Tensor:
+    def forward(self, x: Any, training: bool | None = None) -> Tensor:
         """``training`` overrides ``self.training`` for this call (TinyTorch's signature)."""
         x = as_tensor(x)
         active = self.training if training is None else training
@@ -320,7 +321,7 @@ class Sequential(Module):
             layers = tuple(layers[0])
         self.layers = list(layers)
 
-    def forward(self, x: Any, training: Optional[bool] = None) -> Any:
+    def forward(self, x: Any, training: bool | None = None) -> Any:
         """Chain the layers.  ``training`` (TinyTorch's signature) is passed on to the
         layers whose ``forward`` takes a ``training`` argument, such as Dropout."""
         if training is None:
@@ -331,7 +332,7 @@ class Sequential(Module):
             x = layer(x, training=training) if _takes_training(layer) else layer(x)
         return x
 
-    def append(self, layer: Any) -> "Sequential":
+    def append(self, layer: Any) -> Sequential:
         self.layers.append(layer)
         return self
 

@@ -14,7 +14,8 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, List, Optional, Tuple
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -23,15 +24,15 @@ from .tensor import Tensor
 __all__ = ("Optimizer", "SGD", "Adam")
 
 
-def _grad_array(param: Tensor) -> Optional[np.ndarray]:
+def _grad_array(param: Tensor) -> np.ndarray | None:
     grad = param.grad
     if grad is None:
         return None
     return grad.data if isinstance(grad, Tensor) else np.asarray(grad)
 
 
-def _decayed_grads(params: List[Tensor],
-                   weight_decay: float) -> Iterator[Tuple[int, Tensor, np.ndarray]]:
+def _decayed_grads(params: list[Tensor],
+                   weight_decay: float) -> Iterator[tuple[int, Tensor, np.ndarray]]:
     """``(index, param, grad + weight_decay * param.data)`` for each param that has a grad.
 
     With ``weight_decay == 0`` the grad array itself comes back (no copy): callers must not
@@ -59,7 +60,7 @@ class Optimizer:
     def __init__(self, params: Iterable[Tensor]) -> None:
         if isinstance(params, Tensor):
             raise TypeError("Optimizer: params must be an iterable of Tensors, got a Tensor")
-        unique: List[Tensor] = []
+        unique: list[Tensor] = []
         seen: set = set()
         for p in params:
             if not isinstance(p, Tensor):
@@ -111,7 +112,7 @@ class SGD(Optimizer):
         self.lr = float(lr)
         self.momentum = float(momentum)
         self.weight_decay = float(weight_decay)
-        self.momentum_buffers: List[Optional[np.ndarray]] = [None] * len(self.params)
+        self.momentum_buffers: list[np.ndarray | None] = [None] * len(self.params)
 
     def step(self) -> None:
         for i, p, g in _decayed_grads(self.params, self.weight_decay):
@@ -160,8 +161,8 @@ class Adam(Optimizer):
         self.eps = float(eps)
         self.weight_decay = float(weight_decay)
         self.step_count = 0
-        self.m_buffers: List[Optional[np.ndarray]] = [None] * len(self.params)
-        self.v_buffers: List[Optional[np.ndarray]] = [None] * len(self.params)
+        self.m_buffers: list[np.ndarray | None] = [None] * len(self.params)
+        self.v_buffers: list[np.ndarray | None] = [None] * len(self.params)
 
     def step(self) -> None:
         self.step_count += 1
@@ -171,11 +172,9 @@ class Adam(Optimizer):
         for i, p, g in _decayed_grads(self.params, self.weight_decay):
             m = self.m_buffers[i]
             v = self.v_buffers[i]
-            if m is None:
-                m = np.zeros_like(p.data)
-                v = np.zeros_like(p.data)
-                self.m_buffers[i] = m
-                self.v_buffers[i] = v
+            if m is None or v is None:
+                m = self.m_buffers[i] = np.zeros_like(p.data)
+                v = self.v_buffers[i] = np.zeros_like(p.data)
             m *= beta1
             m += (1.0 - beta1) * g
             v *= beta2

@@ -20,7 +20,7 @@ Example:
 from __future__ import annotations
 
 from math import ceil, prod
-from typing import Any, Optional, Tuple
+from typing import Any
 
 import torch
 from torch import nn
@@ -30,7 +30,7 @@ from tracetorch.flops.registry import FlopCount, FlopRegistry, default_registry
 __all__ = ("register_torch_rules", "linear_rule", "mha_count")
 
 
-def _first_tensor(value: Any) -> Optional[torch.Tensor]:
+def _first_tensor(value: Any) -> torch.Tensor | None:
     if isinstance(value, torch.Tensor):
         return value
     if isinstance(value, (tuple, list)):
@@ -57,24 +57,24 @@ def _elementwise(flops: int) -> FlopCount:
 
 
 # ----------------------------------------------------------------------------- products
-def linear_rule(layer: nn.Linear, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+def linear_rule(layer: nn.Linear, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """Linear: 2·rows·in·out for the product."""
     return _gemm(2 * _numel(output) * layer.in_features)
 
 
-def bilinear_rule(layer: nn.Bilinear, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+def bilinear_rule(layer: nn.Bilinear, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """Bilinear: 2·rows·out·in1·in2 for x1ᵀWx2."""
     return _gemm(2 * _numel(output) * layer.in1_features * layer.in2_features)
 
 
-def conv_rule(layer: nn.modules.conv._ConvNd, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+def conv_rule(layer: nn.modules.conv._ConvNd, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """ConvNd: 2 x (output elements) x (C_in/groups) x prod(kernel) — stride, padding and
     dilation enter through the output shape."""
     per_output = (layer.in_channels // layer.groups) * prod(layer.kernel_size)
     return _gemm(2 * _numel(output) * per_output)
 
 
-def conv_transpose_rule(layer: nn.modules.conv._ConvTransposeNd, inputs: Tuple[Any, ...],
+def conv_transpose_rule(layer: nn.modules.conv._ConvTransposeNd, inputs: tuple[Any, ...],
                         output: Any) -> FlopCount:
     """ConvTransposeNd: every input element meets C_out/groups filters: 2 x (input elements) x
     (C_out/groups) x prod(kernel)."""
@@ -95,7 +95,7 @@ def mha_count(layer: nn.MultiheadAttention, n: int, length: int, source: int) ->
 
 
 def _mha_dims(layer: nn.MultiheadAttention, query: torch.Tensor,
-              key: Optional[torch.Tensor]) -> Tuple[int, int, int]:
+              key: torch.Tensor | None) -> tuple[int, int, int]:
     if query.dim() == 2:  # unbatched (L, E)
         return 1, query.shape[0], (key.shape[0] if key is not None else query.shape[0])
     batch_dim, seq_dim = (0, 1) if layer.batch_first else (1, 0)
@@ -103,7 +103,7 @@ def _mha_dims(layer: nn.MultiheadAttention, query: torch.Tensor,
     return query.shape[batch_dim], query.shape[seq_dim], source
 
 
-def mha_rule(layer: nn.MultiheadAttention, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+def mha_rule(layer: nn.MultiheadAttention, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """MultiheadAttention: q/k/v projections 2·N·(L·E·E + S·kdim·E + S·vdim·E), scores and
     weighted sum 2·2·N·L·S·E, output projection 2·N·L·E·E; 3 per score for softmax
     and 1 per query element for the scaling (bias_k / add_zero_attn are not counted)."""
@@ -113,7 +113,7 @@ def mha_rule(layer: nn.MultiheadAttention, inputs: Tuple[Any, ...], output: Any)
     return mha_count(layer, n, length, source)
 
 
-def encoder_layer_rule(layer: nn.TransformerEncoderLayer, inputs: Tuple[Any, ...],
+def encoder_layer_rule(layer: nn.TransformerEncoderLayer, inputs: tuple[Any, ...],
                        output: Any) -> FlopCount:
     """TransformerEncoderLayer (needed because its inference fast path runs no children):
     self-attention as MultiheadAttention, the two feed-forward Linears, the
@@ -134,7 +134,7 @@ _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 _GATE_ELEMENTWISE = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 9, "GRU": 7}
 
 
-def _timesteps(layer: nn.RNNBase, inputs: Tuple[Any, ...]) -> int:
+def _timesteps(layer: nn.RNNBase, inputs: tuple[Any, ...]) -> int:
     x = inputs[0] if inputs else None
     if isinstance(x, nn.utils.rnn.PackedSequence):
         return int(x.data.shape[0])
@@ -145,7 +145,7 @@ def _timesteps(layer: nn.RNNBase, inputs: Tuple[Any, ...]) -> int:
     return int(x.shape[0] * x.shape[1])
 
 
-def rnn_rule(layer: nn.RNNBase, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+def rnn_rule(layer: nn.RNNBase, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """RNN/LSTM/GRU: per timestep, layer and direction, 2·G·H·(in + H_h) for the input and
     hidden products (G gates: RNN 1, GRU 3, LSTM 4; LSTM projection 2·H·P more) and
     elementwise gate maths (RNN 1, GRU 7, LSTM 9 per hidden unit)."""
@@ -164,7 +164,7 @@ def rnn_rule(layer: nn.RNNBase, inputs: Tuple[Any, ...], output: Any) -> FlopCou
     return _gemm(gemm, other)
 
 
-def rnn_cell_rule(layer: nn.RNNCellBase, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+def rnn_cell_rule(layer: nn.RNNCellBase, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """RNNCell/LSTMCell/GRUCell: one timestep of the matching recurrent layer per row."""
     x = inputs[0] if inputs else None
     rows = 1 if x is None or x.dim() == 1 else int(x.shape[0])
@@ -181,56 +181,56 @@ def _norm_flops(elements: int, statistics: bool, affine: bool) -> int:
     return elements * (2 * statistics + 2 + 2 * affine)
 
 
-def batchnorm_rule(layer: nn.modules.batchnorm._NormBase, inputs: Tuple[Any, ...],
+def batchnorm_rule(layer: nn.modules.batchnorm._NormBase, inputs: tuple[Any, ...],
                    output: Any) -> FlopCount:
     """BatchNorm: 2 per element to normalise, 2 more if affine (the same in training and eval:
     the batch statistics are not counted, so inference and training runs compare)."""
     return _elementwise(_norm_flops(_numel(output), False, layer.affine))
 
 
-def layernorm_rule(layer: nn.LayerNorm, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+def layernorm_rule(layer: nn.LayerNorm, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """LayerNorm: 2 per element for the statistics, 2 to normalise, 2 more if affine."""
     return _elementwise(_norm_flops(_numel(output), True, layer.elementwise_affine))
 
 
-def groupnorm_rule(layer: nn.GroupNorm, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+def groupnorm_rule(layer: nn.GroupNorm, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """GroupNorm: 2 per element for the statistics, 2 to normalise, 2 more if affine."""
     return _elementwise(_norm_flops(_numel(output), True, layer.affine))
 
 
-def instancenorm_rule(layer: nn.modules.instancenorm._InstanceNorm, inputs: Tuple[Any, ...],
+def instancenorm_rule(layer: nn.modules.instancenorm._InstanceNorm, inputs: tuple[Any, ...],
                       output: Any) -> FlopCount:
     """InstanceNorm: 2 per element for the statistics, 2 to normalise, 2 more if affine."""
     return _elementwise(_norm_flops(_numel(output), True, layer.affine))
 
 
-def rmsnorm_rule(layer: Any, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+def rmsnorm_rule(layer: Any, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """RMSNorm: 2 per element for the sum of squares, 1 to scale, 1 more if affine."""
     affine = getattr(layer, "weight", None) is not None
     return _elementwise(_numel(output) * (3 + affine))
 
 
-def activation_rule(layer: nn.Module, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+def activation_rule(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """Activation: 1 FLOP per output element, whatever the function."""
     return _elementwise(_numel(output))
 
 
-def softmax_rule(layer: nn.Module, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+def softmax_rule(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """Softmax/LogSoftmax/Softmin: 3 per element (exponential, sum, divide)."""
     return _elementwise(3 * _numel(output))
 
 
-def glu_rule(layer: nn.GLU, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+def glu_rule(layer: nn.GLU, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """GLU: 2 per output element (sigmoid of one half, product with the other)."""
     return _elementwise(2 * _numel(output))
 
 
-def pool_rule(layer: nn.Module, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+def pool_rule(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """Max/average/LP pooling: one comparison or add per window element per output element."""
     return _elementwise(_numel(output) * prod(_tuple(layer.kernel_size, _spatial_dims(layer))))
 
 
-def adaptive_pool_rule(layer: nn.Module, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+def adaptive_pool_rule(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """Adaptive pooling: each output element reduces its window (about input/output elements
     per dimension, rounded up): one comparison or add per window element."""
     x, out = _first_tensor(inputs), _first_tensor(output)
@@ -241,7 +241,7 @@ def adaptive_pool_rule(layer: nn.Module, inputs: Tuple[Any, ...], output: Any) -
     return _elementwise(out.numel() * window)
 
 
-def upsample_rule(layer: nn.Upsample, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+def upsample_rule(layer: nn.Upsample, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """Upsample: nearest 0; (bi/tri)linear 2^d multiplies + 2^d−1 adds per output element
     (3, 7, 15); bicubic 31 per output element."""
     out = _numel(output)
@@ -250,12 +250,12 @@ def upsample_rule(layer: nn.Upsample, inputs: Tuple[Any, ...], output: Any) -> F
     return _elementwise(out * per)
 
 
-def free_rule(layer: nn.Module, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+def free_rule(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """Lookups, copies and reshapes (Embedding, Identity, Flatten, Dropout...): 0 FLOPs."""
     return _elementwise(0)
 
 
-def embedding_bag_rule(layer: nn.EmbeddingBag, inputs: Tuple[Any, ...], output: Any) -> FlopCount:
+def embedding_bag_rule(layer: nn.EmbeddingBag, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """EmbeddingBag: one add (sum/mean) or comparison (max) per looked-up element, one multiply
     more with per_sample_weights, one divide per output element for mean."""
     looked_up = _numel(inputs[:1]) * layer.embedding_dim
@@ -264,7 +264,7 @@ def embedding_bag_rule(layer: nn.EmbeddingBag, inputs: Tuple[Any, ...], output: 
     return _elementwise(looked_up + weighted + mean)
 
 
-def _tuple(value: Any, n: int) -> Tuple[int, ...]:
+def _tuple(value: Any, n: int) -> tuple[int, ...]:
     if isinstance(value, (tuple, list)):
         return tuple(int(v) if v is not None else 1 for v in value)
     return (int(value),) * n
