@@ -81,17 +81,15 @@ def _add_recorded(source: CallNode, target: CallNode) -> None:
         target.note_shapes(inputs, output)
 
 
-def merge_tree(source: CallNode, target: CallNode, mapping: Any = None) -> None:
+def merge_tree(source: CallNode, target: CallNode) -> None:
     """Add ``source``'s subtree to ``target``'s, matching children by name (both trees belong
     to one profile, so names and module keys agree). Fold ``source`` first."""
-    if mapping is not None:
-        mapping[source] = target
     _add_recorded(source, target)
     for name, child in source.children.items():
         merged = target.child(name, child.type_name, child.module_key, child.kind)
         if merged.rule_state == "none":
             merged.rule_state = child.rule_state
-        merge_tree(child, merged, mapping)
+        merge_tree(child, merged)
 
 
 def graft(source: CallNode, owners: dict[str, Any], frame: Frame) -> NodeMap:
