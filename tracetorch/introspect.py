@@ -27,8 +27,8 @@ import numpy as np
 
 from tracetorch.tree import ShapeSignature
 
-__all__ = ("is_layer", "is_torch_module", "named_submodules", "layer_classes", "shape_of",
-           "signature", "numel", "check_shape", "dummy_input")
+__all__ = ("is_layer", "is_torch_module", "only_calls_children", "named_submodules",
+           "layer_classes", "shape_of", "signature", "numel", "check_shape", "dummy_input")
 
 # Attributes never worth descending into when walking a duck-typed model.
 _SKIP_ATTRS = frozenset({"__dict__", "__weakref__", "__class__"})
@@ -51,6 +51,28 @@ def is_torch_module(obj: Any) -> bool:
     torch = sys.modules.get("torch")
     nn = getattr(torch, "nn", None)
     return nn is not None and isinstance(obj, nn.Module)
+
+
+def only_calls_children(obj: Any) -> bool:
+    """Whether ``obj`` is a torch container whose ``forward`` is ``nn.Sequential``'s own: it
+    runs its children one after the other and no operation of its own.
+
+    Example:
+        >>> import torch
+        >>> class Block(torch.nn.Sequential):
+        ...     def forward(self, x):
+        ...         return super().forward(x) + x       # an operation of its own
+        >>> only_calls_children(torch.nn.Sequential()), only_calls_children(Block())
+        (True, False)
+    """
+    torch = sys.modules.get("torch")
+    nn = getattr(torch, "nn", None)
+    if nn is None or not isinstance(obj, nn.Sequential):
+        return False
+    for klass in type(obj).__mro__:  # the class that defines forward, wrapped or not
+        if "forward" in vars(klass):
+            return klass is nn.Sequential
+    return False
 
 
 def named_submodules(model: Any) -> Iterator[tuple[str, Any]]:

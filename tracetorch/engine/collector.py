@@ -24,7 +24,12 @@ from tracetorch.engine.fold import fold_tree, graft
 from tracetorch.engine.hotpath import Frame
 from tracetorch.engine.timing import CallTiming, Clock
 from tracetorch.flops.registry import NO_RULE, FlopCount, FlopRegistry, default_registry
-from tracetorch.introspect import is_torch_module, named_submodules, signature
+from tracetorch.introspect import (
+    is_torch_module,
+    named_submodules,
+    only_calls_children,
+    signature,
+)
 from tracetorch.tree import CallNode, NodeKind
 
 __all__ = ("Collector",)
@@ -95,7 +100,9 @@ class Collector(CallTiming):
                 if node is None:
                     node = target.child(f"thread {thread.name}", "thread",
                                         self.module_key(thread), kind="thread")
-                    node.frame = Frame(self, node, thread, True)
+                    # No function mode is on this thread's stack: layers that count their
+                    # operations push it themselves.
+                    node.frame = Frame(self, node, thread, False)
                     target.children_by_owner[id(thread)] = node
         return node.frame
 
@@ -121,7 +128,7 @@ class Collector(CallTiming):
     def new_child(self, frame: Frame, owner: Any, kind: NodeKind, label: str | None,
                   flops_fn: Callable[..., int] | None) -> CallNode:
         """Name and create the node for the first call of ``owner`` under ``frame``."""
-        _, parent_node, parent_owner, _ = frame
+        _, parent_node, parent_owner, _, _ = frame
         key = self.module_key(owner)
         type_name = _type_name(owner, kind, label)
         default = label or _DEFAULT_NAMES.get(kind, "{}").format(type_name)
@@ -158,9 +165,13 @@ class Collector(CallTiming):
             rule = self.registry.lookup(type(owner))
             node.rule_state = "none" if rule is NO_RULE else ("free" if rule is None else "rule")
         counts_ops = parent_ops
-        if is_torch_module(owner):
-            counts_ops = self.count_ops and node.rule_state not in _RULED_STATES
-        node.frame = Frame(self, node, owner, counts_ops)
+        torch_module = is_torch_module(owner)
+        if torch_module:
+            # A plain nn.Sequential runs no operation of its own: counting off inside it spares
+            # switching torch's function mode around each of its (ruled) children.
+            counts_ops = (self.count_ops and node.rule_state not in _RULED_STATES
+                          and not only_calls_children(owner))
+        node.frame = Frame(self, node, owner, counts_ops, torch_module)
 
     def module_key(self, owner: Any) -> str:
         """The key naming ``owner`` in this profile (stable across entries of the profile)."""

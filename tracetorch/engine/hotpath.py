@@ -33,7 +33,9 @@ __all__ = ("Frame", "make_wrapper", "current_frame", "open_root", "close_root", 
 
 class Frame(NamedTuple):
     """One open call: the profile recording it, its node, the instance (or function) called,
-    and whether tensor operations are counted while it runs.
+    whether tensor operations are counted while it runs, and whether the framework's exit
+    observer looks at its output (torch modules only: a ``tracetorch.core`` layer's output has
+    no autograd node for it to tag).
 
     ``ops`` is False inside a call whose FLOPs come from a rule (its operations would be thrown
     away) and everywhere with ``profile(ops=False)``; a framework whose operation counting has a
@@ -44,6 +46,7 @@ class Frame(NamedTuple):
     node: CallNode
     owner: Any
     ops: bool
+    observe: bool = False
 
 
 #: The innermost open call of this context.
@@ -185,7 +188,6 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
     """
     # Every backward pass is the same node whichever tensor it starts from.
     shared_owner = _BackwardPass() if kind == "backward" else None
-    module_kind = kind == "module"
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:
@@ -198,7 +200,7 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
             if frame is None:
                 return wrapped(*args, **kwargs)
         owner = shared_owner or (wrapped if instance is None else instance)
-        collector, parent, parent_owner, ops = frame
+        collector, parent, parent_owner, ops, _ = frame
         if parent_owner is owner or not collector.active:
             # super().forward() or a layer calling itself is the same call, not a new level; a
             # frame left by a profile that ended elsewhere (another thread) records nothing.
@@ -222,8 +224,10 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
             raise
         end = clock()
         _FRAME.reset(token)
-        if switched:
-            _op_switch(ops)  # type: ignore[misc]
+        # What follows reads tensor attributes (``.shape``, ``.grad_fn``): with torch's function
+        # mode on the stack each read costs microseconds, so counting stays off until the end,
+        # where the caller's setting comes back.
+        quiet = inner.ops and _op_switch is not None and _op_switch(False)
         if collector.plain_timing:
             pending = node.time.pending  # TimeStats.add, inlined: this runs on every call
             pending.append(end - start)
@@ -231,7 +235,7 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
                 node.time.flush()
         else:
             collector.add_duration(node, start, end)
-        if _exit_observer is not None and module_kind:
+        if inner.observe and _exit_observer is not None:
             _exit_observer(inner, args, kwargs, output)
         key = getattr(args[0], "shape", None) if len(args) == 1 and not kwargs else None
         if key is None:
@@ -242,6 +246,8 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
         entry[0] += 1
         if kind == "backward":
             collector.flush_backward(node)
+        if ops and (quiet or switched):
+            _op_switch(True)  # type: ignore[misc]
         return output
 
     return wrapper
