@@ -27,8 +27,9 @@ import numpy as np
 
 from tracetorch.tree import ShapeSignature
 
-__all__ = ("is_layer", "is_torch_module", "only_calls_children", "named_submodules",
-           "layer_classes", "shape_of", "signature", "numel", "check_shape", "dummy_input")
+__all__ = ("is_layer", "is_torch_module", "only_calls_children", "runs_compiled_graph",
+           "named_submodules", "named_children_of", "layer_classes", "shape_of", "signature",
+           "numel", "check_shape", "dummy_input")
 
 # Attributes never worth descending into when walking a duck-typed model.
 _SKIP_ATTRS = frozenset({"__dict__", "__weakref__", "__class__"})
@@ -51,6 +52,23 @@ def is_torch_module(obj: Any) -> bool:
     torch = sys.modules.get("torch")
     nn = getattr(torch, "nn", None)
     return nn is not None and isinstance(obj, nn.Module)
+
+
+def runs_compiled_graph(obj: Any) -> bool:
+    """Whether ``obj`` is a torch module whose calls run a compiled graph (``torch.jit.script``
+    or ``trace``, ``torch.compile``), which no Python-level counting can look into.
+
+    Example:
+        >>> import torch
+        >>> runs_compiled_graph(torch.jit.script(torch.nn.ReLU())), runs_compiled_graph(object())
+        (True, False)
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(obj, torch.nn.Module):
+        return False
+    cls = type(obj)
+    return isinstance(obj, torch.jit.ScriptModule) or (
+        cls.__module__ == "torch._dynamo.eval_frame" and cls.__qualname__ == "OptimizedModule")
 
 
 def only_calls_children(obj: Any) -> bool:
@@ -238,3 +256,41 @@ def dummy_input(model: Any, shape: tuple[int, ...], seed: int | None = None) -> 
         return Tensor(ids, dtype=np.int64)
     values = np.zeros(shape) if seed is None else rng.standard_normal(shape)
     return Tensor(values.astype(np.float32))
+
+
+def named_children_of(model: Any) -> Iterator[tuple[str, Any]]:
+    """The layers directly below ``model``, named as :func:`named_submodules` names them: the
+    first level of the same walk, for finding a layer under its caller without walking the
+    caller's whole subtree.
+
+    Frameworks that name their children (``named_children()``: torch, ``tracetorch.core``) are
+    asked; other objects are scanned one level deep (attributes, lists, tuples, dicts). An object
+    that names its modules only through ``named_modules()`` yields nothing: walk it with
+    :func:`named_submodules`.
+
+    Example:
+        >>> class Leaf:
+        ...     def forward(self, x):
+        ...         return x
+        >>> class Net:
+        ...     def __init__(self):
+        ...         self.head, self.blocks = Leaf(), [Leaf(), Leaf()]
+        ...     def forward(self, x):
+        ...         return x
+        >>> [name for name, _ in named_children_of(Net())]
+        ['head', 'blocks.0', 'blocks.1']
+    """
+    if isinstance(model, type):
+        return
+    named_modules = getattr(model, "named_modules", None)
+    if callable(named_modules):
+        named_children = getattr(model, "named_children", None)
+        if callable(named_children):
+            yield from ((name, child) for name, child in named_children() if child is not model)
+        return
+    seen = {id(model)}
+    for name, value in _attribute_items(model):
+        for path, layer in _layers_in(value, name):
+            if id(layer) not in seen:
+                seen.add(id(layer))
+                yield path, layer

@@ -60,6 +60,7 @@ class CallNode:
         "flops", "gemm_flops", "macs", "flops_source", "params", "input_shapes",
         "output_shapes", "backward_time", "backward_flops", "backward_gemm_flops", "errors",
         "flops_cache", "children_by_owner", "rule_state", "op_flops", "op_gemm", "frame",
+        "unfolded",
     )
 
     def __init__(self, name: str, type_name: str, module_key: str, kind: NodeKind = "module",
@@ -82,7 +83,7 @@ class CallNode:
         self.backward_flops = 0
         self.backward_gemm_flops = 0
         self.errors = 0
-        # Transient, while recording (folded into the fields above by Recorder.fold):
+        # Transient, while recording (folded into the fields above by Collector.fold):
         # per input signature, [calls, inclusive FLOPs, GEMM FLOPs, MACs] of the rule, so a
         # rule runs once per distinct shape and a call costs one counter increment;
         self.flops_cache: dict[Any, list[Any]] = {}
@@ -96,6 +97,9 @@ class CallNode:
         # The open-call record the hot path installs for this node's calls, made once when the
         # node is created (see tracetorch.engine.hotpath.Frame); None on the root and after stop.
         self.frame: Any = None
+        # Whether the node ran since the last fold and waits in its profile's list of nodes to
+        # fold (see tracetorch.engine.timing.CallTiming.touch): a step folds only those.
+        self.unfolded = False
 
     @classmethod
     def root(cls) -> CallNode:

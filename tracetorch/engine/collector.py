@@ -20,16 +20,20 @@ import warnings
 import weakref
 from typing import Any, Callable
 
-from tracetorch.engine.fold import fold_tree, graft
+from tracetorch.engine.fold import fold_touched, fold_tree, graft
 from tracetorch.engine.hotpath import Frame
 from tracetorch.engine.timing import CallTiming, Clock
 from tracetorch.flops.registry import NO_RULE, FlopCount, FlopRegistry, default_registry
 from tracetorch.introspect import (
+    is_layer,
     is_torch_module,
+    named_children_of,
     named_submodules,
     only_calls_children,
+    runs_compiled_graph,
     signature,
 )
+from tracetorch.params import subtree_parameter_counts
 from tracetorch.tree import CallNode, NodeKind
 
 __all__ = ("Collector",)
@@ -72,7 +76,8 @@ class Collector(CallTiming):
         self._keys: dict[int, tuple[weakref.ref | None, str, type]] = {}
         self._next_key = 0
         self._owners: list[Any] = []  # strong references keep the ids above unambiguous
-        self._param_counts: dict[int, int] = {}
+        # id -> (module, parameters): the module itself proves the id is not a recycled one.
+        self._param_counts: dict[int, tuple[Any, int]] = {}
         self._pending_backward: dict[CallNode, int] = {}
         # FLOPs of the backward pass in progress, for its Tensor.backward node's summary.
         self._pass_flops = self._pass_gemm = 0
@@ -114,11 +119,16 @@ class Collector(CallTiming):
         """Stop recording, fold the counters and drop every reference to the user's objects."""
         self.active = False
         self.fold()
+        # The whole tree once more: a call another thread counted while a step was folding its
+        # node (after the node left the list of those to fold) is folded here at the latest.
+        fold_tree(self.root)
+        self.touched.clear()
         for node in self.root.walk():
             node.children_by_owner.clear()
             node.flops_cache.clear()
             node.frame = None
             node.time.flush()
+            node.unfolded = False
         self._user_rules.clear()
         self._names.clear()
         self._owners.clear()
@@ -171,6 +181,10 @@ class Collector(CallTiming):
             # switching torch's function mode around each of its (ruled) children.
             counts_ops = (self.count_ops and node.rule_state not in _RULED_STATES
                           and not only_calls_children(owner))
+        elif kind == "optimizer":
+            # An update is elementwise maths over every parameter, no product to count, and
+            # torch's function mode would cost each of its operations microseconds.
+            counts_ops = False
         node.frame = Frame(self, node, owner, counts_ops, torch_module)
 
     def module_key(self, owner: Any) -> str:
@@ -196,26 +210,37 @@ class Collector(CallTiming):
 
     def _name_in(self, parent: Any, child: Any) -> str | None:
         names = self._names.get(id(parent))
-        if names is None or id(child) not in names:
-            # Scanned once per parent, again only when a child appears that was not there yet.
-            names = {}
+        if names is not None and id(child) in names:
+            return names[id(child)]
+        if not is_layer(child):
+            return None  # a function, an optimizer: no walk of a model finds one
+        if names is None:
+            self._owners.append(parent)
+        # The parent's direct children, scanned once per parent, name nearly every call: naming
+        # a whole model costs its size, not its size times its depth. Its whole subtree is
+        # walked only for a layer called through an attribute path (``self.block.conv(x)``), or
+        # added since the last scan.
+        names = {}
+        for path, module in named_children_of(parent):
+            names.setdefault(id(module), path)
+        if id(child) not in names:
             for path, module in named_submodules(parent):
                 names.setdefault(id(module), path)
-            self._names[id(parent)] = names
-            self._owners.append(parent)
+        self._names[id(parent)] = names
         return names.get(id(child))
 
     def _params_of(self, owner: Any) -> int:
-        count = self._param_counts.get(id(owner))
-        if count is None:
-            from tracetorch.params import count_parameters
-
+        known = self._param_counts.get(id(owner))
+        if known is None or known[0] is not owner:
+            # Once per model: every module below ``owner`` is counted in the same pass.
             try:
-                count = count_parameters(owner)
+                counts = subtree_parameter_counts(owner)
             except (TypeError, AttributeError, ValueError):
-                count = 0
-            self._param_counts[id(owner)] = count
-        return count
+                counts = [(owner, 0)]
+            for module, count in counts:
+                self._param_counts[id(module)] = (module, count)
+            known = self._param_counts[id(owner)]
+        return known[1]
 
     # ------------------------------------------------------------------ FLOPs
     def first_call(self, node: CallNode, owner: Any, args: tuple[Any, ...],
@@ -236,23 +261,34 @@ class Collector(CallTiming):
                 return [0, int(result.flops), int(result.gemm), int(macs)]
             return [0, int(result), 0, 0]
         if state == "none" and node.kind == "module" and not node.op_flops and not node.children:
-            self._warn_unsupported(node.type_name)
+            self._warn_unsupported(node.type_name, runs_compiled_graph(owner))
         return [0, None, 0, 0]
 
-    def _warn_unsupported(self, type_name: str) -> None:
+    def _warn_unsupported(self, type_name: str, compiled: bool) -> None:
         if self.warn_unsupported and type_name not in _WARNED_UNSUPPORTED:
             _WARNED_UNSUPPORTED.add(type_name)
-            warnings.warn(
-                f"tracetorch has no FLOP rule for {type_name} and saw no countable tensor "
-                f"operations in it; its FLOPs are reported as 0. Register one with "
-                f"@tracetorch.flop_rule({type_name}).", stacklevel=4)
+            if compiled:
+                advice = (f"{type_name} runs a compiled graph, which tracetorch cannot look "
+                          f"into: its FLOPs are unknown and reported as 0 (profile the module "
+                          f"before compiling it for FLOPs; its time is measured either way).")
+            else:
+                advice = (f"tracetorch has no FLOP rule for {type_name} and saw no countable "
+                          f"tensor operations in it; its FLOPs are reported as 0. Register one "
+                          f"with @tracetorch.flop_rule({type_name}).")
+            warnings.warn(advice, stacklevel=4)
 
     def fold(self, root: CallNode | None = None) -> None:
-        """Turn the counters collected since the last fold into each node's own FLOPs (in the
-        profile's tree, or in the recording ``root``)."""
+        """Turn the counters collected since the last fold into each node's own FLOPs.
+
+        Only the nodes touched since (see :meth:`touch`) and their ancestors are folded, and the
+        recording ``root`` (the profile's tree by default), whose frame counts the operations
+        run outside every layer: a step costs the nodes that ran, not the whole tree.
+        """
         self.resolve_times()
         self.flush_backward()
-        fold_tree(self.root if root is None else root)
+        touched = self.take_touched()
+        touched.append(self.root if root is None else root)
+        fold_touched(touched)
 
     # ------------------------------------------------------------------ device clocks
     def unsupported(self) -> dict[str, int]:

@@ -1,6 +1,7 @@
 """Folding counters into FLOPs, and moving what one recording saw into another tree.
 
-:func:`fold_tree` turns the per-shape counters the hot path bumps into each node's own FLOPs.
+:func:`fold_tree` turns the per-shape counters the hot path bumps into each node's own FLOPs;
+:func:`fold_touched` does it for the nodes that ran since the last fold only (a step's fold).
 :func:`merge_tree` adds one tree's recorded data to another tree of the same profile (a nested
 profile's per-entry recording into its own accumulated tree); :func:`graft` does the same into
 another profile, under the call that profile has open, so that a call made inside nested
@@ -16,6 +17,7 @@ Example:
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from tracetorch.tree import CallNode
@@ -23,44 +25,98 @@ from tracetorch.tree import CallNode
 if TYPE_CHECKING:
     from tracetorch.engine.hotpath import Frame
 
-__all__ = ("fold_tree", "merge_tree", "graft")
+__all__ = ("fold_tree", "fold_touched", "merge_tree", "graft")
 
 #: The same node in the source tree and in the tree it was merged into.
 NodeMap = dict[CallNode, CallNode]
 
 
 def fold_tree(node: CallNode) -> tuple[int, int, int]:
-    """Fold ``node``'s subtree; return its inclusive (FLOPs, GEMM FLOPs, MACs) since the last fold.
+    """Fold ``node``'s whole subtree; return its inclusive (FLOPs, GEMM FLOPs, MACs) since the
+    last fold.
 
     A node with a rule costs what the rule said (its own tensor operations were the rule's
     subject, so they are dropped); any other node costs its own operations plus its children.
     Its own share is the inclusive cost minus what the children report, so nothing counts twice.
     """
-    children = [fold_tree(child) for child in node.children.values()]
-    below = [sum(c[i] for c in children) for i in range(3)]
+    return _fold(node, None)
+
+
+def fold_touched(nodes: Iterable[CallNode]) -> None:
+    """Fold ``nodes`` and their ancestors and nothing else: the same as :func:`fold_tree` on
+    each tree they belong to, when no other node of it ran since the last fold (such a node's
+    counters are all zero, it would add nothing). A step costs the nodes that ran, not the tree.
+
+    Example:
+        >>> root = CallNode.root()
+        >>> fc = root.child("block", "Block", "m0").child("fc", "Linear", "m1")
+        >>> fc.op_flops = 8
+        >>> fold_touched([fc])
+        >>> fc.flops, fc.parent.flops, fc.parent.subtree_flops
+        (8, 0, 8)
+    """
+    # Each node reached, with those of its children to fold: built leaves-up, so reaching a
+    # node already known ends the climb and the work is the nodes touched plus their ancestors.
+    ran: dict[CallNode, list[CallNode]] = {}
+    tops: list[CallNode] = []
+    for node in nodes:
+        if node in ran:
+            continue
+        ran[node] = []
+        parent = node.parent
+        while parent is not None:
+            siblings = ran.get(parent)
+            if siblings is not None:
+                siblings.append(node)
+                break
+            ran[parent] = [node]
+            node, parent = parent, parent.parent
+        else:
+            tops.append(node)
+    for top in tops:
+        _fold(top, ran)
+
+
+def _fold(node: CallNode, ran: dict[CallNode, list[CallNode]] | None) -> tuple[int, int, int]:
+    # The children to fold: all of them, or (``ran`` given) those that ran since the last fold.
+    flops = gemm = macs = 0
+    for child in node.children.values() if ran is None else ran[node]:
+        child_flops, child_gemm, child_macs = _fold(child, ran)
+        flops += child_flops
+        gemm += child_gemm
+        macs += child_macs
+    return _fold_node(node, flops, gemm, macs)
+
+
+def _fold_node(node: CallNode, flops: int, gemm: int, macs: int) -> tuple[int, int, int]:
+    """Fold one node whose children reported inclusive ``flops``, ``gemm`` and ``macs``; return
+    its own inclusive counts (every fold goes through here, once per node folded)."""
+    node.unfolded = False
     if node.rule_state in ("rule", "user"):
-        inclusive = [0, 0, 0]
+        inclusive = inclusive_gemm = inclusive_macs = 0
         for entry in node.flops_cache.values():
             calls = entry[0]
-            inclusive = [inclusive[0] + calls * entry[1], inclusive[1] + calls * entry[2],
-                         inclusive[2] + calls * entry[3]]
+            inclusive += calls * entry[1]
+            inclusive_gemm += calls * entry[2]
+            inclusive_macs += calls * entry[3]
             entry[0] -= calls  # not "= 0": another thread may have counted a call meanwhile
         node.flops_source = node.rule_state
     elif node.rule_state == "free":
-        inclusive = below
+        inclusive, inclusive_gemm, inclusive_macs = flops, gemm, macs
     else:
-        inclusive = [node.op_flops + below[0], node.op_gemm + below[1],
-                     node.op_gemm // 2 + below[2]]
+        inclusive = node.op_flops + flops
+        inclusive_gemm = node.op_gemm + gemm
+        inclusive_macs = node.op_gemm // 2 + macs
         if node.op_flops:
             node.flops_source = "ops"
     node.op_flops = node.op_gemm = 0
     # A rule smaller than its children's rules (or a call that raised) must not go negative.
-    node.flops += max(0, inclusive[0] - below[0])
-    node.gemm_flops += max(0, inclusive[1] - below[1])
-    own_macs = max(0, inclusive[2] - below[2])
+    node.flops += max(0, inclusive - flops)
+    node.gemm_flops += max(0, inclusive_gemm - gemm)
+    own_macs = max(0, inclusive_macs - macs)
     if own_macs or node.macs is not None or node.gemm_flops:
         node.macs = (node.macs or 0) + own_macs
-    return inclusive[0], inclusive[1], inclusive[2]
+    return inclusive, inclusive_gemm, inclusive_macs
 
 
 def _add_recorded(source: CallNode, target: CallNode) -> None:

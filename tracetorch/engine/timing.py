@@ -4,15 +4,17 @@ The hot path reads ``collector.clock`` twice per call and, in the common case (h
 timeline: ``plain_timing``), appends the duration itself. Everything else goes through
 :meth:`CallTiming.add_duration`: a device clock's readings are handles resolved at the next fold
 (one synchronisation, see :mod:`tracetorch.adapters.torch.cuda`), and a timeline keeps one
-capped event per call for the Chrome trace.
+capped event per call for the Chrome trace. Either way a node's first call since the last fold
+puts it in :attr:`CallTiming.touched` (:meth:`CallTiming.touch`), so that a step folds the nodes
+that ran and no others.
 
 Example:
     >>> from tracetorch.tree import CallNode
     >>> timing = CallTiming(clock=lambda: 0, timeline=True, max_events=1)
     >>> node = CallNode.root().child("fc", "Linear", "m0")
     >>> timing.add_duration(node, 10, 25); timing.add_duration(node, 30, 40)
-    >>> node.time.count, len(timing.events), timing.dropped_events
-    (2, 1, 1)
+    >>> node.time.count, len(timing.events), timing.dropped_events, timing.touched == [node]
+    (2, 1, 1, True)
 """
 from __future__ import annotations
 
@@ -46,6 +48,8 @@ class CallTiming:
         self.plain_timing = self.events is None
         self.max_events = max_events
         self.dropped_events = 0
+        #: The nodes that ran (or were charged backward work) since the last fold, each once.
+        self.touched: list[CallNode] = []
 
     def use_device_clock(self, device_clock: Any) -> None:
         """Time calls with ``device_clock`` (see :mod:`tracetorch.adapters.torch.cuda`): its
@@ -77,9 +81,23 @@ class CallTiming:
         else:
             self.dropped_events += 1
 
+    def touch(self, node: CallNode) -> None:
+        """Have the next fold fold ``node`` (and its ancestors): it ran, or was charged work,
+        since the last one. Each node is listed once; the hot path tests ``node.unfolded``
+        itself to spare the call."""
+        if not node.unfolded:
+            node.unfolded = True
+            self.touched.append(node)
+
+    def take_touched(self) -> list[CallNode]:
+        """The nodes touched since the last call, and a fresh list for the next ones."""
+        touched, self.touched = self.touched, []
+        return touched
+
     def add_duration(self, node: CallNode, start: int, end: int) -> None:
         """Time one call: a device clock's readings wait for the next fold, a timeline keeps
         the event. (Without either, the wrapper inlines the plain case: ``plain_timing``.)"""
+        self.touch(node)
         if self.deferred is not None:
             self.deferred.append((node, start, end))
             return

@@ -1,0 +1,294 @@
+"""A step folds the nodes that ran, not the whole tree; a layer's first call does not walk its
+model again. Work is counted, never timed: every node folded goes through
+``fold._fold_node``, and the walks that name layers and count parameters are wrapped to count
+what they visit.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+import tracetorch
+from tracetorch.core import Linear, Module, ReLU, Sequential, Tensor
+from tracetorch.engine import collector as collector_module
+from tracetorch.engine import fold
+from tracetorch.params import count_parameters, subtree_parameter_counts
+from tracetorch.tree import CallNode
+
+LINEAR_FLOPS = 2 * 2 * 2  # Linear(2, 2) on one row
+
+
+@pytest.fixture
+def folded(monkeypatch: pytest.MonkeyPatch) -> list[CallNode]:
+    """The nodes folded, in order, from now on."""
+    seen: list[CallNode] = []
+    original = fold._fold_node
+
+    def counting(node: CallNode, *counts: int) -> tuple[int, int, int]:
+        seen.append(node)
+        return original(node, *counts)
+
+    monkeypatch.setattr(fold, "_fold_node", counting)
+    return seen
+
+
+def paths(nodes: list[CallNode]) -> list[str]:
+    return sorted("<root>" if n.kind == "root" else n.path or "<model>" for n in nodes)
+
+
+def wide(leaves: int = 20) -> Sequential:
+    return Sequential(*[Linear(2, 2) for _ in range(leaves)])
+
+
+# ----------------------------------------------------------------------------- steps
+def test_a_step_folds_the_nodes_that_ran_and_their_callers_only(folded):
+    model = wide()
+    x = Tensor(np.ones((1, 2)))
+    with tracetorch.profile(model) as prof:
+        model(x)
+        prof.step()
+        assert len(folded) == 20 + 2  # every leaf, the model, the root
+        folded.clear()
+        model.layers[3](x)  # on its own: a top-level node beside the model's
+        prof.step()
+        assert paths(folded) == ["<root>", "Linear"]
+        folded.clear()
+        prof.step()  # nothing ran
+        assert paths(folded) == ["<root>"]
+        model(x)
+        model.layers[3](x)
+    assert prof.find("layers.3").flops == 2 * LINEAR_FLOPS
+    assert prof.find("Linear").flops == 2 * LINEAR_FLOPS
+    assert prof.forward_flops == 2 * 20 * LINEAR_FLOPS + 2 * LINEAR_FLOPS
+
+
+def test_untouched_nodes_are_not_visited():
+    root = CallNode.root()
+    block = root.child("block", "Block", "m0")
+    ran, idle = block.child("ran", "Custom", "m1"), block.child("idle", "Custom", "m2")
+    ran.op_flops, ran.op_gemm = 10, 8
+    idle.op_flops = 5  # counters a fold that visited it would take
+    fold.fold_touched([ran])
+    assert (ran.flops, ran.gemm_flops, ran.macs, ran.flops_source) == (10, 8, 4, "ops")
+    assert (block.flops, block.subtree_flops) == (0, 10)
+    assert (idle.op_flops, idle.flops) == (5, 0)
+
+
+def _mixed_tree() -> CallNode:
+    """Rules under counted operations under a free container, with pending counters."""
+    root = CallNode.root()
+    free = root.child("seq", "Sequential", "m0")
+    free.rule_state = "free"
+    ruled = free.child("attn", "Attention", "m1")
+    ruled.rule_state = "rule"
+    ruled.flops_cache = {(2, 4): [3, 100, 64, 32], (1, 4): [1, 50, 32, 16]}
+    inner = ruled.child("proj", "Custom", "m2")
+    inner.op_flops, inner.op_gemm = 30, 20  # more than the rule leaves: clamped, never negative
+    ops = free.child("act", "Custom", "m3")
+    ops.op_flops = 7
+    user = root.child("fn", "fn", "m4", kind="function")
+    user.rule_state = "user"
+    user.flops_cache = {None: [2, 9, 0, 0]}
+    root.op_flops = 1  # an operation outside every layer
+    return root
+
+
+def _state(root: CallNode) -> list[tuple[Any, ...]]:
+    return [(n.path, n.flops, n.gemm_flops, n.macs, n.flops_source, n.op_flops,
+             [entry[0] for entry in n.flops_cache.values()]) for n in root.walk()]
+
+
+def test_folding_the_touched_nodes_equals_folding_the_tree():
+    whole, touched = _mixed_tree(), _mixed_tree()
+    fold.fold_tree(whole)
+    leaves = [n for n in touched.walk() if not n.children]
+    fold.fold_touched(reversed(leaves))
+    assert _state(touched) == _state(whole)
+    assert whole.find("seq.attn").flops == 3 * 100 + 50 - 30
+    assert whole.subtree_flops == 3 * 100 + 50 + 7 + 2 * 9 + 1
+
+
+def test_a_node_touched_without_running_is_folded_at_the_next_step(folded):
+    """What backward attribution does: it charges nodes whose forward ran steps ago."""
+    model = wide(3)
+    x = Tensor(np.ones((1, 2)))
+    with tracetorch.profile(model) as prof:
+        model(x)
+        prof.step()
+        node = prof.find("layers.1")
+        next(iter(node.flops_cache.values()))[0] += 1  # one more call, as a counter
+        prof._collector.touch(node)
+        folded.clear()
+        prof.step()
+        assert paths(folded) == ["<model>", "<root>", "layers.1"]
+    assert node.flops == 2 * LINEAR_FLOPS
+
+
+def test_timeline_and_failed_calls_are_folded_too(folded):
+    class Boom(Module):
+        def forward(self, x):
+            (x @ Tensor(np.ones((2, 2)))).sum()  # counted before it raises: 2 x 2 x 2 FLOPs
+            raise RuntimeError("boom")
+
+    model, boom = wide(3), Boom()
+    x = Tensor(np.ones((1, 2)))
+    with tracetorch.profile(model, timeline=True) as prof:
+        model(x)
+        prof.step()
+        folded.clear()
+        model.layers[0](x)
+        with pytest.raises(RuntimeError):
+            boom(x)
+        prof.step()
+        assert paths(folded) == ["<root>", "Boom", "Linear"]
+    assert prof.find("Boom").flops >= 8 and prof.find("Boom").errors == 1
+    assert prof.find("Linear").flops == LINEAR_FLOPS
+
+
+def test_calls_of_another_thread_are_folded_at_the_step(folded):
+    model = wide(2)
+    x = Tensor(np.ones((1, 2)))
+    with tracetorch.profile(model, all_threads=True) as prof:
+        model(x)
+        prof.step()
+        folded.clear()
+        worker = threading.Thread(target=model.layers[1], args=(x,), name="w")
+        worker.start()
+        worker.join()
+        prof.step()
+        assert paths(folded) == ["<root>", "thread w", "thread w.Linear"]
+    assert prof.forward_flops == 3 * LINEAR_FLOPS
+
+
+# ----------------------------------------------------------------------------- first calls
+@pytest.fixture
+def walks(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """How many modules the engine's naming and parameter counting visit from now on."""
+    counts = {"children": 0, "subtree": 0, "params": 0}
+
+    def counted(name: str, walker: Any) -> Any:
+        def walk(model: Any) -> Any:
+            for item in walker(model):
+                counts[name] += 1
+                yield item
+        return walk
+
+    monkeypatch.setattr(collector_module, "named_children_of",
+                        counted("children", collector_module.named_children_of))
+    monkeypatch.setattr(collector_module, "named_submodules",
+                        counted("subtree", collector_module.named_submodules))
+    from tracetorch import params
+
+    original = params._parts
+
+    def parts(module: Any) -> Any:
+        counts["params"] += 1
+        return original(module)
+
+    monkeypatch.setattr(params, "_parts", parts)
+    return counts
+
+
+def chain(nn: Any, depth: int) -> Any:
+    model = nn.Linear(4, 4)
+    for _ in range(depth):
+        model = nn.Sequential(model)
+    return model
+
+
+@pytest.mark.parametrize("depth", [1, 10, 100])
+def test_first_calls_visit_each_module_once_at_any_depth(torch, walks, depth):
+    model = chain(torch.nn, depth)
+    with tracetorch.profile(model, ops=False) as prof:
+        model(torch.zeros(1, 4))
+    # Each child is named once from its parent's direct children, each module counted once.
+    assert walks == {"children": depth, "subtree": 0, "params": depth + 1}
+    deepest = prof.find(".".join(["0"] * depth))
+    assert deepest.type_name == "Linear" and deepest.params == 20
+    assert all(node.params == 20 for node in prof.nodes())
+
+
+def test_a_layer_called_through_an_attribute_path_is_named_by_the_deep_walk(torch, walks):
+    nn = torch.nn
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+
+        def forward(self, x):
+            return self.block[1](self.block[0](x))  # the block itself never runs
+
+    model = Outer()
+    with tracetorch.profile(model, ops=False) as prof:
+        model(torch.zeros(1, 4))
+        model(torch.zeros(1, 4))
+    assert [n.path for n in prof.nodes()] == ["", "block.0", "block.1"]
+    assert walks["subtree"] == 3  # the outer model walked once: it names both layers
+    assert prof.find("block.0").params == 20
+
+
+def _check_counts(model: Any) -> None:
+    counts = subtree_parameter_counts(model)
+    assert counts[-1][0] is model
+    assert [n for _, n in counts] == [count_parameters(m) for m, _ in counts]
+
+
+def test_subtree_counts_equal_count_parameters_torch(torch):
+    from support.torch_models import shared_model
+
+    nn = torch.nn
+
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(50, 8)
+            self.blocks = nn.Sequential(nn.Linear(8, 8), nn.Sequential(nn.Linear(8, 8)))
+            self.head = nn.Linear(8, 50, bias=False)
+            self.head.weight = self.embed.weight
+            self.again = self.blocks[1]  # one module under two parents
+            self.scale = nn.Parameter(torch.ones(8))
+
+    class OwnParameters(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(2, 2)
+
+        def parameters(self, recurse=True):
+            return iter([self.fc.weight])
+
+    for model in (Tied(), shared_model(torch), chain(nn, 30),
+                  nn.Sequential(OwnParameters(), nn.Linear(2, 2))):
+        _check_counts(model)
+    assert dict((type(m).__name__, n) for m, n in subtree_parameter_counts(Tied()))["Tied"] \
+        == 50 * 8 + 2 * (8 * 8 + 8) + 8
+
+
+def test_subtree_counts_equal_count_parameters_core_and_duck():
+    class Holder:  # duck-typed, weights in attributes and a layer list
+        def __init__(self, shared):
+            self.weight = np.zeros((3, 3))
+            self.layers = [Linear(3, 3), shared]
+
+        def forward(self, x):
+            return x
+
+    class Custom(Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = Linear(2, 2)
+
+        def parameters(self):  # TinyTorch style: only what it says
+            return [self.fc.weight]
+
+    shared = Linear(3, 3)
+    nested = Sequential(Linear(2, 2), Sequential(ReLU(), Linear(2, 2)), Custom())
+    deep = Sequential(Linear(2, 2))
+    for _ in range(30):
+        deep = Sequential(deep)
+    for model in (nested, deep, Holder(shared), Sequential(Holder(shared), shared)):
+        _check_counts(model)
+    assert subtree_parameter_counts(deep)[-1][1] == 6
