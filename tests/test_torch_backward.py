@@ -127,7 +127,9 @@ def test_graph_outliving_the_block_and_forward_before_it():
     outside = lin(torch.randn(2, 4)).sum()
     with tracetorch.profile() as prof:
         outside.backward()
-    assert prof.find("backward").backward_flops == 2 * 4 * 2 * 4
+    # Timed as a pass; its FLOPs come from forward calls, and none was recorded.
+    assert prof.find("backward").calls == 1
+    assert prof.backward_flops == 0
 
 
 def test_training_loop_with_optimizer_steps():
@@ -178,7 +180,7 @@ def test_no_grad_forward_tags_nothing():
 
 
 def test_graph_nodes_are_tagged_with_the_innermost_call_that_made_them():
-    from tracetorch.adapters.torch.backward import TAG
+    from tracetorch.adapters.torch.backward import MARKS
 
     class Res(nn.Module):
         def __init__(self):
@@ -195,15 +197,70 @@ def test_graph_nodes_are_tagged_with_the_innermost_call_that_made_them():
     x = torch.randn(2, 4, requires_grad=True) * 1  # input with history made outside any layer
     with tracetorch.profile(model) as prof:
         y = model(x)
-        y.sum().backward()  # the pass starts by assigning every node to its layer call
+        y.sum().backward()
+
+    def calls(fn):  # the paths of the calls that marked fn, outermost first
+        paths, mark = [], fn.metadata.get(MARKS)
+        while mark is not None:
+            paths.append(mark.frame.node.path)
+            mark = mark.inner
+        return paths
+
     chain = []
     node = y.grad_fn
     while node is not None:
-        tag = node.metadata.get(TAG)
-        chain.append((type(node).__name__, tag[1].path if tag else None))
+        chain.append((type(node).__name__, calls(node)))
         node = node.next_functions[0][0] if node.next_functions else None
-    assert chain[:4] == [("ReluBackward0", "relu"), ("AddBackward0", ""),
-                         ("ReluBackward0", "relu"), ("AddmmBackward0", "lin")]
-    assert TAG not in x.grad_fn.metadata  # history from before the call stays unclaimed
+    assert chain[:4] == [("ReluBackward0", ["", "relu"]), ("AddBackward0", []),
+                         ("ReluBackward0", ["relu"]), ("AddmmBackward0", ["lin"])]
+    assert calls(x.grad_fn) == []  # history from before the call stays unclaimed
     assert prof.find("lin").backward_flops == 2 * 4 * 2 * 4 * 2
     assert prof.find("relu").backward_time.count == 1
+
+
+def test_backward_time_per_layer_comes_from_the_boundaries_between_layers():
+    ticks = iter(range(10**6))
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    x = torch.randn(3, 4)
+    with tracetorch.profile(model, clock=lambda: next(ticks)) as prof:
+        model(x).sum().backward()
+    # One clock read where each layer's first node runs and one at the end of the pass: each
+    # layer owns the ticks from its boundary to the next; the container nothing of its own.
+    assert [prof.find(p).backward_time.total_ns for p in ("2", "1", "0")] == [1, 1, 1]
+    assert prof.find("").backward_time.total_ns == 0
+    assert all(n.backward_time.count == 1 for n in prof.nodes() if n.kind == "module")
+
+
+def test_only_gradients_the_pass_computes_are_counted():
+    lin = nn.Linear(4, 5)
+    x = torch.randn(3, 4, requires_grad=True)
+    product = 2 * 3 * 4 * 5
+    with tracetorch.profile() as prof:
+        torch.autograd.grad(lin(x).sum(), [lin.weight])   # the input's gradient is not needed
+    assert prof.find("Linear").backward_flops == product
+    with tracetorch.profile() as prof:
+        lin(x).sum().backward(inputs=[x])                 # nor the weight's here
+    assert prof.find("Linear").backward_flops == product
+    lin.weight.requires_grad_(False)
+    with tracetorch.profile() as prof:
+        lin(x).sum().backward()                           # a frozen weight has no gradient
+    assert prof.find("Linear").backward_flops == product
+
+
+def test_a_graph_built_in_a_block_runs_no_tracetorch_work_after_it():
+    lin = nn.Linear(4, 4)
+    with tracetorch.profile() as prof:
+        loss = lin(torch.randn(2, 4)).sum()
+    calls = []
+    import sys
+
+    def watch(frame, event, arg):
+        if event == "call" and "tracetorch" in frame.f_code.co_filename:
+            calls.append(frame.f_code.co_name)
+    sys.setprofile(watch)
+    try:
+        loss.backward()
+    finally:
+        sys.setprofile(None)
+    assert calls == ["_on_marked_node"]  # one hook per marked node, returning at once
+    assert prof.backward_flops == 0

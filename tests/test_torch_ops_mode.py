@@ -351,5 +351,25 @@ def test_a_compiled_function_reports_no_backward_unless_one_ran(torch):
     with tracetorch.profile() as prof:
         loss.backward()
     assert prof.find("backward").calls == 1
-    assert prof.backward_flops == 2 * 3 * 4 * 5  # the weight gradient
+    # Gradient FLOPs come from recorded forward calls; a compiled graph's are not known.
+    assert prof.backward_flops == 0
     assert stack_depth(torch) == 0
+
+
+def test_a_scripted_module_is_a_node_with_unknown_flops_and_says_why(torch):
+    import warnings
+
+    import tracetorch
+    from tracetorch.engine import collector
+
+    scripted = torch.jit.script(torch.nn.Sequential(torch.nn.Linear(4, 4)))
+    collector._WARNED_UNSUPPORTED.discard("RecursiveScriptModule")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with tracetorch.profile() as prof:
+            scripted(torch.ones(2, 4))
+    (node,) = [n for n in prof.nodes() if n.type_name == "RecursiveScriptModule"]
+    assert node.calls == 1 and node.flops == 0
+    messages = [str(w.message) for w in caught if "RecursiveScriptModule" in str(w.message)]
+    assert len(messages) == 1 and "compiled graph" in messages[0]
+    assert "flop_rule" not in messages[0]

@@ -1,40 +1,38 @@
-"""Backward FLOPs and times per layer, measured from the autograd graph (not a fixed 2x).
+"""Backward FLOPs and times per layer, from the forward calls' formulas and autograd's own hooks.
 
-**Marking, during forward.** After each layer call returns (the engine's exit observer), the
-``grad_fn`` of each output tensor is marked, in ``node.metadata``, with the call's frame and its
-*frontier*: its inputs' ``grad_fn`` (for an in-place layer such as ``ReLU(inplace=True)``,
-whose output is its input, the history below its newest node). That is two dict entries per
-call: nothing is walked, and nothing is added to modules or tensors; the marks live and die
-with the graph. Under ``torch.no_grad()``/inference mode this costs one
-``is_grad_enabled()`` check.
+Nothing runs per operation of a backward pass. Instead:
 
-**Regions, when a backward pass starts.** One walk from the tensors being differentiated
-assigns every node to the innermost layer call whose region holds it: entering a marked output
-opens that call's region, reaching its frontier closes it. So a layer owns exactly the
-operations it ran itself (``Linear`` its ``addmm`` and weight transpose, a residual block its
-add), children own theirs, and nodes made outside every layer (a loss written with tensor
-maths, history from before the block) own none.
+**Marking, during forward.** After each torch layer call returns (the engine's exit observer),
+the ``grad_fn`` of its output is marked, in ``node.metadata``, with a :class:`Mark`: the call's
+frame and its *gradient parts* (:mod:`tracetorch.flops.gradients`: the GEMM work its gradient
+will take, each piece with the tensors that must need a gradient for the pass to do it, resolved
+for this call: an input's ``grad_fn``, or a leaf tensor such as a weight). A counted tensor
+operation inside a layer without a rule (``x @ w`` in a custom layer) marks its own output the
+same way. A node marked for the first time gets one pre-hook (``register_prehook``); nothing is
+added to modules or tensors, and the marks live and die with the graph. Under
+``torch.no_grad()``/inference mode this costs one ``is_grad_enabled()`` check.
 
-**Counting, during backward.** ``Tensor.backward``, ``torch.autograd.backward`` and
+**Sweeping, during backward.** ``Tensor.backward``, ``torch.autograd.backward`` and
 ``torch.autograd.grad`` reach the operation-counting function mode of
-:mod:`~tracetorch.adapters.torch.ops` as the ``func`` of a call (torch hands them to modes; none
-of them is replaced). :func:`pass_recorder` runs such a pass as a node of kind ``backward``
-(``backward`` for the first two, ``autograd.grad`` for the third) under a ``TorchDispatchMode``.
-For every aten operation it asks torch which autograd node is executing
-(``torch._C._current_autograd_node()``), reads that node's layer, counts the operation's FLOPs
-(:mod:`tracetorch.flops.aten`: what ``torch.utils.flop_counter`` counts, so the totals agree)
-and times it with the profile's clock (``profile(clock=...)``; nothing with ``timing=False``;
-CUDA events where the profile times on the device). Each is charged with
-``counter.backward_op(frame, ...)`` to the layer call whose forward made the node; the rest goes
-to the pass's own node. When the pass ends each layer it touched gets one backward sample.
-Nothing is recorded while a compiler or tracer runs the code (AOT autograd traces a backward
-graph under ``torch.compile``: no pass ran).
+:mod:`~tracetorch.adapters.torch.ops` (torch hands them to modes; none of them is replaced).
+:func:`pass_recorder` runs such a pass as a node of kind ``backward`` and keeps a
+:class:`BackwardPass` open meanwhile. Autograd runs a layer's nodes together (it orders ready
+nodes by creation, newest first), so each marked node's pre-hook is a boundary: the time since
+the previous boundary goes to the innermost layer open then, and the layer owning the marked
+node — with its enclosing layers, from the tree — becomes the open one. Each call's gradient
+parts are charged when its output's node is reached, counting a part only if the pass computes
+one of its tensors' gradients (``torch._C._will_engine_execute_node`` for a non-leaf; for a
+leaf, the pass accumulates into every leaf, or ``inputs=`` names it). When the pass ends each
+layer it reached gets one backward sample. Time before the first boundary and after a layer's
+last node (a loss written with tensor maths) stays on the pass's own node; products at the
+profile's root charge their gradients to it as well.
 
-The dispatch mode costs a few µs per aten operation of the backward pass, outside the measured
-operation times (the enclosing ``backward`` node's time includes it, and the region walk).
-Forward operations re-run inside a backward pass (activation checkpointing) count as backward
-work. A layer that computes from a tensor that is neither an input nor made inside it (one
-kept on ``self`` from an earlier call) also claims that tensor's untagged history.
+So a layer's backward time is its own share (children have theirs; the table adds them up),
+including the accumulation of its parameters' gradients. A graph whose forward ran outside the
+profile has no marks: its pass is timed as a whole, with no FLOPs. A graph built inside a block
+and differentiated after it calls one no-op hook per marked node. Nothing is recorded while a
+compiler or tracer runs the code (AOT autograd traces a backward graph under ``torch.compile``:
+no pass ran).
 
 Example:
     >>> import torch, tracetorch
@@ -47,41 +45,171 @@ Example:
 from __future__ import annotations
 
 import functools
+import threading
+from collections.abc import Sequence
 from typing import Any, Callable
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from tracetorch.adapters.torch.cuda import backward_timer
 from tracetorch.adapters.torch.tracing import tracing
-from tracetorch.engine.hotpath import Frame, OpCounter, current_frame, make_wrapper
-from tracetorch.flops.aten import backward_flops
+from tracetorch.engine.hotpath import Frame, current_frame, make_wrapper
+from tracetorch.flops.gradients import GradientPart, layer_gradient_parts
+from tracetorch.tree import CallNode
 
-__all__ = ("TAG", "MARKS", "tag_call", "assign_regions", "BackwardCounter", "pass_recorder",
-           "PassRecorder")
+__all__ = ("MARKS", "Mark", "tag_call", "mark_operation", "resolve_parts", "BackwardPass",
+           "pass_recorder", "PassRecorder")
 
-#: The key under which a node's creating layer call is kept in ``grad_fn.metadata``.
-TAG = "tracetorch"
-#: On a call's output nodes: ``(frame, frontier, marks of the inner call or None)``: a parent
-#: returning its child's output marks it after the child, so the outermost call heads the chain.
+#: The key under which a node's marks are kept in ``grad_fn.metadata``.
 MARKS = "tracetorch.marks"
 
 _grad_enabled = torch.is_grad_enabled
 _current_node = torch._C._current_autograd_node
+_will_execute = torch._C._will_engine_execute_node
+_Tensor = torch.Tensor
+
+#: A gradient part resolved for one call: FLOPs, and the tensors needing a gradient whose
+#: gradients it computes (the work is done if the pass computes any of them).
+ResolvedPart = tuple[int, tuple[Any, ...]]
 
 
-# ----------------------------------------------------------------------------- tagging
-def _probe_node() -> Any:
-    # A fresh autograd node, whatever grad mode the caller is in.
-    with torch.inference_mode(False), torch.enable_grad():
-        return torch.zeros(1, requires_grad=True).expand(1).grad_fn
+class Mark:
+    """What one call left on an autograd node: its frame, its gradient parts (on one of its
+    output nodes only, so each call is charged once) and the mark of a call that returned the
+    same node earlier (a parent returning its child's output marks it after the child)."""
+
+    __slots__ = ("frame", "parts", "inner")
+
+    def __init__(self, frame: Frame, parts: Sequence[ResolvedPart], inner: Mark | None) -> None:
+        self.frame = frame
+        self.parts = parts
+        self.inner = inner
 
 
-_ACCUMULATE = type(_probe_node().next_functions[0][0])
+# ----------------------------------------------------------------------------- marking
+def _mark(fn: Any, frame: Frame, parts: Sequence[ResolvedPart]) -> None:
+    meta = fn.metadata
+    inner = meta.get(MARKS)
+    meta[MARKS] = Mark(frame, parts, inner)
+    if inner is None:
+        fn.register_prehook(_on_marked_node)
+
+
+def _needing_grad(value: Any, out: list[Any]) -> None:
+    # The tensors behind one named input that need a gradient: the tensor, the tensors of a
+    # tuple or list (an RNN's ``(h0, c0)``, einsum's operands), a packed sequence's data. They
+    # are kept for the pass to ask whether it computes their gradients; they are a layer's
+    # inputs and weights, which its own backward keeps alive anyway.
+    if isinstance(value, _Tensor):
+        if value.requires_grad:
+            out.append(value)
+    elif isinstance(value, (tuple, list)):
+        data = getattr(value, "data", None)  # a PackedSequence is a NamedTuple
+        if isinstance(data, _Tensor):
+            _needing_grad(data, out)
+        else:
+            for item in value:
+                _needing_grad(item, out)
+
+
+def resolve_parts(parts: Sequence[GradientPart], tensor_of: Callable[[int | str], Any]
+                  ) -> list[ResolvedPart]:
+    """The parts of one call whose work can happen: each with the tensors found through
+    ``tensor_of`` (an input index or parameter name → the value) that need a gradient.
+
+    Example:
+        >>> w = torch.ones(2, requires_grad=True)
+        >>> resolve_parts([(8, (0,)), (8, ("weight",))], {0: torch.ones(2), "weight": w}.get)
+        [(8, (tensor([1., 1.], requires_grad=True),))]
+    """
+    resolved = []
+    for flops, needs in parts:
+        tensors: list[Any] = []
+        for need in needs:
+            _needing_grad(tensor_of(need), tensors)
+        if tensors:
+            resolved.append((flops, tuple(tensors)))
+    return resolved
+
+
+def _layer_parts(frame: Frame, args: tuple[Any, ...], output: Any,
+                 entry: list[Any]) -> list[ResolvedPart]:
+    # Symbolic parts once per input shape (kept in the call's per-shape counter), resolved per
+    # call: whether an input or weight needs a gradient may change between calls.
+    if len(entry) < 5:
+        symbolic = None
+        if frame.node.rule_state == "rule":
+            try:
+                symbolic = layer_gradient_parts(frame.owner, args, output)
+            except Exception:  # an unusual call is not worth breaking the model for
+                symbolic = None
+        entry.append(symbolic or ())
+    symbolic = entry[4]
+    if not symbolic:
+        return []
+    layer = frame.owner
+
+    def tensor_of(need: int | str) -> Any:
+        if isinstance(need, int):
+            return args[need] if need < len(args) else None
+        if "." not in need:
+            return getattr(layer, need, None)
+        try:  # a submodule's parameter: "self_attn.in_proj_weight"
+            return layer.get_parameter(need)
+        except AttributeError:
+            return None
+
+    return resolve_parts(symbolic, tensor_of)
+
+
+def tag_call(frame: Frame, args: tuple[Any, ...], output: Any, entry: list[Any]) -> None:
+    """Exit observer: mark this call's output nodes with its frame and gradient parts."""
+    if not _grad_enabled():
+        return
+    try:
+        fn = output.grad_fn
+    except AttributeError:  # not a tensor: a tuple, dict, dataclass... of outputs
+        fn = None
+        outputs: list[torch.Tensor] = []
+        _tensors(output, outputs)
+        fns = [t.grad_fn for t in outputs if t.grad_fn is not None]
+    else:
+        if fn is None:
+            return
+        fns = [fn]
+    if not fns:
+        return
+    try:
+        parts = _layer_parts(frame, args, output, entry)
+        seen: list[Any] = []
+        for fn in fns:
+            if not any(fn is s for s in seen):
+                seen.append(fn)
+                _mark(fn, frame, parts if len(seen) == 1 else ())
+    except Exception:  # marking must never break the user's model
+        return
+
+
+def mark_operation(frame: Frame, result: Any, parts: Sequence[GradientPart],
+                   args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Mark the node of a counted tensor operation with the gradient parts of its arguments
+    (an index names a positional argument, a string a keyword argument)."""
+    fn = result.grad_fn
+    if fn is None or not _grad_enabled():
+        return
+
+    def tensor_of(need: int | str) -> Any:
+        if isinstance(need, int):
+            return args[need] if need < len(args) else None
+        return kwargs.get(need)
+
+    resolved = resolve_parts(parts, tensor_of)
+    if resolved:
+        _mark(fn, frame, resolved)
 
 
 def _tensors(value: Any, out: list[torch.Tensor], depth: int = 0) -> None:
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, _Tensor):
         out.append(value)
     elif depth < 3:
         if isinstance(value, (tuple, list)):
@@ -92,181 +220,122 @@ def _tensors(value: Any, out: list[torch.Tensor], depth: int = 0) -> None:
                 _tensors(item, out, depth + 1)
 
 
-def tag_call(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
-    """Exit observer: mark this call's output nodes with its frame and frontier."""
-    if not _grad_enabled():
-        return
-    try:
-        fn = output.grad_fn
-    except AttributeError:  # not a tensor: a tuple, dict, dataclass... of outputs
-        outputs: list[torch.Tensor] = []
-        _tensors(output, outputs)
-        if outputs:
-            try:
-                _mark_all(frame, args, kwargs, outputs)
-            except Exception:  # marking must never break the user's model
-                pass
-        return
-    if fn is None:
-        return
-    try:
-        x = args[0] if len(args) == 1 and not kwargs else None
-        if isinstance(x, torch.Tensor):  # the common call: one tensor in, one out
-            if x is output:  # in place: the history below its newest node
-                frontier = tuple(n for n, _ in fn.next_functions if n is not None)
-            else:
-                before = x.grad_fn
-                frontier = () if before is None else (before,)
-            meta = fn.metadata
-            meta[MARKS] = (frame, frontier, meta.get(MARKS))
-        else:
-            _mark_all(frame, args, kwargs, [output])
-    except Exception:
-        return
+# ----------------------------------------------------------------------------- sweeping
+class BackwardPass:
+    """One recorded backward pass: the layers open at the current boundary, and what each got.
 
+    ``leaves`` is ``None`` when the pass accumulates into every leaf (``backward()`` without
+    ``inputs``), else the ids of the tensors it computes gradients for.
+    """
 
-def _mark(fn: Any, frame: Frame, frontier: tuple[Any, ...]) -> None:
-    # A parent returning its child's output marks it again: the marks chain outwards.
-    meta = fn.metadata
-    meta[MARKS] = (frame, frontier, meta.get(MARKS))
+    def __init__(self, frame: Frame, leaves: set[int] | None) -> None:
+        self.frame = frame
+        self.collector = frame.collector
+        self.leaves = leaves
+        self.timer = backward_timer(self.collector)
+        self.clock = self.collector.host_clock
+        self.open: list[CallNode] = []  # the innermost last
+        self.spent: dict[CallNode, int] = {}  # every layer reached: its host ns so far
+        self.flops: dict[CallNode, int] = {}
+        self.last = self.clock()
+        if self.timer is not None:
+            self.timer.mark(frame)
 
-
-def _mark_all(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any],
-              outputs: list[torch.Tensor]) -> None:
-    inputs: list[torch.Tensor] = []
-    _tensors(args, inputs)
-    if kwargs:
-        _tensors(kwargs, inputs)
-    frontier: list[Any] = []
-    for tensor in inputs:
+    def _computes(self, tensor: Any) -> bool:
+        if self.leaves is not None and id(tensor) in self.leaves:
+            return True  # named in ``inputs``
         fn = tensor.grad_fn
         if fn is None:
-            continue
-        if any(tensor is out for out in outputs):  # modified in place
-            frontier.extend(n for n, _ in fn.next_functions if n is not None)
-        else:
-            frontier.append(fn)
-    boundary = tuple(frontier)
-    seen: list[Any] = []
-    for out in outputs:
-        fn = out.grad_fn
-        if fn is not None and not any(fn is s for s in seen):
-            seen.append(fn)
-            _mark(fn, frame, boundary)
+            return self.leaves is None  # a leaf: accumulated unless the pass names its inputs
+        try:
+            return bool(_will_execute(fn))
+        except RuntimeError:  # not a node of this pass's graph
+            return False
 
+    def reach(self, mark: Mark | None) -> None:
+        """The pass reached a marked node: charge the calls' parts, move the open layers."""
+        now = self.clock()
+        open_ = self.open
+        if open_ and self.timer is None:  # a device timer charges its spans at the end
+            self.spent[open_[-1]] += now - self.last
+        self.last = now
+        collector = self.collector
+        innermost = None
+        while mark is not None:  # the outermost call heads the chain, the innermost ends it
+            frame = mark.frame
+            if frame.collector is collector:
+                innermost = frame.node
+                if mark.parts:
+                    self._charge(frame, mark.parts)
+            mark = mark.inner
+        if innermost is not None and not (open_ and open_[-1] is innermost):
+            self._open(innermost)
 
-class _Region:
-    __slots__ = ("frame", "frontier", "outer")
+    def _charge(self, frame: Frame, parts: Sequence[ResolvedPart]) -> None:
+        flops = 0
+        for part_flops, tensors in parts:
+            if any(self._computes(t) for t in tensors):
+                flops += part_flops
+        if flops:
+            # Products outside every layer (at the profile's root) are the pass's own work.
+            outside = frame.owner is None or frame.node.kind == "thread"
+            node = self.frame.node if outside else frame.node
+            self.flops[node] = self.flops.get(node, 0) + flops
 
-    def __init__(self, frame: Frame, frontier: tuple[Any, ...], outer: _Region | None):
-        self.frame = frame
-        self.frontier = frontier
-        self.outer = outer
-
-
-def assign_regions(roots: list[Any]) -> int:
-    """Tag every node reachable from ``roots`` with the innermost layer call owning it.
-
-    Returns how many nodes were tagged.
-    """
-    stack: list[tuple[Any, _Region | None]] = [(r, None) for r in roots if r is not None]
-    seen = set()
-    tagged = 0
-    while stack:
-        node, region = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        if type(node) is _ACCUMULATE:
-            continue
-        while region is not None and any(node is f for f in region.frontier):
-            region = region.outer
-        meta = node.metadata
-        marks = meta.get(MARKS)
-        if marks is not None:
-            chain = []
-            while marks is not None:  # the outermost call marked last, so it heads the chain
-                chain.append(marks)
-                marks = marks[2]
-            for frame, frontier, _ in chain:  # open the outermost region first
-                region = _Region(frame, frontier, region)
-        if region is not None:
-            meta[TAG] = region.frame
-            tagged += 1
-        elif TAG in meta:
-            del meta[TAG]
-        for nxt, _ in node.next_functions:
-            if nxt is not None:
-                stack.append((nxt, region))
-    return tagged
-
-
-def _roots_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
-    first = args[0] if args else kwargs.get("tensors", kwargs.get("outputs"))
-    tensors: list[torch.Tensor] = []
-    _tensors(first, tensors)
-    return [t.grad_fn for t in tensors if t.grad_fn is not None]
-
-
-# ----------------------------------------------------------------------------- counting
-class BackwardCounter(TorchDispatchMode):
-    """Charges each aten operation of a backward pass to the layer that created its node.
-
-    ``fallback`` receives operations of untagged nodes. ``timer`` (a device timer, see
-    :mod:`tracetorch.adapters.torch.cuda`) replaces the profile's clock where set.
-    """
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        # torch would wrap __torch_dispatch__ in torch._dynamo.disable, importing all of dynamo
-        # (over a second, and it rebinds torch.manual_seed) on a profile's first backward pass.
-        return False
-
-    def __init__(self, counter: OpCounter, fallback: Frame | None, timer: Any = None) -> None:
-        super().__init__()
-        self.counter = counter
-        self.fallback = fallback
-        self.timer = timer
-        self._node: Any = None
-        self._tag: Frame | None = fallback
-        self._clock = counter.backward_clock(fallback)
-
-    def _tag_of_current(self) -> Frame | None:
-        node = _current_node()
-        if node is not self._node:
-            self._node = node
-            tag = node.metadata.get(TAG) if node is not None else None
-            self._tag = tag if tag is not None else self.fallback
-            self._clock = self.counter.backward_clock(self._tag)
-        return self._tag
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
-                           kwargs: dict[str, Any] | None = None) -> Any:
-        kwargs = kwargs or {}
-        tag = self._tag_of_current()
-        timer = self.timer
-        if timer is None:
-            clock = self._clock
-            start = clock()
-            out = func(*args, **kwargs)
-            elapsed = clock() - start
-        else:
-            timer.mark(tag)
-            out = func(*args, **kwargs)
-            elapsed = 0
-        flops = backward_flops(func, args, kwargs, out)
-        if tag is not None:
-            self.counter.backward_op(tag, func.__name__ if flops else "", flops, flops > 0,
-                                     elapsed)
-        return out
+    def _open(self, target: CallNode) -> None:
+        # The target and its enclosing layers become the open ones; layers not enclosing it end.
+        open_, spent = self.open, self.spent
+        path = []
+        node: CallNode | None = target
+        while node is not None and node.parent is not None and node.kind != "thread" \
+                and node not in open_:
+            path.append(node)
+            node = node.parent
+        while open_ and open_[-1] is not node:
+            open_.pop()
+        for entered in reversed(path):
+            open_.append(entered)
+            spent.setdefault(entered, 0)
+        if self.timer is not None:
+            self.timer.mark(open_[-1].frame if open_ else self.frame)
 
     def finish(self) -> None:
-        """End of the pass: a device timer charges its measured spans now."""
-        self._node = None
+        """End of the pass: the last open layer's time, device spans, one sample per layer."""
+        spent = self.spent
+        if self.open and self.timer is None:
+            spent[self.open[-1]] += self.clock() - self.last
+        self.open = []
         if self.timer is not None:
-            for tag, elapsed in self.timer.resolve():
-                if tag is not None:
-                    self.counter.backward_op(tag, "", 0, False, elapsed)
+            for frame, elapsed in self.timer.resolve():
+                if frame is not None and frame.node in spent:
+                    spent[frame.node] += elapsed
+        add = self.collector.add_backward
+        for node, elapsed in spent.items():
+            add(node, self.flops.pop(node, 0), True, elapsed)
+        for node, flops in self.flops.items():  # the pass's own node
+            add(node, flops, True, 0)
+        self.collector.flush_backward()
+
+
+#: The passes being recorded, by the thread that started them.
+_PASSES: dict[int, BackwardPass] = {}
+
+
+def _on_marked_node(grad_outputs: Any) -> None:
+    if not _PASSES:
+        return  # a graph differentiated outside every recorded pass
+    state = _PASSES.get(threading.get_ident())
+    if state is None:
+        if len(_PASSES) != 1:
+            return
+        state = next(iter(_PASSES.values()))  # autograd's device threads run the hooks
+    try:
+        node = _current_node()
+        mark = node.metadata.get(MARKS) if node is not None else None
+        if mark is not None:
+            state.reach(mark)
+    except Exception:  # attribution is best effort; the user's gradients are not
+        pass
 
 
 # ----------------------------------------------------------------------------- passes
@@ -274,15 +343,29 @@ class BackwardCounter(TorchDispatchMode):
 PassRecorder = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
 
 
-def pass_recorder(counter: OpCounter, label: str | None = None) -> PassRecorder:
+def _leaves_of(func: Callable[..., Any], args: tuple[Any, ...],
+               kwargs: dict[str, Any]) -> set[int] | None:
+    if func is torch.autograd.grad:
+        inputs = args[1] if len(args) > 1 else kwargs.get("inputs")
+    else:
+        inputs = kwargs.get("inputs")
+        if inputs is None and func is torch.autograd.backward and len(args) > 4:
+            inputs = args[4]
+    if inputs is None:
+        return None
+    tensors: list[torch.Tensor] = []
+    _tensors(inputs, tensors)
+    return {id(t) for t in tensors}
+
+
+def pass_recorder(label: str | None = None) -> PassRecorder:
     """What the function mode calls for a backward entry point: the pass, recorded as a node of
-    kind ``backward`` (named ``label``, by default ``backward``) whose operations are counted
-    and timed per layer; the pass runs unrecorded while compiling or tracing, and inside
-    another pass (a gradient taken in a custom ``backward``).
+    kind ``backward`` (named ``label``, by default ``backward``) whose marked nodes charge their
+    layers; the pass runs unrecorded while compiling or tracing, and inside another pass (a
+    gradient taken in a custom ``backward``).
 
     Example:
-        >>> import torch
-        >>> run = pass_recorder(OpCounter())
+        >>> run = pass_recorder()
         >>> x = torch.ones(2, requires_grad=True)
         >>> run(torch.autograd.grad, ((x * x).sum(), x), {})   # outside a profile: just runs
         (tensor([2., 2.]),)
@@ -297,17 +380,14 @@ def pass_recorder(counter: OpCounter, label: str | None = None) -> PassRecorder:
             frame = current_frame()  # the pass's own node, unless the engine passed it through
             if frame is None or not frame.collector.active or frame.node.kind != "backward":
                 return func(*args, **kwargs)
+            thread = threading.get_ident()
+            state = BackwardPass(frame, _leaves_of(func, args, kwargs))
+            _PASSES[thread] = state
             try:
-                assign_regions(_roots_of(args, kwargs))
-            except Exception:  # attribution is best effort; the pass itself must run
-                pass
-            mode = BackwardCounter(counter, frame, backward_timer(frame.collector))
-            try:
-                with mode:
-                    return func(*args, **kwargs)
+                return func(*args, **kwargs)
             finally:
-                mode.finish()
-                frame.collector.flush_backward()
+                del _PASSES[thread]
+                state.finish()
 
         return record(counted, None, (), {})
 

@@ -48,7 +48,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from tracetorch.adapters.torch.backward import pass_recorder, tag_call
+from tracetorch.adapters.torch.backward import mark_operation, pass_recorder, tag_call
 from tracetorch.adapters.torch.tracing import tracing
 from tracetorch.engine.hotpath import (
     OpCounter,
@@ -56,6 +56,7 @@ from tracetorch.engine.hotpath import (
     set_exit_observer,
     set_op_switch,
 )
+from tracetorch.flops.gradients import function_gradient_parts
 from tracetorch.flops.torch_functions import CallFormula, torch_function_formulas
 
 __all__ = ("OpCountingMode", "make_switch", "start_op_counting")
@@ -83,10 +84,14 @@ def _counting(name: str, formula: CallFormula, forward_op: Callable[..., Any]) -
         try:
             with _no_subclass_dispatch():  # a subclass's __torch_function__ sees no .shape read
                 flops = formula(args, kwargs, result)
+                if flops:
+                    forward_op(name, flops, True)
+                    if result.grad_fn is not None:
+                        parts = function_gradient_parts(func, args, kwargs, result)
+                        if parts:
+                            mark_operation(frame, result, parts, args, kwargs)
         except Exception:  # an unusual call signature is not worth breaking the model for
             return result
-        if flops:
-            forward_op(name, flops, True)
         return result
 
     return count
@@ -102,10 +107,10 @@ class OpCountingMode(TorchFunctionMode):
         entries: dict[Any, Entry] = {}
         for func, (name, formula) in torch_function_formulas().items():
             entries[func] = _counting(name, formula, counter.forward_op)
-        backward = pass_recorder(counter)
+        backward = pass_recorder()
         entries[torch.Tensor.backward] = backward
         entries[torch.autograd.backward] = backward
-        entries[torch.autograd.grad] = pass_recorder(counter, "autograd.grad")
+        entries[torch.autograd.grad] = pass_recorder("autograd.grad")
         self._entries = entries
         self.retired = False
 
