@@ -54,8 +54,8 @@ import sys, types, tracetorch
 prof = tracetorch.profile()
 prof.__enter__()
 import torch
-wrapped = vars(torch.nn.Linear)['forward']
 torch.nn.Linear(2, 3)(torch.ones(4, 2))
+wrapped = vars(torch.nn.Linear)['forward']  # wrapped at its first call
 prof.__exit__(None, None, None)
 import torch.nn as nn
 restored = vars(nn.Linear)['forward']
@@ -68,15 +68,27 @@ print(prof.find('Linear').calls, prof.forward_flops,
     assert out.stdout.split() == ["1", str(2 * 4 * 2 * 3), "True", "False"]
 
 
-def test_every_module_class_defining_forward_is_wrapped_only_inside():
+def test_a_module_class_is_wrapped_at_its_first_call_and_only_inside():
     model = nn.Sequential(nn.Linear(3, 4), nn.ReLU())
     original = vars(nn.Linear)["forward"]
-    with tracetorch.profile():
+    with tracetorch.profile() as prof:
+        assert vars(nn.Linear)["forward"] is original  # entering wraps no layer class
+        model(torch.zeros(2, 3))
         assert vars(nn.Linear)["forward"] is not original
         assert "forward" not in vars(nn.LazyLinear)  # inherits: gets no copy
         assert (nn.Linear, "forward") in BOARD.patched()
-        model(torch.zeros(2, 3))
+        assert (nn.Conv2d, "forward") not in BOARD.patched()
     assert vars(nn.Linear)["forward"] is original
+    assert "_call_impl" not in vars(nn.Linear)
+    assert not BOARD.patched()
+    assert prof.find("Sequential.0").calls == 1
+
+
+def test_profile_model_wraps_its_classes_on_entry():
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU())
+    with tracetorch.profile(model):
+        assert (nn.Linear, "forward") in BOARD.patched()
+        assert (nn.ReLU, "forward") in BOARD.patched()
     assert not BOARD.patched()
 
 

@@ -66,13 +66,22 @@ class AdapterSet:
         return cleanups
 
     def targets(self, model: Any) -> Iterator[PatchTarget]:
-        """What to wrap now: every started adapter's targets, then the model's own classes."""
+        """What to wrap now: every started adapter's targets, then the model's own classes (as
+        the adapter of their framework wraps them, else as duck-typed layers)."""
         with self._lock:
             adapters = list(self._started.values())
         for adapter in adapters:
             yield from adapter.patch_targets()
-        if model is not None:
-            yield from duck_targets(model)
+        if model is None:
+            return
+        for target in duck_targets(model):
+            for adapter in adapters:
+                claimed = adapter.class_targets(target.cls)
+                if claimed is not None:
+                    yield from claimed
+                    break
+            else:
+                yield target
 
     def configure(self, collector: Any) -> None:
         """Let every started adapter set up a profile being entered (a device clock...)."""

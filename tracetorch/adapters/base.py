@@ -9,6 +9,8 @@ Example:
     ...     module_name = "builtins"
     ...     def patch_targets(self):
     ...         return []
+    ...     def class_targets(self, cls):
+    ...         return None
     ...     def start(self, board, counter):
     ...         return []
     >>> isinstance(NoFramework(), Adapter)
@@ -31,13 +33,17 @@ class Adapter(Protocol):
     """What the engine asks of a framework.
 
     ``module_name`` is the import that makes the adapter relevant; ``patch_targets`` lists what
-    exists now; ``start`` runs once when the first profile opens (or when the framework is
-    imported while one is open) and returns the cleanups to run when the last one closes.
+    to wrap on entry; ``class_targets`` what to wrap for a class of the model given to
+    ``profile(model)`` (``None`` for a class of another framework); ``start`` runs once when
+    the first profile opens (or when the framework is imported while one is open) and returns
+    the cleanups to run when the last one closes.
     """
 
     module_name: str
 
     def patch_targets(self) -> Iterable[PatchTarget]: ...
+
+    def class_targets(self, cls: type) -> Iterable[PatchTarget] | None: ...
 
     def start(self, board: PatchBoard, counter: OpCounter) -> list[Callable[[], None]]: ...
 

@@ -13,7 +13,7 @@ Example:
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Callable
 
 from tracetorch.adapters.base import all_subclasses
@@ -40,6 +40,12 @@ class CoreAdapter:
         yield PatchTarget(Tensor, "backward", "backward")
         for cls in all_subclasses(Optimizer):
             yield PatchTarget(cls, "step", "optimizer")
+
+    def class_targets(self, cls: type) -> Iterable[PatchTarget] | None:
+        """Nothing more for a core layer class (:meth:`patch_targets` names them all)."""
+        from tracetorch.core.layers import Module
+
+        return () if issubclass(cls, Module) else None
 
     def start(self, board: PatchBoard, counter: OpCounter) -> list[Callable[[], None]]:
         """Observe tensor operations and patch classes created from now on."""

@@ -10,7 +10,8 @@ that only inherited it is deleted again, so the class gets no copy.
 
 :class:`PatchBoard` holds the patches of the open profiles, reference-counted under a lock:
 the first :meth:`~PatchBoard.acquire` opens, the last :meth:`~PatchBoard.release` restores, so
-code run outside every profile pays nothing.
+code run outside every profile pays nothing. A wrapper is built once per class and callable
+(:func:`reusable_wrapper`): entering a block again costs a ``setattr`` per class wrapped.
 
 Example:
     >>> class Layer:
@@ -28,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterable
 from typing import Any, Callable, NamedTuple
 
@@ -37,7 +39,7 @@ from tracetorch.engine.hotpath import make_wrapper
 from tracetorch.tree import NodeKind
 
 __all__ = ("BOARD", "Patch", "PatchTarget", "PatchBoard", "defining_class", "is_instrumented",
-           "recording_wrapper", "subclass_watcher")
+           "recording_wrapper", "reusable_wrapper", "subclass_watcher")
 
 Guard = Callable[[], bool]
 
@@ -157,6 +159,36 @@ def recording_wrapper(original: Any, kind: NodeKind, *, label: str | None = None
     return wrapper
 
 
+#: The wrapper built for each class's attribute, with what it was built from: entering a block
+#: again reuses it, so re-wrapping a class costs a ``setattr``, not a new wrapper (and the garbage
+#: collections that allocating thousands of them triggers). Weak: a class that goes away takes its
+#: entry along, unless its own method refers back to it (``super()`` in ``forward``).
+_WRAPPERS: weakref.WeakKeyDictionary[type, dict[str, tuple[Any, NodeKind, Guard | None, Any]]] = (
+    weakref.WeakKeyDictionary())
+
+
+def reusable_wrapper(cls: type, attr: str, original: Any, kind: NodeKind,
+                     guard: Guard | None = None) -> wrapt.FunctionWrapper:
+    """:func:`recording_wrapper` of ``original`` for ``cls.attr``, the same object each time it
+    is asked for the same callable, kind and guard.
+
+    Example:
+        >>> class Layer:
+        ...     def forward(self, x):
+        ...         return x
+        >>> first = reusable_wrapper(Layer, "forward", vars(Layer)["forward"], "module")
+        >>> first is reusable_wrapper(Layer, "forward", vars(Layer)["forward"], "module")
+        True
+    """
+    built = _WRAPPERS.setdefault(cls, {})
+    entry = built.get(attr)
+    if entry is not None and entry[0] is original and entry[1] == kind and entry[2] is guard:
+        return entry[3]
+    wrapper = recording_wrapper(original, kind, guard=guard)
+    built[attr] = (original, kind, guard, wrapper)
+    return wrapper
+
+
 def subclass_watcher(base: type, on_new: Callable[[type], None]) -> classmethod:
     """An ``__init_subclass__`` for ``base`` that does what ``base`` did, then calls
     ``on_new(cls)`` for the new subclass (a class the profiler cannot wrap is still created).
@@ -234,7 +266,25 @@ class PatchBoard:
                 return
             if is_instrumented(original) or not callable(original):
                 return
-            self._add(cls, attr, recording_wrapper(original, kind, guard=guard))
+            self._add(cls, attr, reusable_wrapper(cls, attr, original, kind, guard))
+
+    def install(self, owner: Any, attr: str, value: Any) -> bool:
+        """Set ``owner.attr = value`` until the last release, also over a value the board set
+        there itself (what is restored stays what was there first); returns False, doing
+        nothing, when no profile is active or the attribute holds what someone else put there
+        since the board set it."""
+        with self._lock:
+            if not self._users:
+                return False
+            patch = self._patches.get((owner, attr))
+            if patch is None:
+                self._add(owner, attr, value)
+            elif patch.owned:
+                setattr(owner, attr, value)
+                patch.installed = value
+            else:
+                return False
+            return True
 
     def watch_subclasses(self, base: type, on_new: Callable[[type], None]) -> None:
         """Call ``on_new(cls)`` for every subclass of ``base`` created until the last release."""

@@ -1,28 +1,39 @@
 """The PyTorch adapter: what is wrapped while a profile is open, and how it is undone.
 
-**Layers.** ``forward`` is wrapped on every ``torch.nn.Module`` subclass that defines it, found
-by walking ``torch.nn.Module.__subclasses__()`` (user classes included), so modules of any
-model are recorded whether or not it is passed to ``profile``. Wrapping ``forward`` (not
-``Module.__call__``) keeps the user's hooks outside the measured call and untouched, and leaves
-classes that only inherit ``forward`` alone. ``benchmarks/overhead_torch.py`` counts the classes
-wrapped (246 on torch 2.13) and times entering plus leaving a block (about 1.3 ms on CPU) —
-once per block, not per call, so wrapping every class beats guessing which ones a model will
-call. ``torch.fx.GraphModule`` classes (which regenerate ``forward`` on ``recompile()``) are
-not wrapped; the modules they call still are.
+**Layers, wrapped at their first call.** ``forward`` is wrapped on the ``torch.nn.Module``
+classes whose instances are called inside the block (user classes included), so entering a
+block costs the same (about 0.1 ms, ``benchmarks/enter_exit.py``) with torch alone or with a
+library of a thousand layer classes (timm) imported. While a profile is open,
+``torch.nn.Module._call_impl`` — which every module call runs, after ``__call__`` and before
+hooks and ``forward`` — is a first-call function (:class:`FirstCalls`): the first time an
+instance of a class is called, it wraps ``forward`` on that class and every class of its MRO and
+gives the class torch's own ``_call_impl`` back as an attribute of its own, so its later calls
+never pass that way again (a few µs per class, once per block). Classes of a model given to
+``profile(model)`` are wrapped on entry, so a submodule whose ``forward`` is called directly
+(``self.block.forward(x)``) is recorded too; without a model, only classes called through
+``module(...)`` are. ``Module.__call__`` is never touched, so ``torch.fx`` and quantization
+tools that patch it see every call. Wrapping ``forward`` keeps the user's hooks outside the
+measured call and untouched, and leaves classes that only inherit ``forward`` alone.
+``torch.fx.GraphModule`` classes (which regenerate ``forward`` on ``recompile()``) are not
+wrapped; the modules they call still are. A class whose own ``_call_impl`` replaces torch's
+(``torch.compiler.disable`` on a class) is recorded only as a class of ``profile(model)``'s model.
 
 **Compilers and tracers.** Every torch wrapper's guard is :func:`~.tracing.tracing`: while
 Dynamo (``torch.compile``, ``torch.export``), ``torch.fx`` or the TorchScript tracer runs a
-layer, the wrapper only calls it, so they see the model as it is and nothing is recorded.
-Compiled and scripted modules are recorded where Python calls them: ``__call__`` of
-``OptimizedModule`` (``torch.compile(module)``) and of ``torch.jit.ScriptModule`` (whose
-``forward`` is TorchScript, not Python) is wrapped, so each is one node with its time; the
-layers inside run as a graph and are not seen (its FLOPs are those of the operations the
-function mode sees, else unknown: ``unsupported`` lists it). ``module.compile()``, in place,
-compiles ``Module.__call__`` itself: such a module's calls are not nodes, and the operations the
-function mode sees count toward the enclosing call.
+layer, the wrapper only calls it, so they see the model as it is and nothing is recorded; the
+first-call function only calls through while Dynamo traces it. Compiled and scripted modules
+are recorded where Python calls them: ``__call__`` of ``OptimizedModule``
+(``torch.compile(module)``) and of ``torch.jit.ScriptModule`` (whose ``forward`` is TorchScript,
+not Python) is wrapped on entry, so each is one node with its time; the layers inside run as a
+graph and are not seen (its FLOPs are those of the operations the function mode sees, else
+unknown: ``unsupported`` lists it). ``module.compile()``, in place, compiles the module's
+``_call_impl`` itself: such a module's calls are not nodes, and the operations the function mode
+sees count toward the enclosing call (compiled in a block before its class's first call, it
+compiles the first-call function, which Dynamo traces as a plain call of torch's).
 
 **Classes defined inside the block.** ``torch.nn.Module.__init_subclass__`` is set while
-profiling (and deleted again on exit): a class created in the block is wrapped at once.
+profiling (and deleted again on exit): a class created in the block is wrapped at once, as its
+first call would.
 
 **Optimizers.** No ``step`` is patched: torch's global optimizer step hooks open and close the
 ``"{type}.step"`` node (see :mod:`~tracetorch.adapters.torch.steps`), so optimizers and LR
@@ -36,8 +47,8 @@ layer; :mod:`~tracetorch.adapters.torch.cuda` times CUDA work with events.
 Example:
     >>> import torch
     >>> adapter = TorchAdapter()
-    >>> any(t.cls is torch.nn.Linear for t in adapter.patch_targets())
-    True
+    >>> [(t.cls.__name__, t.attr) for t in adapter.class_targets(torch.nn.Linear)]
+    [('Linear', 'forward')]
 """
 from __future__ import annotations
 
@@ -48,7 +59,6 @@ from typing import Any, Callable
 
 import torch
 
-from tracetorch.adapters.base import all_subclasses
 from tracetorch.adapters.torch.cuda import configure as cuda_configure
 from tracetorch.adapters.torch.ops import start_op_counting
 from tracetorch.adapters.torch.steps import start_step_hooks
@@ -56,7 +66,7 @@ from tracetorch.adapters.torch.tracing import tracing
 from tracetorch.engine.hotpath import OpCounter
 from tracetorch.engine.patches import PatchBoard, PatchTarget
 
-__all__ = ("TorchAdapter", "wraps_forward", "targets_for")
+__all__ = ("TorchAdapter", "FirstCalls", "wraps_forward", "targets_for")
 
 _RULES_REGISTERED = False
 
@@ -95,16 +105,98 @@ def targets_for(cls: type) -> Iterator[PatchTarget]:
         yield PatchTarget(cls, "__call__", "module", tracing, inherited=True)
 
 
+class FirstCalls:
+    """Wraps each ``torch.nn.Module`` class at the first call of one of its instances, for one
+    opening of the board (see the module docstring).
+
+    The first-call function sits in ``torch.nn.Module._call_impl`` and, once a class has been
+    seen, in each of that class's direct subclasses; the class itself gets torch's own
+    ``_call_impl`` back as an attribute of its own. So every class whose calls skip the
+    first-call function has been seen, or derives from a seen class through one that was not
+    (and so still passes the first-call function), or was created inside the block (and was
+    wrapped then).
+
+    Example:
+        >>> import torch
+        >>> from tracetorch.engine.patches import PatchBoard
+        >>> board = PatchBoard()
+        >>> board.acquire([])
+        >>> FirstCalls(board).install()
+        >>> _ = torch.nn.ReLU()(torch.ones(1))      # wraps ReLU.forward, once
+        >>> sorted(attr for cls, attr in board.patched() if cls is torch.nn.ReLU)
+        ['_call_impl', 'forward']
+        >>> board.release()
+        >>> "_call_impl" in vars(torch.nn.ReLU), "_call_impl" in vars(torch.nn.ReLU6)
+        (False, False)
+    """
+
+    def __init__(self, board: PatchBoard) -> None:
+        self.board = board
+        self.original = original = vars(torch.nn.Module)["_call_impl"]
+        seen = self.seen
+        is_compiling = torch.compiler.is_compiling
+
+        def _call_impl(module: Any, *args: Any, **kwargs: Any) -> Any:
+            if not is_compiling():  # Dynamo folds this and traces only the call below
+                seen(type(module))
+            return original(module, *args, **kwargs)
+
+        self.first_call = _call_impl
+        #: Classes whose own targets are wrapped in this opening (only ever grows while open).
+        self._wrapped: set[type] = set()
+
+    def install(self) -> None:
+        """Put the first-call function in ``torch.nn.Module._call_impl`` until the last
+        release."""
+        self.board.install(torch.nn.Module, "_call_impl", self.first_call)
+
+    def seen(self, cls: type) -> None:
+        """An instance of ``cls`` is being called: wrap the ``forward``\\ s it may run, pass the
+        first-call function on to its direct subclasses, and let its own calls skip it."""
+        if cls is torch.nn.Module:
+            return
+        self.wrap(cls)
+        install = self.board.install
+        subclasses: list[type] = cls.__subclasses__()
+        for sub in subclasses:  # first: none may inherit the original meanwhile
+            if "_call_impl" not in vars(sub):
+                install(sub, "_call_impl", self.first_call)
+        if vars(cls).get("_call_impl", self.first_call) is self.first_call:  # not the user's
+            install(cls, "_call_impl", self.original)
+
+    def wrap(self, cls: type) -> None:
+        """Wrap what :func:`targets_for` names on ``cls`` and every module class of its MRO."""
+        wrapped = self._wrapped
+        if cls in wrapped:
+            return
+        for klass in cls.__mro__:
+            if klass not in wrapped and issubclass(klass, torch.nn.Module):
+                for target in targets_for(klass):
+                    self.board.patch(target)
+                wrapped.add(klass)  # after patching: another thread never skips it too early
+
+
 class TorchAdapter:
     """Profiles ``torch.nn`` modules, backward passes, optimizer steps and tensor operations."""
 
     module_name = "torch"
 
     def patch_targets(self) -> Iterator[PatchTarget]:
-        """Every module class defining ``forward``, and compiled and scripted modules'
-        ``__call__`` (backward passes reach the function mode of .ops)."""
-        for cls in all_subclasses(torch.nn.Module):
-            yield from targets_for(cls)
+        """What is wrapped on entry: ``__call__`` of scripted and compiled modules (layers are
+        wrapped at their first call; backward passes reach the function mode of .ops)."""
+        yield from targets_for(torch.jit.ScriptModule)
+        eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+        compiled = getattr(eval_frame, "OptimizedModule", None)
+        if compiled is not None:
+            yield from targets_for(compiled)
+
+    def class_targets(self, cls: type) -> list[PatchTarget] | None:
+        """For a class of the model given to ``profile(model)``: ``forward`` of it and of the
+        module classes of its MRO (``None``: not a torch module)."""
+        if not issubclass(cls, torch.nn.Module):
+            return None
+        return [target for klass in cls.__mro__ if issubclass(klass, torch.nn.Module)
+                for target in targets_for(klass)]
 
     def configure(self, collector: Any) -> None:
         """A profile is being entered: on CUDA, time its calls with events (see .cuda)."""
@@ -124,11 +216,9 @@ class TorchAdapter:
             cleanups.append(start_op_counting(counter))
             cleanups.append(start_step_hooks())
 
-            def new_module_class(cls: type) -> None:
-                for target in targets_for(cls):
-                    board.patch(target)
-
-            board.watch_subclasses(torch.nn.Module, new_module_class)
+            first_calls = FirstCalls(board)
+            board.watch_subclasses(torch.nn.Module, first_calls.wrap)
+            first_calls.install()
         except BaseException:
             for cleanup in reversed(cleanups):
                 cleanup()
