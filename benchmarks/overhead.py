@@ -11,7 +11,8 @@ dominates (101 layer calls per forward). Three variants run interleaved, in the 
 Reported: median ns per forward, ns added per layer call over ``plain``, and the ratio of
 tracetorch's added cost to the bare wrapper's. Then the memory held after 1,000,000 recorded calls
 (tracemalloc), and an identity check that no patched attribute survives the block. With torch
-installed, ``benchmarks/overhead_torch.py`` runs the same comparison on ``torch.nn`` modules.
+installed, the core comparison runs again once torch is imported (core layers must cost the
+same), then ``benchmarks/overhead_torch.py`` runs the same comparison on ``torch.nn`` modules.
 
 Run: ``python benchmarks/overhead.py [--rounds 15] [--calls 1000000]``
 """
@@ -184,6 +185,12 @@ def main(argv: list[str] | None = None) -> int:
     if importlib.util.find_spec("torch") is None:
         print("torch not installed: skipping the torch comparison")
     else:
+        import torch  # noqa: F401  core layers must cost the same once torch is imported
+
+        again = measure_overhead(args.rounds, args.forwards)
+        with_torch = (again["tracetorch"] - again["plain"]) / CALLS_PER_FORWARD
+        print(f"  tracetorch.core with torch imported: +{with_torch:.0f} ns/call "
+              f"({with_torch / added['tracetorch']:.2f}x the cost without)")
         sys.path.insert(0, str(Path(__file__).parent))
         import overhead_torch
 

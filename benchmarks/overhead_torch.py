@@ -32,28 +32,18 @@ Run: ``python benchmarks/overhead_torch.py [--rounds 15] [--forwards 200]``
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import statistics
 import sys
 import time
-from collections.abc import Iterator
 from typing import Callable
 
 import torch
-import wrapt
+from torch_peers import PAIRS, bare_wrapt, build_mlp, timing_hooks
 
 import tracetorch
 
-PAIRS = 50
 CALLS = 2 * PAIRS + 1  # every Linear and ReLU, plus the Sequential
-
-
-def build_model() -> torch.nn.Sequential:
-    layers: list[torch.nn.Module] = []
-    for _ in range(PAIRS):
-        layers += [torch.nn.Linear(8, 8), torch.nn.ReLU()]
-    return torch.nn.Sequential(*layers)
 
 
 def time_forwards(model: torch.nn.Module, x: torch.Tensor, forwards: int) -> float:
@@ -64,57 +54,9 @@ def time_forwards(model: torch.nn.Module, x: torch.Tensor, forwards: int) -> flo
     return (time.perf_counter_ns() - start) / forwards
 
 
-@contextlib.contextmanager
-def bare_wrapt(classes: list[type]) -> Iterator[list[int]]:
-    """The floor of the mechanism: a wrapt wrapper that only times the call."""
-    total = [0]
-    clock = time.perf_counter_ns
-
-    def timed(wrapped: Callable, instance: object, args: tuple, kwargs: dict) -> object:
-        start = clock()
-        try:
-            return wrapped(*args, **kwargs)
-        finally:
-            total[0] += clock() - start
-
-    originals = {cls: vars(cls)["forward"] for cls in classes}
-    for cls, original in originals.items():
-        cls.forward = wrapt.FunctionWrapper(original, timed)
-    try:
-        yield total
-    finally:
-        for cls, original in originals.items():
-            cls.forward = original
-
-
-@contextlib.contextmanager
-def timing_hooks(model: torch.nn.Module) -> Iterator[dict[int, int]]:
-    """Plain forward pre/post hooks on every module, timing each call."""
-    starts: dict[int, int] = {}
-    totals: dict[int, int] = {}
-    clock = time.perf_counter_ns
-
-    def pre(module: torch.nn.Module, args: tuple) -> None:
-        starts[id(module)] = clock()
-
-    def post(module: torch.nn.Module, args: tuple, output: object) -> None:
-        key = id(module)
-        totals[key] = totals.get(key, 0) + clock() - starts[key]
-
-    handles = []
-    for module in model.modules():
-        handles.append(module.register_forward_pre_hook(pre))
-        handles.append(module.register_forward_hook(post))
-    try:
-        yield totals
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
 def measure(rounds: int, forwards: int, grad: bool) -> dict[str, float]:
     """Median ns per forward of each variant."""
-    model = build_model()
+    model = build_mlp()
     x = torch.randn(1, 8)
     classes = [torch.nn.Linear, torch.nn.ReLU, torch.nn.Sequential]
     samples: dict[str, list[float]] = {"plain": [], "bare wrapt": [], "hooks": [],
