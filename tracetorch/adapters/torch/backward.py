@@ -67,6 +67,7 @@ _grad_enabled = torch.is_grad_enabled
 _current_node = torch._C._current_autograd_node
 _will_execute = torch._C._will_engine_execute_node
 _Tensor = torch.Tensor
+_Parameter = torch.nn.Parameter
 
 #: A gradient part resolved for one call: FLOPs, and the tensors needing a gradient whose
 #: gradients it computes (the work is done if the pass computes any of them).
@@ -87,12 +88,25 @@ class Mark:
 
 
 # ----------------------------------------------------------------------------- marking
-def _mark(fn: Any, frame: Frame, parts: Sequence[ResolvedPart]) -> None:
+def _mark(fn: Any, frame: Frame, parts: Sequence[ResolvedPart], output: Any = None) -> None:
     meta = fn.metadata
     inner = meta.get(MARKS)
     meta[MARKS] = Mark(frame, parts, inner)
-    if inner is None:
+    if inner is not None:
+        return  # the node's hook is there already
+    if output is not None and output._backward_hooks is None:
+        # A fresh output tensor: its hook dict, registered on its node, is what
+        # ``Tensor.register_hook`` would build, less the handle (a third of the cost of
+        # ``register_prehook``). The user's own ``register_hook`` adds to it; an in-place
+        # operation on the tensor resets it, leaving the hook on the node it marked.
+        output._backward_hooks = {_HOOK_KEY: _on_marked_node}
+        fn._register_hook_dict(output)
+    else:
         fn.register_prehook(_on_marked_node)
+
+
+#: Our entry in an output tensor's hook dict (torch's own handles are ints).
+_HOOK_KEY = "tracetorch"
 
 
 def _needing_grad(value: Any, out: list[Any]) -> None:
@@ -126,7 +140,12 @@ def resolve_parts(parts: Sequence[GradientPart], tensor_of: Callable[[int | str]
     for flops, needs in parts:
         tensors: list[Any] = []
         for need in needs:
-            _needing_grad(tensor_of(need), tensors)
+            value = tensor_of(need)
+            if value.__class__ is _Parameter or value.__class__ is _Tensor:
+                if value.requires_grad:  # the common case, without a call
+                    tensors.append(value)
+            else:
+                _needing_grad(value, tensors)
         if tensors:
             resolved.append((flops, tuple(tensors)))
     return resolved
@@ -148,12 +167,16 @@ def _layer_parts(frame: Frame, args: tuple[Any, ...], output: Any,
     if not symbolic:
         return []
     layer = frame.owner
+    own = getattr(layer, "_parameters", None) or {}
 
     def tensor_of(need: int | str) -> Any:
-        if isinstance(need, int):
-            return args[need] if need < len(args) else None
-        if "." not in need:
-            return getattr(layer, need, None)
+        if need.__class__ is int:
+            return args[need] if need < len(args) else None  # type: ignore[operator]
+        found = own.get(need)  # a parameter of its own: no Module.__getattr__
+        if found is not None:
+            return found
+        if "." not in need:  # type: ignore[operator]
+            return getattr(layer, need, None)  # type: ignore[arg-type]
         try:  # a submodule's parameter: "self_attn.in_proj_weight"
             return layer.get_parameter(need)
         except AttributeError:
@@ -167,25 +190,22 @@ def tag_call(frame: Frame, args: tuple[Any, ...], output: Any, entry: list[Any])
     if not _grad_enabled():
         return
     try:
-        fn = output.grad_fn
-    except AttributeError:  # not a tensor: a tuple, dict, dataclass... of outputs
-        fn = None
-        outputs: list[torch.Tensor] = []
-        _tensors(output, outputs)
-        fns = [t.grad_fn for t in outputs if t.grad_fn is not None]
-    else:
-        if fn is None:
+        if isinstance(output, _Tensor):  # the common case: one tensor, one node
+            fn = output.grad_fn
+            if fn is not None:
+                _mark(fn, frame, _layer_parts(frame, args, output, entry), output)
             return
-        fns = [fn]
-    if not fns:
-        return
-    try:
-        parts = _layer_parts(frame, args, output, entry)
-        seen: list[Any] = []
-        for fn in fns:
-            if not any(fn is s for s in seen):
-                seen.append(fn)
-                _mark(fn, frame, parts if len(seen) == 1 else ())
+        outputs: list[torch.Tensor] = []
+        _tensors(output, outputs)  # a tuple, dict, dataclass... of outputs
+        fns = []
+        for tensor in outputs:
+            fn = tensor.grad_fn
+            if fn is not None and not any(fn is known for known in fns):
+                fns.append(fn)
+        if fns:
+            parts = _layer_parts(frame, args, output, entry)
+            for fn in fns:  # the parts on one node only: each call is charged once
+                _mark(fn, frame, parts if fn is fns[0] else ())
     except Exception:  # marking must never break the user's model
         return
 
@@ -205,7 +225,7 @@ def mark_operation(frame: Frame, result: Any, parts: Sequence[GradientPart],
 
     resolved = resolve_parts(parts, tensor_of)
     if resolved:
-        _mark(fn, frame, resolved)
+        _mark(fn, frame, resolved, result)
 
 
 def _tensors(value: Any, out: list[torch.Tensor], depth: int = 0) -> None:
@@ -241,46 +261,51 @@ class BackwardPass:
         if self.timer is not None:
             self.timer.mark(frame)
 
-    def _computes(self, tensor: Any) -> bool:
-        if self.leaves is not None and id(tensor) in self.leaves:
-            return True  # named in ``inputs``
-        fn = tensor.grad_fn
-        if fn is None:
-            return self.leaves is None  # a leaf: accumulated unless the pass names its inputs
-        try:
-            return bool(_will_execute(fn))
-        except RuntimeError:  # not a node of this pass's graph
-            return False
-
     def reach(self, mark: Mark | None) -> None:
-        """The pass reached a marked node: charge the calls' parts, move the open layers."""
+        """The pass reached a marked node: charge the calls' parts, move the open layers.
+
+        This runs once per layer call of every backward pass: charging is inlined."""
         now = self.clock()
         open_ = self.open
         if open_ and self.timer is None:  # a device timer charges its spans at the end
             self.spent[open_[-1]] += now - self.last
         self.last = now
         collector = self.collector
+        leaves = self.leaves
         innermost = None
         while mark is not None:  # the outermost call heads the chain, the innermost ends it
             frame = mark.frame
             if frame.collector is collector:
                 innermost = frame.node
-                if mark.parts:
-                    self._charge(frame, mark.parts)
+                flops = 0
+                for part_flops, tensors in mark.parts:
+                    for tensor in tensors:
+                        # Does this pass compute the tensor's gradient? Named in ``inputs``;
+                        # a leaf, when it accumulates into every leaf; a node it will run.
+                        if leaves is not None and id(tensor) in leaves:
+                            break
+                        fn = tensor.grad_fn
+                        if fn is None:
+                            if leaves is None:
+                                break
+                            continue
+                        try:
+                            if _will_execute(fn):
+                                break
+                        except RuntimeError:  # not a node of this pass's graph
+                            pass
+                    else:
+                        continue
+                    flops += part_flops
+                if flops:
+                    # Products outside every layer (at the profile's root) are the pass's own.
+                    node = frame.node
+                    if frame.owner is None or node.kind == "thread":
+                        node = self.frame.node
+                    self.flops[node] = self.flops.get(node, 0) + flops
             mark = mark.inner
         if innermost is not None and not (open_ and open_[-1] is innermost):
             self._open(innermost)
-
-    def _charge(self, frame: Frame, parts: Sequence[ResolvedPart]) -> None:
-        flops = 0
-        for part_flops, tensors in parts:
-            if any(self._computes(t) for t in tensors):
-                flops += part_flops
-        if flops:
-            # Products outside every layer (at the profile's root) are the pass's own work.
-            outside = frame.owner is None or frame.node.kind == "thread"
-            node = self.frame.node if outside else frame.node
-            self.flops[node] = self.flops.get(node, 0) + flops
 
     def _open(self, target: CallNode) -> None:
         # The target and its enclosing layers become the open ones; layers not enclosing it end.
