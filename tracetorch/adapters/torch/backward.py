@@ -170,13 +170,13 @@ def _layer_parts(frame: Frame, args: tuple[Any, ...], output: Any,
     own = getattr(layer, "_parameters", None) or {}
 
     def tensor_of(need: int | str) -> Any:
-        if need.__class__ is int:
-            return args[need] if need < len(args) else None  # type: ignore[operator]
+        if isinstance(need, int):
+            return args[need] if need < len(args) else None
         found = own.get(need)  # a parameter of its own: no Module.__getattr__
         if found is not None:
             return found
-        if "." not in need:  # type: ignore[operator]
-            return getattr(layer, need, None)  # type: ignore[arg-type]
+        if "." not in need:
+            return getattr(layer, need, None)
         try:  # a submodule's parameter: "self_attn.in_proj_weight"
             return layer.get_parameter(need)
         except AttributeError:
@@ -197,7 +197,7 @@ def tag_call(frame: Frame, args: tuple[Any, ...], output: Any, entry: list[Any])
             return
         outputs: list[torch.Tensor] = []
         _tensors(output, outputs)  # a tuple, dict, dataclass... of outputs
-        fns = []
+        fns: list[Any] = []
         for tensor in outputs:
             fn = tensor.grad_fn
             if fn is not None and not any(fn is known for known in fns):
