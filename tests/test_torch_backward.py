@@ -264,3 +264,92 @@ def test_a_graph_built_in_a_block_runs_no_tracetorch_work_after_it():
         sys.setprofile(None)
     assert calls == ["_on_marked_node"]  # one hook per marked node, returning at once
     assert prof.backward_flops == 0
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 3))
+
+
+def _backward_numbers(prof):
+    return (prof.find("backward").calls, prof.backward_flops,
+            [(n.path, n.backward_flops, n.backward_time.count) for n in prof.nodes()])
+
+
+def test_ops_false_runs_no_function_mode_and_records_the_same_backward():
+    from torch.overrides import _get_current_function_mode_stack
+
+    model, x = _mlp(), torch.randn(2, 4)
+    seen = []
+
+    class Watch(nn.Module):
+        def forward(self, y):
+            seen.append(len(_get_current_function_mode_stack()))
+            return y
+
+    watch = Watch()
+    with tracetorch.profile(model) as counted:
+        for _ in range(2):
+            model(x).sum().backward()
+    with tracetorch.profile(model, ops=False) as rules_only:
+        seen.append(len(_get_current_function_mode_stack()))  # at the root
+        for _ in range(2):
+            watch(model(x)).sum().backward()
+    assert seen == [0, 0, 0]
+    expected = 2 * (2 * 2 * 5 * 3 + 2 * 2 * 4 * 5 + 2 * 2 * 5 * 3)  # dW1, dW2, dX of Linear 2
+    assert counted.backward_flops == rules_only.backward_flops == expected
+    assert _backward_numbers(counted)[0] == _backward_numbers(rules_only)[0] == 2
+    ruled = {p: (f, c) for p, f, c in _backward_numbers(rules_only)[2]}
+    for path, flops, count in _backward_numbers(counted)[2]:
+        assert ruled[path] == (flops, count), path
+    assert rules_only.find("backward").total_ns > 0
+
+
+def test_a_pass_started_inside_a_layer_with_a_rule_is_recorded():
+    class GradientPenalty(nn.Linear):  # the Linear rule: no function mode inside
+        def forward(self, x):
+            out = super().forward(x)
+            inner = nn.functional.linear(x, self.weight)  # counted by the rule only
+            inner.sum().backward(retain_graph=True)
+            return out
+
+    layer = GradientPenalty(4, 3)
+    lin = nn.Linear(4, 4)
+    with tracetorch.profile() as prof:
+        layer(lin(torch.randn(2, 4)))
+    # The pass is a node under the layer; it reached Linear(4, 4)'s output: dW and no dX.
+    (node,) = [n for n in prof.root.walk() if n.kind == "backward"]
+    assert node.parent.type_name == "GradientPenalty"
+    assert node.calls == 1
+    assert prof.find("Linear").backward_flops == 2 * 2 * 4 * 4
+
+
+def test_a_pass_seen_only_by_its_nodes_charges_what_autograd_computes():
+    model, x = _mlp(), torch.randn(2, 4, requires_grad=True)
+    first, second = model[0], model[2]
+    with tracetorch.profile(model, ops=False) as prof:
+        torch.autograd.grad(model(x).sum(), [x])
+    assert first.weight.grad is None
+    # dX of both layers (the first one's input is the leaf asked for); no weight gradient.
+    assert prof.backward_flops == 2 * 2 * 5 * 3 + 2 * 2 * 4 * 5
+    with tracetorch.profile(model, ops=False) as prof:
+        model(x).sum().backward(inputs=[second.weight])
+    assert prof.find("2").backward_flops == 2 * 2 * 5 * 3  # dW of the last layer only
+    assert prof.find("0").backward_flops == 0
+    assert first.weight.grad is None and x.grad is None
+
+
+def test_an_implicit_pass_keeps_no_tensor_after_the_block():
+    import gc
+    import weakref
+
+    from tracetorch.adapters.torch import backward
+
+    layer = nn.Linear(4, 4)
+    with tracetorch.profile(ops=False):
+        torch.autograd.grad(layer(torch.randn(2, 4)).sum(), [layer.weight])
+    ref = weakref.ref(layer.weight)
+    del layer
+    gc.collect()
+    assert ref() is None
+    assert not backward._ACCUMULATORS and not backward._PASSES

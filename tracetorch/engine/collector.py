@@ -68,7 +68,9 @@ class Collector(CallTiming):
         #: Count tensor operations run inside layers without a rule (``profile(ops=...)``).
         self.count_ops = count_ops
         self.active = False
-        self.root_frame = Frame(self, root, None, True)
+        # With ``ops=False`` nothing counts operations, the profile's root included: no function
+        # mode is pushed at all (torch backward passes are then found at their first node).
+        self.root_frame = Frame(self, root, None, count_ops)
         self.owner_thread = threading.get_ident()
         self._lock = threading.Lock()
         self._user_rules: dict[CallNode, Callable[..., int]] = {}
@@ -86,7 +88,7 @@ class Collector(CallTiming):
     def start(self, target: CallNode) -> Frame:
         """Begin recording top-level calls under ``target``; returns the root frame."""
         self.active = True
-        self.root_frame = Frame(self, target, None, True)
+        self.root_frame = Frame(self, target, None, self.count_ops)
         self.owner_thread = threading.get_ident()
         return self.root_frame
 
@@ -113,7 +115,7 @@ class Collector(CallTiming):
 
     def pause(self) -> None:
         """Stop taking calls from other threads until the next :meth:`start`."""
-        self.root_frame = Frame(self, self.root_frame.node, _PAUSED, True)
+        self.root_frame = Frame(self, self.root_frame.node, _PAUSED, self.count_ops)
 
     def stop(self) -> None:
         """Stop recording, fold the counters and drop every reference to the user's objects."""

@@ -27,8 +27,9 @@ from tracetorch.tree import CallNode, NodeKind
 if TYPE_CHECKING:
     from tracetorch.engine.collector import Collector
 
-__all__ = ("Frame", "make_wrapper", "current_frame", "open_root", "close_root", "OpCounter",
-           "set_exit_observer", "set_op_switch", "record_all_threads", "all_threads_collector")
+__all__ = ("BackwardPassOwner", "Frame", "make_wrapper", "current_frame", "open_root", "close_root",
+           "OpCounter", "set_exit_observer", "set_op_switch", "record_all_threads",
+           "all_threads_collector")
 
 
 class Frame(NamedTuple):
@@ -174,22 +175,24 @@ def _no_clock() -> int:
     return 0
 
 
-class _BackwardPass:
-    """Stands for "a backward pass" as the owner of backward nodes."""
+class BackwardPassOwner:
+    """Stands for "a backward pass" as the owner of backward nodes: every pass of one kind is
+    the same node whichever tensor it starts from."""
 
 
 def make_wrapper(kind: NodeKind, label: str | None = None,
                  flops_fn: Callable[..., int] | None = None,
-                 guard: Callable[[], bool] | None = None) -> Callable[..., Any]:
+                 guard: Callable[[], bool] | None = None,
+                 owner: Any = None) -> Callable[..., Any]:
     """The wrapt wrapper for one patched callable.
 
     ``kind`` names what the node is (``"module"``, ``"function"``, ``"backward"``,
     ``"optimizer"``); ``label`` names function nodes; ``flops_fn`` is ``instrument(flops=...)``;
     ``guard() -> True`` sends the call straight through unrecorded (torch: while a compiler or
-    tracer runs the code, which must see the model exactly as it is).
+    tracer runs the code, which must see the model exactly as it is); ``owner``, when given,
+    owns every call instead of the object called (a :class:`BackwardPassOwner`).
     """
-    # Every backward pass is the same node whichever tensor it starts from.
-    shared_owner = _BackwardPass() if kind == "backward" else None
+    shared_owner = BackwardPassOwner() if owner is None and kind == "backward" else owner
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:

@@ -53,12 +53,13 @@ import torch
 
 from tracetorch.adapters.torch.cuda import backward_timer
 from tracetorch.adapters.torch.tracing import tracing
-from tracetorch.engine.hotpath import Frame, current_frame, make_wrapper
+from tracetorch.engine.hotpath import BackwardPassOwner, Frame, current_frame, make_wrapper
 from tracetorch.flops.gradients import GradientPart, layer_gradient_parts
 from tracetorch.tree import CallNode
 
-__all__ = ("MARKS", "Mark", "tag_call", "mark_operation", "resolve_parts", "BackwardPass",
-           "pass_recorder", "PassRecorder")
+__all__ = ("ASK_AUTOGRAD", "MARKS", "Mark", "tag_call", "mark_operation", "resolve_parts",
+           "BackwardPass", "implicit_pass", "forget_accumulators", "pass_recorder",
+           "PassRecorder")
 
 #: The key under which a node's marks are kept in ``grad_fn.metadata``.
 MARKS = "tracetorch.marks"
@@ -66,6 +67,12 @@ MARKS = "tracetorch.marks"
 _grad_enabled = torch.is_grad_enabled
 _current_node = torch._C._current_autograd_node
 _will_execute = torch._C._will_engine_execute_node
+_gradient_edge = torch.autograd.graph.get_gradient_edge
+_queue_callback = torch.autograd.Variable._execution_engine.queue_callback
+_thread_id = threading.get_ident
+
+#: ``BackwardPass(leaves=ASK_AUTOGRAD)``: which leaves the pass accumulates into is unknown.
+ASK_AUTOGRAD = object()
 _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
 
@@ -245,13 +252,17 @@ class BackwardPass:
     """One recorded backward pass: the layers open at the current boundary, and what each got.
 
     ``leaves`` is ``None`` when the pass accumulates into every leaf (``backward()`` without
-    ``inputs``), else the ids of the tensors it computes gradients for.
+    ``inputs``), the ids of the tensors it computes gradients for, or :data:`ASK_AUTOGRAD` for a
+    pass no entry point announced (see :func:`implicit_pass`): each leaf is then asked of
+    autograd once.
     """
 
-    def __init__(self, frame: Frame, leaves: set[int] | None) -> None:
+    def __init__(self, frame: Frame, leaves: set[int] | None | object) -> None:
         self.frame = frame
         self.collector = frame.collector
-        self.leaves = leaves
+        self.ask = leaves is ASK_AUTOGRAD
+        self.leaves: set[int] | None = set() if self.ask else leaves  # type: ignore[assignment]
+        self._asked: dict[int, bool] = {}
         self.timer = backward_timer(self.collector)
         self.clock = self.collector.host_clock
         self.open: list[CallNode] = []  # the innermost last
@@ -260,6 +271,20 @@ class BackwardPass:
         self.last = self.clock()
         if self.timer is not None:
             self.timer.mark(frame)
+
+    def accumulates(self, leaf: Any) -> bool:
+        """Whether this pass computes a leaf's gradient, asked of autograd (cached per leaf)."""
+        known = self._asked
+        answer = known.get(id(leaf))
+        if answer is None:
+            try:
+                answer = bool(_will_execute(_accumulator(leaf)))
+            except RuntimeError:
+                # Raised only under ``autograd.grad``, for a leaf its ``inputs`` name (whose
+                # gradient it captures); for other leaves it answers False.
+                answer = True
+            known[id(leaf)] = answer  # the leaf is alive: the graph holds it
+        return answer
 
     def reach(self, mark: Mark | None) -> None:
         """The pass reached a marked node: charge the calls' parts, move the open layers.
@@ -286,7 +311,7 @@ class BackwardPass:
                             break
                         fn = tensor.grad_fn
                         if fn is None:
-                            if leaves is None:
+                            if leaves is None or (self.ask and self.accumulates(tensor)):
                                 break
                             continue
                         try:
@@ -342,25 +367,88 @@ class BackwardPass:
         self.collector.flush_backward()
 
 
+#: Each leaf's gradient accumulator, found once (``get_gradient_edge`` builds a view to find it)
+#: and held with the leaf itself, so that its id is not reused, until the last profile closes
+#: (:func:`forget_accumulators`).
+_ACCUMULATORS: dict[int, tuple[Any, Any]] = {}
+
+
+def _accumulator(leaf: Any) -> Any:
+    known = _ACCUMULATORS.get(id(leaf))
+    if known is None or known[0] is not leaf:
+        known = _ACCUMULATORS[id(leaf)] = (leaf, _gradient_edge(leaf).node)
+    return known[1]
+
+
+def forget_accumulators() -> None:
+    """Drop the leaves and accumulators :func:`implicit_pass` kept (the last profile closed)."""
+    _ACCUMULATORS.clear()
+
+
 #: The passes being recorded, by the thread that started them.
 _PASSES: dict[int, BackwardPass] = {}
 
 
 def _on_marked_node(grad_outputs: Any) -> None:
-    if not _PASSES:
-        return  # a graph differentiated outside every recorded pass
-    state = _PASSES.get(threading.get_ident())
-    if state is None:
-        if len(_PASSES) != 1:
-            return
-        state = next(iter(_PASSES.values()))  # autograd's device threads run the hooks
     try:
         node = _current_node()
         mark = node.metadata.get(MARKS) if node is not None else None
-        if mark is not None:
-            state.reach(mark)
+        if mark is None:
+            return
+        state = _PASSES.get(_thread_id()) if _PASSES else None
+        if state is None:
+            if len(_PASSES) == 1:  # autograd's device threads run the hooks
+                state = next(iter(_PASSES.values()))
+            elif mark.frame.collector.active:  # else: a graph that outlived its profile
+                state = implicit_pass(mark)
+            if state is None:
+                return
+        state.reach(mark)
     except Exception:  # attribution is best effort; the user's gradients are not
         pass
+
+
+def implicit_pass(mark: Mark) -> BackwardPass | None:
+    """Open a pass that no entry point announced, at its first marked node: one started where
+    no function mode saw it (``profile(ops=False)``, or inside a layer with a rule). It is a
+    ``backward`` node under the call that is open (the profile's root from autograd's device
+    threads), timed from this node to the end of the pass (autograd's own end-of-pass callback
+    closes it); ``None`` when the mark's profile has ended or a compiler traces the pass.
+
+    Example:
+        >>> import tracetorch
+        >>> lin = torch.nn.Linear(4, 3)
+        >>> with tracetorch.profile(ops=False) as prof:      # no function mode at all
+        ...     lin(torch.ones(2, 4)).sum().backward()
+        >>> prof.find("backward").calls, prof.find("Linear").backward_flops
+        (1, 48)
+    """
+    collector = mark.frame.collector
+    if not collector.active or tracing():
+        return None
+    parent = current_frame()
+    if parent is None or parent.collector is not collector:
+        parent = collector.root_frame
+    owner = _PASS_OWNERS[None]
+    node = parent.node.children_by_owner.get(id(owner))
+    if node is None:
+        node = collector.new_child(parent, owner, "backward", None, None)
+    assert node.frame is not None  # a node of an active profile has its frame
+    state = BackwardPass(node.frame, ASK_AUTOGRAD)
+    key = _thread_id()
+    _PASSES[key] = state
+    start = collector.clock()
+
+    def end_of_pass() -> None:
+        if _PASSES.get(key) is state:
+            del _PASSES[key]
+        state.finish()
+        if collector.active:
+            collector.add_duration(node, start, collector.clock())
+            collector.flush_backward(node)
+
+    _queue_callback(end_of_pass)
+    return state
 
 
 # ----------------------------------------------------------------------------- passes
@@ -423,4 +511,10 @@ def pass_recorder(label: str | None = None) -> PassRecorder:
 def _pass_wrapper(label: str | None) -> Callable[..., Any]:
     # One engine wrapper per kind of pass for the whole process: its passes are one node, also
     # in a profile entered again after the last one closed (a new wrapper would be a new node).
-    return make_wrapper("backward", label)
+    return make_wrapper("backward", label,
+                        owner=_PASS_OWNERS.setdefault(label, BackwardPassOwner()))
+
+
+#: The owner of each kind of pass's node: the passes a function mode recorded and those opened
+#: at their first node (:func:`implicit_pass`) are the same ``backward`` node.
+_PASS_OWNERS: dict[str | None, BackwardPassOwner] = {None: BackwardPassOwner()}

@@ -48,7 +48,12 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from tracetorch.adapters.torch.backward import mark_operation, pass_recorder, tag_call
+from tracetorch.adapters.torch.backward import (
+    forget_accumulators,
+    mark_operation,
+    pass_recorder,
+    tag_call,
+)
 from tracetorch.adapters.torch.tracing import tracing
 from tracetorch.engine.hotpath import (
     OpCounter,
@@ -198,5 +203,6 @@ def start_op_counting(counter: OpCounter) -> Callable[[], None]:
             set_exit_observer(observer)
         mode.retire()
         switch(False)
+        forget_accumulators()
 
     return stop
