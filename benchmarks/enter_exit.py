@@ -6,8 +6,9 @@ Printed, each a median over repeats measured in this one process:
   imported, then again after ``--classes`` synthetic ``nn.Module`` subclasses (each defining
   ``forward``) are created, as a library such as timm does on import (1,172 classes); with timm
   installed, once more after ``import timm``. Goal: at most 1 ms each.
-* ``decorator``: µs a ``@tracetorch.profile()``-decorated step adds per call over the same
-  function undecorated (the step runs a small model, so the lazily wrapped classes are paid too).
+* ``decorator``: what a ``@tracetorch.profile(model)``-decorated inference step costs per call
+  beyond the same step run inside one open block (the block it opens and closes, the lazily
+  wrapped classes and the nodes taken up again), for a 3-module and a 101-module model.
 * ``one-shot``: ``tracetorch.count_flops(model, shape)`` and a single ``with
   tracetorch.profile(model): model(x)`` against ``torch.utils.flop_counter.FlopCounterMode``
   around one forward, on a ResNet-style CNN and a small transformer encoder at batch 1 (so that
@@ -143,9 +144,13 @@ def report_one_shot(label: str, medians: dict[str, float]) -> None:
         print(line)
 
 
-def decorator_cost(repeats: int) -> tuple[float, float]:
-    """Median µs per call of a small step, undecorated and decorated."""
-    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
+def decorator_cost(repeats: int, pairs: int) -> tuple[int, float, float, float]:
+    """Module calls per step, and median µs per call of an inference step of ``pairs`` x
+    (Linear(8, 8), ReLU): plain, inside one open block, and decorated (a block per call)."""
+    layers: list[nn.Module] = []
+    for _ in range(pairs):
+        layers += [nn.Linear(8, 8), nn.ReLU()]
+    model = nn.Sequential(*layers)
     x = torch.randn(1, 8)
 
     def step() -> None:
@@ -154,7 +159,9 @@ def decorator_cost(repeats: int) -> tuple[float, float]:
 
     decorated = tracetorch.profile(model, warn_unsupported=False)(step)
     plain = median_us(step, repeats)
-    return plain, median_us(decorated, repeats)
+    with tracetorch.profile(model, warn_unsupported=False):
+        inside = median_us(step, repeats)
+    return 2 * pairs + 1, plain, inside, median_us(decorated, repeats)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,9 +182,11 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"  empty block, timm imported too:      "
               f"{median_us(empty_block, args.repeats):7.0f} us")
-    plain, decorated = decorator_cost(args.repeats)
-    print(f"  decorator: a 3-layer step {plain:.0f} us plain, {decorated:.0f} us decorated "
-          f"(+{decorated - plain:.0f} us per call)")
+    for pairs in (1, 50):
+        calls, plain, inside, decorated = decorator_cost(args.repeats, pairs)
+        print(f"  decorator, {calls:3d} module calls: {plain:6.0f} us plain, {inside:6.0f} us in "
+              f"one block, {decorated:6.0f} us decorated: +{decorated - inside:5.0f} us per "
+              f"call for its block ({(decorated - inside) / calls:.1f} us per module)")
     print(f"one-shot counts, batch 1, median of {args.rounds} rounds (each a median of 3):")
     report_one_shot("ResNet-18-shaped CNN, 1x3x32x32", one_shot(resnet(), (1, 3, 32, 32),
                                                                  args.rounds))

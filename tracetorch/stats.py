@@ -32,6 +32,8 @@ FLUSH_EVERY = 512
 #: Ratio between neighbouring histogram buckets (1% relative accuracy at the bucket centre).
 GROWTH = 1.02
 _LOG_GROWTH = math.log(GROWTH)
+#: Batches at least this long are folded with numpy; shorter ones in plain Python.
+_VECTORISE_FROM = 64
 # Flushes are rare (one per FLUSH_EVERY samples), so one lock for all of them costs nothing.
 _FLUSH_LOCK = threading.Lock()
 
@@ -93,11 +95,27 @@ class TimeStats:
             self._exact.extend(samples)
             if len(self._exact) > self.exact_limit:
                 self._exact = None
-        batch = np.asarray(samples, dtype=np.int64)
-        n = int(batch.size)
-        mean = float(batch.mean())
-        m2 = float(((batch - mean) ** 2).sum())
-        lo, hi = int(batch.min()), int(batch.max())
+        n = len(samples)
+        buckets = self._buckets
+        if n < _VECTORISE_FROM:
+            # A few samples (a block or a step's worth): plain Python beats numpy's fixed cost
+            # per call, which a decorated step would pay per node on every call.
+            total = sum(samples)
+            mean = total / n
+            m2 = sum((ns - mean) ** 2 for ns in samples)
+            lo, hi = min(samples), max(samples)
+            for ns in samples:
+                key = math.ceil(math.log(ns) / _LOG_GROWTH) if ns > 1 else 0
+                buckets[key] = buckets.get(key, 0) + 1
+        else:
+            batch = np.asarray(samples, dtype=np.int64)
+            total = int(batch.sum())
+            mean = float(batch.mean())
+            m2 = float(((batch - mean) ** 2).sum())
+            lo, hi = int(batch.min()), int(batch.max())
+            keys, counts = np.unique(_bucket_index(batch), return_counts=True)
+            for key, cnt in zip(keys.tolist(), counts.tolist()):
+                buckets[key] = buckets.get(key, 0) + cnt
         if self._count == 0:
             self._min, self._max = lo, hi
             self._mean, self._m2 = mean, m2
@@ -105,11 +123,7 @@ class TimeStats:
             self._min, self._max = min(self._min, lo), max(self._max, hi)
             self._merge_moments(n, mean, m2)
         self._count += n
-        self._total += int(batch.sum())
-        keys, counts = np.unique(_bucket_index(batch), return_counts=True)
-        buckets = self._buckets
-        for key, cnt in zip(keys.tolist(), counts.tolist()):
-            buckets[key] = buckets.get(key, 0) + cnt
+        self._total += total
 
     def _merge_moments(self, n: int, mean: float, m2: float) -> None:
         total = self._count + n

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any, Callable
 
@@ -50,6 +51,8 @@ class AdapterSet:
         self._started: dict[str, Adapter] = {}
         self._lock = threading.RLock()
         self._hooked = False
+        # id(model) -> (weak reference, adapters started, what to wrap for it).
+        self._model_targets: dict[int, tuple[weakref.ref, tuple[str, ...], list[PatchTarget]]] = {}
 
     def open(self) -> list[Callable[[], None]]:
         """Start every adapter whose framework is loaded; return the cleanups (board calls this
@@ -74,14 +77,31 @@ class AdapterSet:
             yield from adapter.patch_targets()
         if model is None:
             return
+        # The model's walk is remembered for the next opening with the same adapters (a
+        # decorated step opens one per call); a class it gains later is wrapped at its first
+        # call like any other.
+        started = tuple(self._started)
+        known = self._model_targets.get(id(model))
+        if known is not None and known[0]() is model and known[1] == started:
+            yield from known[2]
+            return
+        found: list[PatchTarget] = []
         for target in duck_targets(model):
             for adapter in adapters:
                 claimed = adapter.class_targets(target.cls)
                 if claimed is not None:
-                    yield from claimed
+                    found.extend(claimed)
                     break
             else:
-                yield target
+                found.append(target)
+        key, remembered = id(model), self._model_targets
+        try:  # forgotten with the model
+            ref = weakref.ref(model, lambda _: remembered.pop(key, None))
+        except TypeError:  # no weak reference: walked at every opening
+            pass
+        else:
+            remembered[key] = (ref, started, found)
+        yield from found
 
     def configure(self, collector: Any) -> None:
         """Let every started adapter set up a profile being entered (a device clock...)."""

@@ -81,6 +81,12 @@ class Collector(CallTiming):
         # id -> (module, parameters): the module itself proves the id is not a recycled one.
         self._param_counts: dict[int, tuple[Any, int]] = {}
         self._pending_backward: dict[CallNode, int] = {}
+        # The nodes given a frame since the last stop, which drops their frames again; what
+        # the next opening needs to take each up again without naming, counting or a rule's
+        # first call (weakly: a profile between openings keeps no model alive).
+        self._adopted: list[CallNode] = []
+        self._warm: dict[tuple[int, int], _Warm] = {}
+        self._other_threads = False
         # FLOPs of the backward pass in progress, for its Tensor.backward node's summary.
         self._pass_flops = self._pass_gemm = 0
 
@@ -111,6 +117,8 @@ class Collector(CallTiming):
                     # operations push it themselves.
                     node.frame = Frame(self, node, thread, False)
                     target.children_by_owner[id(thread)] = node
+                    self._adopted.append(node)
+        self._other_threads = True
         return node.frame
 
     def pause(self) -> None:
@@ -123,14 +131,25 @@ class Collector(CallTiming):
         self.fold()
         # The whole tree once more: a call another thread counted while a step was folding its
         # node (after the node left the list of those to fold) is folded here at the latest.
-        fold_tree(self.root)
+        if self._other_threads:
+            fold_tree(self.root)
         self.touched.clear()
-        for node in self.root.walk():
+        # Only the nodes this opening adopted hold frames (and so the user's objects).
+        self.root.children_by_owner.clear()
+        warm = self._warm
+        for node in self._adopted:
+            frame = node.frame
+            if frame is not None and node.parent is not None:
+                remembered = _remembered(node, frame, self.registry)
+                if remembered is not None:
+                    warm[(id(node.parent), id(frame.owner))] = remembered
+                else:
+                    node.flops_cache.clear()
             node.children_by_owner.clear()
-            node.flops_cache.clear()
             node.frame = None
-            node.time.flush()
             node.unfolded = False
+        self._adopted.clear()
+        self._other_threads = False
         self._user_rules.clear()
         self._names.clear()
         self._owners.clear()
@@ -141,6 +160,11 @@ class Collector(CallTiming):
                   flops_fn: Callable[..., int] | None) -> CallNode:
         """Name and create the node for the first call of ``owner`` under ``frame``."""
         _, parent_node, parent_owner, _, _ = frame
+        warm = self._warm.pop((id(parent_node), id(owner)), None) if self._warm else None
+        if warm is not None:
+            node = self._readopt(warm, parent_node, owner, kind, flops_fn)
+            if node is not None:
+                return node
         key = self.module_key(owner)
         type_name = _type_name(owner, kind, label)
         default = label or _DEFAULT_NAMES.get(kind, "{}").format(type_name)
@@ -157,6 +181,24 @@ class Collector(CallTiming):
         node = parent_node.child(name, type_name, key, kind)
         self.adopt(node, owner, kind, flops_fn, frame.ops)
         parent_node.children_by_owner[id(owner)] = node
+        return node
+
+    def _readopt(self, warm: _Warm, parent_node: CallNode, owner: Any, kind: NodeKind,
+                 flops_fn: Callable[..., int] | None) -> CallNode | None:
+        """The node an earlier opening of this profile made for ``owner`` under
+        ``parent_node``, ready again at the cost of a frame (``None``: the owner, its rule or
+        its place changed, and the node must be adopted anew)."""
+        ref, node, ops, observe, generation = warm
+        if (ref() is not owner or node.parent is not parent_node or flops_fn is not None
+                or self.registry.generation != generation):
+            node.flops_cache.clear()
+            return None
+        if kind == "module" and node.params == 0 and (
+                node.children or getattr(type(owner), "has_uninitialized_params", None)):
+            node.params = self._params_of(owner)  # a lazy module may have its weights now
+        node.frame = Frame(self, node, owner, ops, observe)
+        parent_node.children_by_owner[id(owner)] = node
+        self._adopted.append(node)
         return node
 
     def adopt(self, node: CallNode, owner: Any, kind: NodeKind,
@@ -188,6 +230,7 @@ class Collector(CallTiming):
             # torch's function mode would cost each of its operations microseconds.
             counts_ops = False
         node.frame = Frame(self, node, owner, counts_ops, torch_module)
+        self._adopted.append(node)
 
     def module_key(self, owner: Any) -> str:
         """The key naming ``owner`` in this profile (stable across entries of the profile)."""
@@ -362,6 +405,22 @@ class Collector(CallTiming):
                 else:
                     outer.dropped_events += 1
         outer.dropped_events += self.dropped_events
+
+
+#: An adopted node remembered between openings: a weak reference to its owner, the node, its
+#: frame's ``ops`` and ``observe``, and the rules' generation it was adopted at.
+_Warm = tuple[weakref.ref, CallNode, bool, bool, int]
+
+
+def _remembered(node: CallNode, frame: Frame, registry: FlopRegistry) -> _Warm | None:
+    owner = frame.owner
+    if node.kind not in ("module", "function", "optimizer", "backward"):
+        return None  # a thread's node is found by the thread
+    try:
+        ref = weakref.ref(owner)
+    except TypeError:  # no weak reference: adopted anew each opening
+        return None
+    return ref, node, frame.ops, frame.observe, registry.generation
 
 
 def _type_name(owner: Any, kind: str, label: str | None) -> str:

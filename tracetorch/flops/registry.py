@@ -52,6 +52,10 @@ FlopRule = Callable[[Any, tuple[Any, ...], Any], Union[int, FlopCount]]
 NO_RULE: Any = object()
 
 
+#: Rules registered so far, in every registry (see :attr:`FlopRegistry.generation`).
+_CHANGES = [0]
+
+
 class FlopRegistry:
     """Rules by type. User rules sit above built-ins; both are found through the MRO.
 
@@ -72,9 +76,16 @@ class FlopRegistry:
             if rule is not None and not callable(rule):
                 raise TypeError(f"a FLOP rule must be callable or None, got {rule!r}")
             (self._builtin if builtin else self._user)[layer_type] = rule
+            _CHANGES[0] += 1
             return rule
 
         return decorate
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever any registry gains a rule (registries share built-ins), so that a
+        lookup remembered at one generation is known to hold while it stays the same."""
+        return _CHANGES[0]
 
     def lookup(self, layer_type: type) -> Any:
         """The rule for ``layer_type`` (a user rule first at each MRO level), ``None`` for a type
