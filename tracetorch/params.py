@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import sys
+import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -388,10 +389,24 @@ def _parts(module: Any) -> tuple[list[Any], list[Any]] | None:
     """``(own tensors, children)`` when ``module``'s count is its own tensors plus its
     children's (torch and ``tracetorch.core`` modules that keep ``parameters()`` as it is)."""
     if is_torch_module(module):
-        base = sys.modules["torch"].nn.Module
-        if _inherits(module, base, ("parameters", "named_parameters", "named_modules")):
-            return list(module.parameters(recurse=False)), list(module.children())
-        return None
+        plain = _PLAIN_TORCH_CLASSES.get(type(module))
+        if plain is None:
+            base = sys.modules["torch"].nn.Module
+            plain = _PLAIN_TORCH_CLASSES[type(module)] = _inherits(
+                module, base, ("parameters", "named_parameters", "named_modules", "children"))
+        if not plain:
+            return None
+        # What parameters(recurse=False) and children() yield, read from the dicts they walk
+        # (a model is counted at the first call of each profile: their generators cost more
+        # than the counting).
+        own = [tensor for tensor in module._parameters.values() if tensor is not None]
+        children: list[Any] = []
+        seen: set[int] = set()
+        for child in module._modules.values():
+            if child is not None and id(child) not in seen:
+                seen.add(id(child))
+                children.append(child)
+        return own, children
     base = getattr(sys.modules.get("tracetorch.core.layers"), "Module", None)
     if base is None or not isinstance(module, base) or not _inherits(module, base,
                                                                        ("parameters",)):
@@ -404,6 +419,10 @@ def _parts(module: Any) -> tuple[list[Any], list[Any]] | None:
             id(c) for c in children}:
         return None
     return [tensor for _, tensor in module._own_parameters()], children
+
+
+#: Whether a torch module class keeps ``parameters()`` and its children as ``nn.Module`` has them.
+_PLAIN_TORCH_CLASSES: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
 
 
 def _inherits(module: Any, base: type, names: tuple[str, ...]) -> bool:
