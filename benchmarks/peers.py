@@ -2,12 +2,12 @@
 
 Each row is one piece of work (a step): the model is built once, then every variant of
 ``torch_peers`` (plain; bare wrapt wrappers; forward hooks; forward + full backward hooks;
-``torch.profiler``; DeepSpeed's ``FlopsProfiler``; ``tracetorch.profile(model)``) is entered,
-runs one untimed step, times a sample of back-to-back steps and is left again. Variants are
-interleaved round by round (the order rotates each round), each sample paired with a plain one
-taken just before it; a column's cell is the median over rounds of (the variant's sample - its
-plain sample) per step, divided by the module calls per step (counted once with forward
-hooks). The garbage collector runs between samples, never inside one. One thread
+``torch.profiler``; DeepSpeed's ``FlopsProfiler``; ``tracetorch.profile(model)``, also with
+``ops=False``) is entered, runs one untimed step, times a sample of back-to-back steps and is
+left again. Variants are interleaved round by round (the order rotates each round), each sample
+paired with a plain one taken just before it; a column's cell is the median over rounds of (the
+variant's sample - its plain sample) per step, divided by the module calls per step (counted
+once with forward hooks). The garbage collector runs between samples, never inside one. One thread
 (``torch.set_num_threads(1)``), batch 1. The clock is the process's CPU time by default
 (``--clock wall`` for wall time): on a shared machine the time spent waiting for a core is
 noise, not cost.
@@ -60,7 +60,8 @@ import tracetorch
 Step = Callable[[], object]
 Variant = Callable[[torch.nn.Module], contextlib.AbstractContextManager]
 
-#: Columns of the table, in the issue's order; ``plain`` is the baseline, not a column.
+#: Columns of the table, in the issue's order (then tracetorch's cheapest setting); ``plain``
+#: is the baseline, not a column.
 VARIANTS: dict[str, Variant] = {
     "plain": lambda model: contextlib.nullcontext(),
     "bare wrapt": lambda model: bare_wrapt(forward_classes(model)),
@@ -69,6 +70,8 @@ VARIANTS: dict[str, Variant] = {
     "torch.profiler": torch_profiler,
     "DeepSpeed profiler": deepspeed_profiler,
     "tracetorch": tracetorch.profile,
+    # Rules only: no function mode at all (backward passes found at their first node).
+    "tracetorch ops=False": lambda model: tracetorch.profile(model, ops=False),
 }
 COLUMNS = [name for name in VARIANTS if name != "plain"]
 BERT_GOAL_PCT = 5.0

@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = ("| work | bare wrapt | forward hooks | forward + full backward hooks | torch.profiler "
-          "| DeepSpeed profiler | tracetorch |")
+          "| DeepSpeed profiler | tracetorch | tracetorch ops=False |")
 
 
 @pytest.mark.slow
@@ -30,7 +30,7 @@ def test_peers_prints_the_overhead_table() -> None:
     number = re.compile(r"~-?[\d,]+")
     for row in rows:
         # DeepSpeed may be missing here (a blank cell with its reason); the rest are torch's
-        cells = row[1:5] + [row[6].rstrip(" |")]
+        cells = row[1:5] + [row[6], row[7].rstrip(" |")]
         assert all(number.fullmatch(cell) for cell in cells), row
     assert "% added to the plain step time" in out
     assert re.search(r"mlp-train: plain step [\d.]+ ms, 101 module calls", out)

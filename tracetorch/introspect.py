@@ -19,7 +19,9 @@ Example:
 """
 from __future__ import annotations
 
+import inspect
 import sys
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,6 +30,7 @@ import numpy as np
 from tracetorch.tree import ShapeSignature
 
 __all__ = ("is_layer", "is_torch_module", "only_calls_children", "runs_compiled_graph",
+           "bound_inputs",
            "named_submodules", "named_children_of", "layer_classes", "shape_of", "signature",
            "numel", "check_shape", "dummy_input")
 
@@ -154,7 +157,7 @@ def shape_of(value: Any) -> tuple[int, ...] | None:
         return None
     try:
         return tuple(int(d) for d in shape)
-    except TypeError:
+    except (TypeError, ValueError, OverflowError):  # a ``.shape`` that is not one (a str...)
         return None
 
 
@@ -294,3 +297,64 @@ def named_children_of(model: Any) -> Iterator[tuple[str, Any]]:
             if id(layer) not in seen:
                 seen.add(id(layer))
                 yield path, layer
+
+
+#: Each layer class's ``forward`` signature (``None`` where it has none to read).
+_SIGNATURES: weakref.WeakKeyDictionary[type, inspect.Signature | None] = (
+    weakref.WeakKeyDictionary())
+
+
+def _forward_signature(cls: type) -> inspect.Signature | None:
+    try:
+        return _SIGNATURES[cls]
+    except KeyError:
+        pass
+    try:
+        found: inspect.Signature | None = inspect.signature(cls.forward)  # type: ignore[attr-defined]
+    except (TypeError, ValueError, AttributeError):
+        found = None
+    try:
+        _SIGNATURES[cls] = found
+    except TypeError:  # a class that cannot be weakly referenced: read again next time
+        pass
+    return found
+
+
+def bound_inputs(layer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """A call's arguments as the positional inputs its FLOP rule reads: ``args`` as they are
+    when there are no keyword arguments; otherwise every parameter of ``layer``'s ``forward``
+    in order, keyword arguments in their place and defaults applied (``*args`` spread, then
+    ``**kwargs`` values), so ``lstm(input=x)`` is ruled like ``lstm(x)``. Arguments the
+    signature does not take are appended as given.
+
+    Example:
+        >>> class Layer:
+        ...     def forward(self, x, offsets=None, weights=None):
+        ...         return x
+        >>> bound_inputs(Layer(), (1,), {"weights": 3})
+        (1, None, 3)
+        >>> bound_inputs(Layer(), (), {"x": 1})
+        (1, None, None)
+    """
+    if not kwargs:
+        return args
+    signature = _forward_signature(type(layer))
+    if signature is None:
+        return args + tuple(kwargs.values())
+    try:
+        bound = signature.bind(layer, *args, **kwargs)
+    except TypeError:
+        return args + tuple(kwargs.values())
+    bound.apply_defaults()
+    values: list[Any] = []
+    for index, (name, parameter) in enumerate(signature.parameters.items()):
+        if index == 0:
+            continue  # self
+        value = bound.arguments.get(name)
+        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+            values.extend(value or ())
+        elif parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            values.extend((value or {}).values())
+        else:
+            values.append(value)
+    return tuple(values)

@@ -25,6 +25,7 @@ from tracetorch.engine.hotpath import Frame
 from tracetorch.engine.timing import CallTiming, Clock
 from tracetorch.flops.registry import NO_RULE, FlopCount, FlopRegistry, default_registry
 from tracetorch.introspect import (
+    bound_inputs,
     is_layer,
     is_torch_module,
     named_children_of,
@@ -300,7 +301,9 @@ class Collector(CallTiming):
         if state == "user":
             return [0, int(self._user_rules[node](*args, **kwargs)), 0, 0]
         if state == "rule":
-            result = self.registry.lookup(type(owner))(owner, args, output)
+            # Rules read positional inputs: keyword arguments go where the forward takes them.
+            inputs = bound_inputs(owner, args, kwargs)
+            result = self.registry.lookup(type(owner))(owner, inputs, output)
             if isinstance(result, FlopCount):
                 macs = result.macs if result.macs is not None else result.gemm // 2
                 return [0, int(result.flops), int(result.gemm), int(macs)]

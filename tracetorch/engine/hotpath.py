@@ -53,11 +53,12 @@ class Frame(NamedTuple):
 #: The innermost open call of this context.
 _FRAME: ContextVar[Frame | None] = ContextVar("tracetorch_frame", default=None)
 
-#: Called as ``observer(frame, args, output, entry)`` after each call of a frame with ``observe``
-#: that returned, while a framework adapter has set one (the torch adapter tags the autograd
-#: nodes the call created); ``entry`` is the call's per-shape counter, where the observer may
-#: keep what it derives once per input shape.
-_exit_observer: Callable[[Frame, tuple[Any, ...], Any, list[Any]], None] | None = None
+#: Called as ``observer(frame, args, kwargs, output, entry)`` after each call of a frame with
+#: ``observe`` that returned, while a framework adapter has set one (the torch adapter tags the
+#: autograd nodes the call created); ``entry`` is the call's per-shape counter, where the
+#: observer may keep what it derives once per input shape.
+_exit_observer: Callable[[Frame, tuple[Any, ...], dict[str, Any], Any, list[Any]], None] | None = (
+    None)
 
 #: ``switch(on) -> changed``: turns a framework's operation counting on or off in this thread,
 #: returning whether it changed anything (then the wrapper switches back when the call ends).
@@ -245,12 +246,16 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
         key = getattr(args[0], "shape", None) if len(args) == 1 and not kwargs else None
         if key is None:
             key = signature(args, kwargs)
-        entry = node.flops_cache.get(key)
+        try:
+            entry = node.flops_cache.get(key)
+        except TypeError:  # a ``.shape`` that cannot key a dict (a list...): the signature can
+            key = signature(args, kwargs)
+            entry = node.flops_cache.get(key)
         if entry is None:
             entry = node.flops_cache[key] = collector.first_call(node, owner, args, kwargs, output)
         entry[0] += 1
         if inner.observe and _exit_observer is not None:
-            _exit_observer(inner, args, output, entry)
+            _exit_observer(inner, args, kwargs, output, entry)
         if kind == "backward":
             collector.flush_backward(node)
         if ops and (quiet or switched):

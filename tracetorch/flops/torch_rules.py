@@ -236,7 +236,7 @@ def adaptive_pool_rule(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -
     x, out = _first_tensor(inputs), _first_tensor(output)
     if x is None or out is None:
         return _elementwise(0)
-    dims = len(_tuple(layer.output_size, 1))
+    dims = _spatial_dims(layer)  # an int output_size (AdaptiveAvgPool2d(1)) covers them all
     window = prod(ceil(i / max(o, 1)) for i, o in zip(x.shape[-dims:], out.shape[-dims:]))
     return _elementwise(out.numel() * window)
 

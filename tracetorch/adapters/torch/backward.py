@@ -27,6 +27,13 @@ layer it reached gets one backward sample. Time before the first boundary and af
 last node (a loss written with tensor maths) stays on the pass's own node; products at the
 profile's root charge their gradients to it as well.
 
+**Passes no mode saw.** With ``profile(ops=False)`` no function mode is pushed at all, and
+inside a layer with a rule it is popped: a pass started there is found at its first marked node
+(:func:`implicit_pass`), timed from it, and closed by autograd's own end-of-pass callback
+(``queue_callback``); which leaves it computes is asked of autograd
+(``_will_engine_execute_node`` on each leaf's gradient accumulator), so ``autograd.grad`` and
+``backward(inputs=...)`` are exact there too.
+
 So a layer's backward time is its own share (children have theirs; the table adds them up),
 including the accumulation of its parameters' gradients. A graph whose forward ran outside the
 profile has no marks: its pass is timed as a whole, with no FLOPs. A graph built inside a block
@@ -55,6 +62,7 @@ from tracetorch.adapters.torch.cuda import backward_timer
 from tracetorch.adapters.torch.tracing import tracing
 from tracetorch.engine.hotpath import BackwardPassOwner, Frame, current_frame, make_wrapper
 from tracetorch.flops.gradients import GradientPart, layer_gradient_parts
+from tracetorch.introspect import bound_inputs
 from tracetorch.tree import CallNode
 
 __all__ = ("ASK_AUTOGRAD", "MARKS", "Mark", "tag_call", "mark_operation", "resolve_parts",
@@ -158,10 +166,12 @@ def resolve_parts(parts: Sequence[GradientPart], tensor_of: Callable[[int | str]
     return resolved
 
 
-def _layer_parts(frame: Frame, args: tuple[Any, ...], output: Any,
+def _layer_parts(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
                  entry: list[Any]) -> list[ResolvedPart]:
     # Symbolic parts once per input shape (kept in the call's per-shape counter), resolved per
     # call: whether an input or weight needs a gradient may change between calls.
+    if kwargs:  # parts name inputs by position, as rules read them
+        args = bound_inputs(frame.owner, args, kwargs)
     if len(entry) < 5:
         symbolic = None
         if frame.node.rule_state == "rule":
@@ -192,7 +202,8 @@ def _layer_parts(frame: Frame, args: tuple[Any, ...], output: Any,
     return resolve_parts(symbolic, tensor_of)
 
 
-def tag_call(frame: Frame, args: tuple[Any, ...], output: Any, entry: list[Any]) -> None:
+def tag_call(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
+             entry: list[Any]) -> None:
     """Exit observer: mark this call's output nodes with its frame and gradient parts."""
     if not _grad_enabled():
         return
@@ -200,7 +211,7 @@ def tag_call(frame: Frame, args: tuple[Any, ...], output: Any, entry: list[Any])
         if isinstance(output, _Tensor):  # the common case: one tensor, one node
             fn = output.grad_fn
             if fn is not None:
-                _mark(fn, frame, _layer_parts(frame, args, output, entry), output)
+                _mark(fn, frame, _layer_parts(frame, args, kwargs, output, entry), output)
             return
         outputs: list[torch.Tensor] = []
         _tensors(output, outputs)  # a tuple, dict, dataclass... of outputs
@@ -210,7 +221,7 @@ def tag_call(frame: Frame, args: tuple[Any, ...], output: Any, entry: list[Any])
             if fn is not None and not any(fn is known for known in fns):
                 fns.append(fn)
         if fns:
-            parts = _layer_parts(frame, args, output, entry)
+            parts = _layer_parts(frame, args, kwargs, output, entry)
             for fn in fns:  # the parts on one node only: each call is charged once
                 _mark(fn, frame, parts if fn is fns[0] else ())
     except Exception:  # marking must never break the user's model
