@@ -230,10 +230,11 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
             raise
         end = clock()
         _FRAME.reset(token)
-        # What follows reads tensor attributes (``.shape``, ``.grad_fn``): with torch's function
-        # mode on the stack each read costs microseconds, so counting stays off until the end,
-        # where the caller's setting comes back.
-        quiet = inner.ops and _op_switch is not None and _op_switch(False)
+        # What follows reads a torch module's tensor attributes (``.shape``, ``.grad_fn``): with
+        # torch's function mode on the stack each read costs microseconds, so counting stays off
+        # until the end, where the caller's setting comes back. Other layers' tensors (core's)
+        # never reach the mode: switching would only cost them.
+        quiet = inner.observe and inner.ops and _op_switch is not None and _op_switch(False)
         if collector.plain_timing:
             pending = node.time.pending  # TimeStats.add, inlined: this runs on every call
             pending.append(end - start)
