@@ -431,9 +431,9 @@ def test_sdpa_parts_are_flop_counter_modes_fused_backward(shapes):
 
 
 @pytest.mark.parametrize("by_keyword", [False, True])
-def test_sdpa_parts_match_the_math_kernel_plus_the_recomputed_scores(by_keyword):
+def test_sdpa_parts_match_the_math_kernel(by_keyword):
     # Value head size unlike the query's: CPU runs the math kernel, plain bmm products that keep
-    # the attention weights. It does dP, dV, dQ, dK as needed; the fused kernels add q·kᵀ.
+    # the attention weights. It does dP, dV, dQ, dK as needed, and no recompute.
     shapes = ((2, 2, 5, 4), (2, 2, 7, 4), (2, 2, 7, 6))
     base = [t(*s) for s in shapes]
     names = ("query", "key", "value")
@@ -442,10 +442,18 @@ def test_sdpa_parts_match_the_math_kernel_plus_the_recomputed_scores(by_keyword)
         args, kwargs = ((), dict(zip(names, (q, k, v)))) if by_keyword else ((q, k, v), {})
         result = F.scaled_dot_product_attention(*args, **kwargs)
         parts = function_gradient_parts(F.scaled_dot_product_attention, args, kwargs, result)
-        recompute = 2 * 2 * 2 * 5 * 7 * 4 if needed else 0
         total = charged(parts, args, kwargs)
         if needed:
-            assert total - recompute == fcm_backward(F.scaled_dot_product_attention, *args,
-                                                     **kwargs)
+            assert total == fcm_backward(F.scaled_dot_product_attention, *args, **kwargs)
         else:
             assert total == 0
+
+
+def test_sdpa_with_a_mask_that_needs_a_gradient_runs_the_math_kernel():
+    q, k, v = (t(2, 4, 8, 16).requires_grad_() for _ in range(3))
+    mask = t(1, 4, 8, 8).requires_grad_()  # a learned bias (T5's relative positions)
+    result = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    parts = function_gradient_parts(F.scaled_dot_product_attention, (q, k, v),
+                                    {"attn_mask": mask}, result)
+    assert charged(parts, (q, k, v), {"attn_mask": mask}) == fcm_backward(
+        F.scaled_dot_product_attention, q, k, v, attn_mask=mask) == 4 * 2 * 2 * 4 * 8 * 8 * 16

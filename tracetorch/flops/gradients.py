@@ -356,13 +356,35 @@ def _einsum(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any
             for flops, *sides in contractions for side in sides]
 
 
+_SDPA_OPTIONS = (("attn_mask", 3, None), ("dropout_p", 4, 0.0), ("is_causal", 5, False))
+
+
+def _runs_math_kernel(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether torch runs this attention as plain products (the math kernel: a mask that needs
+    a gradient, an unusual head size on CPU...), which keep the weights and need no recompute."""
+    options = [kwargs.get(name, args[index] if len(args) > index else default)
+               for name, index, default in _SDPA_OPTIONS]
+    tensors = [_value(args, kwargs, _where(args, kwargs, i, name))
+               for i, name in enumerate(("query", "key", "value"))]
+    try:
+        choice = torch._fused_sdp_choice(*tensors, *options, scale=kwargs.get("scale"),
+                                         enable_gqa=bool(kwargs.get("enable_gqa", False)))
+    except (RuntimeError, TypeError, AttributeError):  # no answer: the fused kernels' formula
+        return False
+    return int(choice) == int(torch.nn.attention.SDPBackend.MATH)
+
+
 def _sdpa(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> list[GradientPart]:
-    """The fused kernels' backward (FlopCounterMode's formula): scores again, dP, dV, dQ, dK."""
+    """The kernel's backward: dP = dO·vᵀ, dV, dQ, dK, and for the fused kernels (flash,
+    memory-efficient: FlopCounterMode's formula) the scores q·kᵀ recomputed first."""
     q, k, v = (_where(args, kwargs, i, name) for i, name in enumerate(("query", "key", "value")))
     qs, ks, vs = (_value(args, kwargs, w).shape for w in (q, k, v))
     scores = 2 * prod(qs[:-2]) * qs[-2] * ks[-2]
     e, ev = scores * qs[-1], scores * vs[-1]
-    return [(e, (q, k, v)), (ev, (q, k)), (ev, (v,)), (e, (q,)), (e, (k,))]
+    products = [(ev, (q, k)), (ev, (v,)), (e, (q,)), (e, (k,))]
+    if _runs_math_kernel(args, kwargs):
+        return products
+    return [(e, (q, k, v)), *products]
 
 
 _OPERANDS: dict[str, tuple[tuple[int, str], ...]] = {
