@@ -20,30 +20,30 @@ else:
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
 
-import tracetorch  # noqa: E402
+import tracetorch
 
 torch.set_num_threads(1)
 
 
 def _configs():
-    T = transformers
+    hf = transformers
     ids = (2, 16)
     return {
-        "bert": (T.BertModel, T.BertConfig(hidden_size=64, num_hidden_layers=2,
+        "bert": (hf.BertModel, hf.BertConfig(hidden_size=64, num_hidden_layers=2,
                                            num_attention_heads=4, intermediate_size=128,
                                            vocab_size=100), {"input_ids": ids}),
-        "gpt2": (T.GPT2Model, T.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=100,
+        "gpt2": (hf.GPT2Model, hf.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=100,
                                            bos_token_id=1, eos_token_id=2),
                  {"input_ids": ids}),
         # Grouped-query attention: 4 query heads share 2 key/value heads.
-        "llama-gqa": (T.LlamaModel, T.LlamaConfig(hidden_size=64, intermediate_size=128,
+        "llama-gqa": (hf.LlamaModel, hf.LlamaConfig(hidden_size=64, intermediate_size=128,
                                                   num_hidden_layers=2, num_attention_heads=4,
                                                   num_key_value_heads=2, vocab_size=100),
                       {"input_ids": ids}),
-        "t5": (T.T5Model, T.T5Config(d_model=64, d_ff=128, num_layers=2, num_heads=4, d_kv=16,
+        "t5": (hf.T5Model, hf.T5Config(d_model=64, d_ff=128, num_layers=2, num_heads=4, d_kv=16,
                                      vocab_size=100),
                {"input_ids": ids, "decoder_input_ids": (2, 8)}),
-        "whisper": (T.WhisperModel, T.WhisperConfig(
+        "whisper": (hf.WhisperModel, hf.WhisperConfig(
             d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
             decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, num_mel_bins=16,
             max_source_positions=32, vocab_size=100, pad_token_id=0, bos_token_id=1,
