@@ -54,3 +54,15 @@ def test_profile_tree_reports_parameters_per_node():
         model(torch.randn(1, 100))
     assert prof.find("").params == 10_000
     assert prof.find("b.lin").params == 10_000
+
+
+def test_lazy_modules_are_counted_once_their_weights_have_shapes():
+    model = nn.Sequential(nn.LazyLinear(8), nn.ReLU(), nn.LazyLinear(2))
+    pass_through = torch.randn(3, 5)
+    with tracetorch.profile(model) as prof:
+        model(pass_through)
+    assert [(n.path, n.params) for n in prof.nodes()] == [
+        ("", 5 * 8 + 8 + 8 * 2 + 2), ("0", 5 * 8 + 8), ("1", 0), ("2", 8 * 2 + 2)]
+    with tracetorch.profile(model) as again:  # initialized now: counted on entry
+        model(pass_through)
+    assert again.find("").params == tracetorch.count_parameters(model) == 66

@@ -15,13 +15,17 @@ Example:
 """
 from __future__ import annotations
 
+import functools
 import sys
+import types
 import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tracetorch.introspect import is_torch_module, named_submodules, numel
+import numpy as np
+
+from tracetorch.introspect import is_layer, is_torch_module, named_submodules, numel
 
 __all__ = ("count_parameters", "parameter_table", "ParameterTable", "ParameterRow",
            "iter_parameters", "subtree_parameter_counts")
@@ -32,14 +36,16 @@ def count_parameters(model: Any) -> int:
 
     Where the numbers come from, in the order of the TinyTorch guide: the model's ``layers``
     (each counted by these same rules), then its ``parameters()``, and only when it has neither,
-    its ``weight`` and ``bias`` and the layers it keeps in attributes (``self.fc1``; TinyTorch
-    would say 0 there). A torch module is asked for ``parameters()`` alone, which is complete
-    for torch (a ``layers`` ModuleList would miss embeddings and heads). Every tensor is counted
-    once across the whole model, however many layers hold it. Objects with none of these
-    (a bare Tensor, an activation, a number) have 0 parameters, as in TinyTorch.
+    its ``weight`` and ``bias``, the layers it keeps in attributes (``self.fc1``; TinyTorch
+    would say 0 there) and, for a layer (an object with ``forward``), its floating-point arrays
+    under any name (``self.W``). A torch module is asked for ``parameters()`` alone, which is
+    complete for torch (a ``layers`` ModuleList would miss embeddings and heads). Every tensor is
+    counted once across the whole model, however many layers hold it. Objects with none of these
+    (a bare Tensor, an activation) have 0 parameters, as in TinyTorch.
 
     Raises:
-        TypeError: ``model`` is ``None`` or a class rather than an instance.
+        TypeError: ``model`` is ``None``, a class rather than an instance, or never a model
+            (a number, a string, a function).
 
     Example:
         >>> import numpy as np
@@ -72,12 +78,20 @@ def iter_parameters(model: Any) -> Iterator[Any]:
     return iter(found.values())
 
 
+#: What is never a model: a count of its parameters would be a silent 0.
+_NOT_MODELS = (bool, int, float, complex, str, bytes, np.number, types.FunctionType,
+               types.BuiltinFunctionType, types.MethodType, functools.partial)
+
+
 def _check_model(model: Any) -> None:
     if model is None:
         raise TypeError("model: expected a model (layers, parameters() or weight/bias), got None")
     if isinstance(model, type):
         raise TypeError(f"model: expected a model instance, got the class {model.__name__}; "
                         "instantiate it first")
+    if isinstance(model, _NOT_MODELS):
+        raise TypeError(f"model: expected a model (an object with forward, layers, "
+                        f"parameters() or arrays of weights), got {type(model).__name__}")
 
 
 def _collect(obj: Any, found: dict[int, Any], visited: set[int]) -> None:
@@ -100,9 +114,23 @@ def _collect(obj: Any, found: dict[int, Any], visited: set[int]) -> None:
     if not has_layers and not callable(parameters):
         _add_all((getattr(obj, "weight", None), getattr(obj, "bias", None)), found)
         # Beyond TinyTorch, which says 0 here: a duck-typed model that keeps its layers in
-        # attributes (``self.fc1 = Linear(...)``) is counted through them.
+        # attributes (``self.fc1 = Linear(...)``) is counted through them, and a layer's own
+        # arrays under any name (``self.W``, ``self.b``) count as its weights.
+        if is_layer(obj):
+            _add_all(_attribute_arrays(obj), found)
         for _, layer in _attribute_layers(obj):
             _collect(layer, found, visited)
+
+
+def _attribute_arrays(obj: Any) -> list[Any]:
+    # Floating-point arrays (numpy, or a ``tracetorch.core`` Tensor's) held in the object's own
+    # attributes: integer arrays are indices and masks, not weights.
+    found = []
+    for value in getattr(obj, "__dict__", {}).values():
+        data = getattr(value, "data", None) if not isinstance(value, np.ndarray) else value
+        if isinstance(data, np.ndarray) and np.issubdtype(data.dtype, np.floating):
+            found.append(value)
+    return found
 
 
 def _attribute_layers(obj: Any) -> Iterator[tuple[str, Any]]:

@@ -86,6 +86,8 @@ class Collector(CallTiming):
         # the next opening needs to take each up again without naming, counting or a rule's
         # first call (weakly: a profile between openings keeps no model alive).
         self._adopted: list[CallNode] = []
+        # Modules whose parameters could not be counted before their first call (lazy ones).
+        self._uncounted: dict[CallNode, Any] = {}
         self._warm: dict[tuple[int, int], _Warm] = {}
         self._other_threads = False
         # FLOPs of the backward pass in progress, for its Tensor.backward node's summary.
@@ -150,6 +152,7 @@ class Collector(CallTiming):
             node.frame = None
             node.unfolded = False
         self._adopted.clear()
+        self._uncounted.clear()
         self._other_threads = False
         self._user_rules.clear()
         self._names.clear()
@@ -196,7 +199,7 @@ class Collector(CallTiming):
             return None
         if kind == "module" and node.params == 0 and (
                 node.children or getattr(type(owner), "has_uninitialized_params", None)):
-            node.params = self._params_of(owner)  # a lazy module may have its weights now
+            node.params = self._params_of(owner) or 0  # a lazy module may have its weights now
         node.frame = Frame(self, node, owner, ops, observe)
         parent_node.children_by_owner[id(owner)] = node
         self._adopted.append(node)
@@ -212,7 +215,10 @@ class Collector(CallTiming):
         nothing where it gains nothing (a ``tracetorch.core`` layer runs no torch operations).
         """
         if kind == "module":
-            node.params = self._params_of(owner)
+            params = self._params_of(owner)
+            if params is None:
+                self._uncounted[node] = owner  # counted after its first call
+            node.params = params or 0
         if flops_fn is not None:
             node.rule_state = "user"
             self._user_rules[node] = flops_fn
@@ -275,13 +281,17 @@ class Collector(CallTiming):
         self._names[id(parent)] = names
         return names.get(id(child))
 
-    def _params_of(self, owner: Any) -> int:
+    def _params_of(self, owner: Any) -> int | None:
+        """``owner``'s parameter count; ``None`` while it cannot be counted yet (a lazy module,
+        whose weights take their shape at its first call)."""
         known = self._param_counts.get(id(owner))
         if known is None or known[0] is not owner:
             # Once per model: every module below ``owner`` is counted in the same pass.
             try:
                 counts = subtree_parameter_counts(owner)
-            except (TypeError, AttributeError, ValueError):
+            except ValueError:  # torch's uninitialized parameters have no size yet
+                return None
+            except (TypeError, AttributeError):
                 counts = [(owner, 0)]
             for module, count in counts:
                 self._param_counts[id(module)] = (module, count)
@@ -297,6 +307,9 @@ class Collector(CallTiming):
         the node's FLOPs come from counted operations instead of a rule).
         """
         node.note_shapes(signature(args, kwargs), signature((output,)))
+        if self._uncounted and node in self._uncounted:
+            del self._uncounted[node]
+            node.params = self._params_of(owner) or 0  # its lazy weights have shapes now
         state = node.rule_state
         if state == "user":
             return [0, int(self._user_rules[node](*args, **kwargs)), 0, 0]
