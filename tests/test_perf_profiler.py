@@ -165,7 +165,12 @@ def test_other_models_fall_back_to_the_engine(profiler):
 def test_count_flops_validates_input_shape(profiler, shape):
     with pytest.raises(ValueError, match="input_shape"):
         profiler.count_flops(Linear(3, 3), shape)
-    with pytest.raises(ValueError, match="input_shape"):
+
+
+@pytest.mark.parametrize("shape", [(), (0, 3), (2, -1), (2.0, 3), (True, 3)])
+def test_count_flops_validates_what_looks_like_a_shape(shape):
+    # Anything else is the model's input (tests/test_count_flops_inputs.py).
+    with pytest.raises(ValueError, match="inputs: expected a non-empty tuple of positive ints"):
         count_flops(Linear(3, 3), shape)
 
 

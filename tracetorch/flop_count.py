@@ -1,9 +1,10 @@
-"""FLOPs of one forward pass, from an input shape alone.
+"""FLOPs of one forward pass, from an input shape or from real inputs.
 
-Rather than re-deriving shapes by hand, :func:`count_flops` runs the model once on a zero input
-of the given shape under the engine (:class:`tracetorch.profile` with timing off) and returns
-what the engine's FLOP rules counted. It is therefore exact for every model whose forward runs on
-such an input: branches, residuals, functional matmuls and custom rules included. FLOPs cover the
+Rather than re-deriving shapes by hand, :func:`count_flops` runs the model once under the engine
+(:class:`tracetorch.profile` with timing off) and returns what the engine's FLOP rules counted:
+on a zero input of a given shape, or on the inputs the caller has (a tensor, token ids, a tuple
+of arguments, a dict of keyword arguments). It is therefore exact for every model whose forward
+runs on them: branches, residuals, functional matmuls and custom rules included. FLOPs cover the
 whole batch (every leading dimension), with FLOPs = 2 x MACs for matrix products.
 
 Example:
@@ -14,8 +15,9 @@ Example:
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from tracetorch.bench import as_callable
 from tracetorch.introspect import check_shape, dummy_input, is_torch_module
@@ -23,30 +25,58 @@ from tracetorch.introspect import check_shape, dummy_input, is_torch_module
 __all__ = ("count_flops", "forward_flops_and_output")
 
 
-def count_flops(model: Any, input_shape: Sequence[int]) -> int:
-    """Total forward FLOPs of ``model`` on one zero-filled input of ``input_shape``.
+def count_flops(model: Any, inputs: Any) -> int:
+    """Total forward FLOPs of ``model`` on one call.
 
-    The model runs once, in its current mode (train/eval is not changed); a torch model runs
-    under ``torch.no_grad()`` on ``torch.zeros`` of its parameters' dtype and device, anything
-    else on a float32 ``tracetorch.core`` Tensor. Models that need integer inputs (token ids)
-    should be profiled with a real input through :class:`tracetorch.profile` instead.
+    ``inputs`` is either a shape — a tuple or list of positive ints, for one zero-filled input:
+    a torch model gets ``torch.zeros`` of its parameters' dtype and device, anything else a
+    float32 ``tracetorch.core`` Tensor — or what the model is called with: a dict is passed as
+    keyword arguments, any other tuple or list as positional arguments, anything else (a
+    tensor, an array of token ids) as the one argument. The model runs once, in its current
+    mode (train/eval is not changed); a torch model runs under ``torch.no_grad()``.
 
     Raises:
-        ValueError: ``input_shape`` is not a non-empty sequence of positive ints.
+        ValueError: a shape (a tuple or list of numbers) with a dimension that is not a
+            positive int.
         TypeError: ``model`` is neither callable nor has a ``forward``.
 
     Example:
-        >>> from tracetorch.core import Linear
+        >>> import numpy as np
+        >>> from tracetorch.core import Linear, Tensor
         >>> count_flops(Linear(4, 3), (7, 5, 4)) >= 2 * 4 * 3 * 35
         True
+        >>> count_flops(Linear(4, 3), Tensor(np.ones((2, 4)))) == count_flops(Linear(4, 3), (2, 4))
+        True
     """
-    shape = check_shape(input_shape)
-    flops, _ = forward_flops_and_output(model, dummy_input(model, shape))
+    args, kwargs = _call_arguments(model, inputs)
+    flops, _ = forward_flops_and_output(model, *args, **kwargs)
     return flops
 
 
-def forward_flops_and_output(model: Any, x: Any) -> tuple[int, Any]:
-    """Run ``model(x)`` once under the engine: its forward FLOPs and its output.
+def _is_shape(value: Any) -> bool:
+    # A sequence of plain numbers is meant as a shape (and a bad one is reported as such).
+    return isinstance(value, (tuple, list)) and all(
+        isinstance(d, (int, float, np.number)) for d in value)
+
+
+def _call_arguments(model: Any, inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    if _is_shape(inputs):
+        return (dummy_input(model, check_shape(inputs, "inputs")),), {}
+    if isinstance(inputs, dict):
+        if not all(isinstance(key, str) for key in inputs):
+            raise TypeError("inputs: a dict of keyword arguments must have str keys")
+        return (), dict(inputs)
+    if isinstance(inputs, (tuple, list)):
+        return tuple(inputs), {}
+    if inputs is None:
+        raise TypeError("inputs: expected a shape (a tuple of positive ints) or the model's "
+                        "inputs (a tensor, a tuple of arguments, a dict of keyword arguments), "
+                        "got None")
+    return (inputs,), {}
+
+
+def forward_flops_and_output(model: Any, *args: Any, **kwargs: Any) -> tuple[int, Any]:
+    """Run ``model(*args, **kwargs)`` once under the engine: its forward FLOPs and its output.
 
     Example:
         >>> import numpy as np
@@ -64,7 +94,7 @@ def forward_flops_and_output(model: Any, x: Any) -> tuple[int, Any]:
             import torch  # a torch model exists, so torch is already imported
 
             with torch.no_grad():
-                out = call(x)
+                out = call(*args, **kwargs)
         else:
-            out = call(x)
+            out = call(*args, **kwargs)
     return prof.forward_flops, out

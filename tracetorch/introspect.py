@@ -210,8 +210,9 @@ def numel(tensor: Any) -> int:
     return int(np.size(tensor))
 
 
-def check_shape(input_shape: Any) -> tuple[int, ...]:
-    """``input_shape`` as a tuple of ints, or a ValueError naming it.
+def check_shape(input_shape: Any, name: str = "input_shape") -> tuple[int, ...]:
+    """``input_shape`` as a tuple of ints, or a ValueError naming it (as ``name``) and saying
+    what it got, never a tensor's contents.
 
     Example:
         >>> check_shape([2, 3])
@@ -221,9 +222,18 @@ def check_shape(input_shape: Any) -> tuple[int, ...]:
              and all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0
                      for d in input_shape))
     if not valid:
-        raise ValueError("input_shape: expected a non-empty tuple of positive ints, "
-                         f"got {input_shape!r}")
+        raise ValueError(f"{name}: expected a non-empty tuple of positive ints, "
+                         f"got {_described(input_shape)}")
     return tuple(int(d) for d in input_shape)
+
+
+def _described(value: Any) -> str:
+    # A value in an error message: a short repr, never a tensor's contents.
+    shape = getattr(value, "shape", None)
+    if shape is not None and not isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of shape {tuple(shape)}"
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
 
 
 def dummy_input(model: Any, shape: tuple[int, ...], seed: int | None = None) -> Any:
