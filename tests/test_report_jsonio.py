@@ -304,3 +304,39 @@ def trees(draw: st.DrawFn) -> ProfileResult:
 @given(trees())
 def test_any_tree_round_trips(result: ProfileResult) -> None:
     assert_equivalent(result, ProfileResult.from_dict(json.loads(json.dumps(result.to_dict()))))
+
+
+@pytest.mark.parametrize("number, message", [
+    ("Infinity", "Infinity is not a number a profile holds"),
+    ("-Infinity", "-Infinity is not a number a profile holds"),
+    ("NaN", "NaN is not a number a profile holds"),
+    ("1e400", "1e400 is out of range"),
+    ("9" * 5000, "an integer of 5000 digits"),
+])
+def test_numbers_no_profile_holds_are_refused_naming_the_file(
+        tmp_path: pathlib.Path, number: str, message: str) -> None:
+    path = tmp_path / "odd.json"
+    save_result(build(), path)
+    text = path.read_text()
+    field = '"total_ns": '
+    start = text.index(field) + len(field)
+    end = start + len(text[start:]) - len(text[start:].lstrip("0123456789"))
+    path.write_text(text[:start] + number + text[end:])
+    with pytest.raises(ValueError) as info:
+        tracetorch.load(path)
+    assert str(info.value).startswith(f"{path}: corrupt tracetorch profile: ")
+    assert message in str(info.value)
+
+
+def test_a_deep_tree_saves_loads_and_renders(tmp_path: pathlib.Path) -> None:
+    root = CallNode.root()
+    node = root
+    for level in range(600):
+        node = node.child(f"l{level}", "Block", f"m{level}")
+        node.time.add(1000 + level)
+    result = ProfileResult(root)
+    path = tmp_path / "deep.json"
+    save_result(result, path)
+    loaded = tracetorch.load(path)
+    assert len(list(loaded.root.walk())) == 601
+    assert "Block" in render_table(loaded, depth=3)

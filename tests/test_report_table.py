@@ -303,3 +303,29 @@ def test_flat_sort_and_bad_view() -> None:
 
 def test_flat_empty_profile() -> None:
     assert render_flat(ProfileResult(CallNode.root())).startswith("No calls were recorded.")
+
+
+def test_control_characters_in_names_are_escaped():
+    from tracetorch.report.table import render_flat, render_table
+    from tracetorch.result import ProfileResult
+    from tracetorch.tree import CallNode
+
+    root = CallNode.root()
+    node = root.child("evil\x1b[2J\x07", "Bell\nType", "m0")
+    node.time.add(10)
+    result = ProfileResult(root)
+    for text in (render_table(result), render_flat(result, view="module"),
+                 render_flat(result, view="type")):
+        assert "\x1b" not in text and "\x07" not in text
+        assert "Bell\nType" not in text
+    assert "evil\\x1b[2J\\x07 (Bell\\nType)" in render_table(result)
+
+
+def test_time_stats_and_aggregate_rows_read_well():
+    from tracetorch.stats import TimeStats
+
+    stats = TimeStats()
+    assert repr(stats) == "TimeStats(count=0)"
+    stats.add(5)
+    stats.add(7)
+    assert repr(stats) == "TimeStats(count=2, total_ns=12, mean_ns=6.0, min_ns=5, max_ns=7)"

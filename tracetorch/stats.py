@@ -47,6 +47,8 @@ class TimeStats:
         >>> s = TimeStats(); s.add(5); s.add(7)
         >>> s.mean_ns, s.std_ns
         (6.0, 1.0)
+        >>> s
+        TimeStats(count=2, total_ns=12, mean_ns=6.0, min_ns=5, max_ns=7)
     """
 
     __slots__ = ("pending", "_count", "_total", "_min", "_max", "_mean", "_m2", "_buckets",
@@ -64,6 +66,12 @@ class TimeStats:
         self._mean = 0.0
         self._m2 = 0.0
         self._buckets: dict[int, int] = {}
+
+    def __repr__(self) -> str:
+        if self.count == 0:
+            return "TimeStats(count=0)"
+        return (f"TimeStats(count={self.count}, total_ns={self.total_ns}, "
+                f"mean_ns={self.mean_ns:.1f}, min_ns={self.min_ns}, max_ns={self.max_ns})")
 
     def add(self, ns: int) -> None:
         """Record one duration (hot path: an append, a fold every FLUSH_EVERY samples)."""

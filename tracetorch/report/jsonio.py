@@ -36,9 +36,13 @@ Example:
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import numbers
 import os
+import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, Union, cast, get_args
 
 from tracetorch.stats import TimeStats
@@ -166,10 +170,27 @@ def save_result(result: ProfileResult, path: PathLike) -> None:
         >>> read_profile(path).root.children
         {}
     """
-    data = result_to_dict(result)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(data, f)
-        f.write("\n")
+    with deep_recursion():
+        data = result_to_dict(result)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+            f.write("\n")
+
+
+@contextlib.contextmanager
+def deep_recursion() -> Iterator[None]:
+    """Let a tree hundreds of levels deep be written, read and checked (each level is two JSON
+    levels and a few frames): Python's recursion limit is raised inside, restored after."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, _DEEP_RECURSION_LIMIT))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+#: Enough for trees a few thousand levels deep.
+_DEEP_RECURSION_LIMIT = 20_000
 
 
 # ------------------------------------------------------------------------------------ reading
@@ -399,8 +420,10 @@ def read_profile(path: PathLike) -> SavedProfile:
     """
     source = os.fspath(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        with deep_recursion(), open(path, encoding="utf-8") as f:
+            data = json.load(f, parse_constant=_no_constant, parse_float=_finite_float,
+                             parse_int=_bounded_int)
+        return parse_profile(data, source=source)
     except UnicodeDecodeError as err:
         raise ValueError(f"{source}: not a tracetorch profile (not UTF-8 text: {err.reason} "
                          f"at byte {err.start})") from None
@@ -409,4 +432,35 @@ def read_profile(path: PathLike) -> SavedProfile:
                          f"{err.colno}); the file is truncated, corrupt or not a profile") from None
     except RecursionError:
         raise ValueError(f"{source}: JSON nested too deeply to read") from None
-    return parse_profile(data, source=source)
+    except _BadNumber as err:
+        raise ValueError(f"{source}: corrupt tracetorch profile: {err}") from None
+    except (OverflowError, ValueError) as err:
+        message = str(err)
+        if message.startswith(source):
+            raise
+        raise ValueError(f"{source}: corrupt tracetorch profile: {message}") from None
+
+#: Digits of the largest integer a profile holds (FLOPs of a long run stay far below 10**40).
+_MAX_INT_DIGITS = 40
+
+
+class _BadNumber(ValueError):
+    """A number no profile writes: NaN, an infinity, or an integer of absurd length."""
+
+
+def _no_constant(name: str) -> NoReturn:
+    raise _BadNumber(f"{name} is not a number a profile holds (save() writes finite values)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _BadNumber(f"{text[:20]} is out of range for a finite number")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > _MAX_INT_DIGITS:
+        raise _BadNumber(f"an integer of {len(text)} digits is longer than any count a profile "
+                         f"holds")
+    return int(text)

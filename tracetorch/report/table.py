@@ -40,7 +40,7 @@ from tracetorch.tree import CallNode
 if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
     from tracetorch.result import AggregateRow, ProfileResult
 
-__all__ = ("SORT_KEYS", "FLAT_VIEWS", "render_table", "render_flat", "node_label")
+__all__ = ("SORT_KEYS", "FLAT_VIEWS", "render_table", "render_flat", "node_label", "printable")
 
 _TreeRow = tuple[CallNode, int]  # a node and its depth
 _FlatRow = tuple[str, "AggregateRow"]  # a type or module name and its totals
@@ -99,8 +99,21 @@ def node_label(node: CallNode) -> str:
         ('Sequential', '0 (Linear)')
     """
     if not node.name or node.name == node.type_name:
-        return node.type_name or node.name
-    return f"{node.name} ({node.type_name})" if node.type_name else node.name
+        return printable(node.type_name or node.name)
+    return printable(f"{node.name} ({node.type_name})" if node.type_name else node.name)
+
+
+def printable(text: str) -> str:
+    r"""``text`` with control and other unprintable characters escaped, so that a module name
+    cannot move the terminal's cursor or ring its bell.
+
+    Example:
+        >>> printable("head\x1b[2J\n")
+        'head\\x1b[2J\\n'
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class _Inclusive:
@@ -294,9 +307,9 @@ def render_flat(result: ProfileResult, view: str = "type", sort_by: str = "total
     total = result.total_time_ns
 
     columns: list[Column[_FlatRow]] = [Column("Type" if view == "type" else "Module",
-                                         lambda r: r[0], right=False)]
+                                         lambda r: printable(r[0]), right=False)]
     if view == "module":
-        columns += [Column("Type", lambda r: r[1].type_name, right=False),
+        columns += [Column("Type", lambda r: printable(r[1].type_name), right=False),
                     Column("Sites", lambda r: format_count(len(r[1].paths)))]
     else:
         columns += [Column("Sites", lambda r: format_count(len(r[1].paths)))]
