@@ -432,7 +432,7 @@ def read_profile(path: PathLike) -> SavedProfile:
                          f"{err.colno}); the file is truncated, corrupt or not a profile") from None
     except RecursionError:
         raise ValueError(f"{source}: JSON nested too deeply to read") from None
-    except _BadNumber as err:
+    except _BadNumberError as err:
         raise ValueError(f"{source}: corrupt tracetorch profile: {err}") from None
     except (OverflowError, ValueError) as err:
         message = str(err)
@@ -444,23 +444,23 @@ def read_profile(path: PathLike) -> SavedProfile:
 _MAX_INT_DIGITS = 40
 
 
-class _BadNumber(ValueError):
+class _BadNumberError(ValueError):
     """A number no profile writes: NaN, an infinity, or an integer of absurd length."""
 
 
 def _no_constant(name: str) -> NoReturn:
-    raise _BadNumber(f"{name} is not a number a profile holds (save() writes finite values)")
+    raise _BadNumberError(f"{name} is not a number a profile holds (save() writes finite values)")
 
 
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise _BadNumber(f"{text[:20]} is out of range for a finite number")
+        raise _BadNumberError(f"{text[:20]} is out of range for a finite number")
     return value
 
 
 def _bounded_int(text: str) -> int:
     if len(text.lstrip("-")) > _MAX_INT_DIGITS:
-        raise _BadNumber(f"an integer of {len(text)} digits is longer than any count a profile "
+        raise _BadNumberError(f"an integer of {len(text)} digits is longer than any count a profile "
                          f"holds")
     return int(text)
