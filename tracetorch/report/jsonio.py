@@ -449,7 +449,8 @@ class _BadNumberError(ValueError):
 
 
 def _no_constant(name: str) -> NoReturn:
-    raise _BadNumberError(f"{name} is not a number a profile holds (save() writes finite values)")
+    raise _BadNumberError(f"{name} is not a number a profile holds (save() writes finite "
+                          f"values)")
 
 
 def _finite_float(text: str) -> float:
@@ -461,6 +462,6 @@ def _finite_float(text: str) -> float:
 
 def _bounded_int(text: str) -> int:
     if len(text.lstrip("-")) > _MAX_INT_DIGITS:
-        raise _BadNumberError(f"an integer of {len(text)} digits is longer than any count a profile "
-                         f"holds")
+        raise _BadNumberError(f"an integer of {len(text)} digits is longer than any count a "
+                              f"profile holds")
     return int(text)
