@@ -389,6 +389,8 @@ class Collector(CallTiming):
         if pass_node is not None:
             pass_node.flops += self._pass_flops
             pass_node.gemm_flops += self._pass_gemm
+            if self._pass_gemm or pass_node.macs is not None:
+                pass_node.macs = (pass_node.macs or 0) + self._pass_gemm // 2
             self._pass_flops = self._pass_gemm = 0
 
 

@@ -240,9 +240,12 @@ def render_table(result: ProfileResult, sort_by: str = "total", depth: int | Non
     ]
     if show_backward:
         columns += [
-            # "-" = no backward pass timed here, which is not the same as one that took 0 ns.
-            Column("Bwd time", lambda r: _time_or_missing(inc.backward_ns[id(r[0])])),
-            Column("Bwd FLOPs", lambda r: format_flops(inc.backward_flops[id(r[0])])),
+            # "-" = no backward pass timed here, which is not the same as one that took 0 ns. A
+            # pass's own row is all backward: its time and the FLOPs it charged to the layers.
+            Column("Bwd time", lambda r: format_time_ns(r[0].total_ns) if r[0].kind == "backward"
+                   else _time_or_missing(inc.backward_ns[id(r[0])])),
+            Column("Bwd FLOPs", lambda r: format_flops(
+                r[0].flops if r[0].kind == "backward" else inc.backward_flops[id(r[0])])),
         ]
 
     lines = layout(columns, shown) if rows else ["No calls were recorded."]
