@@ -276,3 +276,64 @@ def test_progress_line_draws_only_on_a_terminal() -> None:
     drawn = terminal.getvalue()
     assert drawn.startswith("\rstep 1/10  loss 2.303\rstep 2/10 ")
     assert drawn.endswith("\r" + " " * len("step 1/10  loss 2.303") + "\r")
+
+
+# ----------------------------------------------------------------------- run: what scripts do
+@pytest.mark.slow
+@pytest.mark.parametrize("closing", ["sys.stdout.close()", "sys.stderr.close()",
+                                     "sys.stdout.close(); sys.stderr.close()"])
+def test_a_script_that_closes_its_streams_keeps_its_report_and_file(tmp_path: Path,
+                                                                    closing: str) -> None:
+    _script(tmp_path, ending=closing)
+    result = _tracetorch("run", "-o", "run.json", "train.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "layers.0 (Linear)" in result.stderr and "wrote run.json" in result.stderr
+    assert tracetorch_load(tmp_path / "run.json").find("Sequential.layers.0").calls == 3
+
+
+@pytest.mark.slow
+def test_a_forking_script_is_reported_by_the_parent_only(tmp_path: Path) -> None:
+    _script(tmp_path, ending="""
+        import os
+        pid = os.fork()
+        if pid:
+            os.waitpid(pid, 0)
+            model(Tensor(np.ones((2, 4))))  # a fourth call, in the parent only
+        """)
+    result = _tracetorch("run", "-o", "run.json", "train.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("exited with status") == 1
+    assert tracetorch_load(tmp_path / "run.json").find("Sequential.layers.0").calls == 4
+
+
+@pytest.mark.slow
+def test_a_relative_output_is_written_where_the_command_started(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    _script(tmp_path, ending="import os; os.chdir('elsewhere')")
+    result = _tracetorch("run", "-o", "run.json", "--chrome", "trace.json", "train.py",
+                         cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "run.json").is_file() and (tmp_path / "trace.json").is_file()
+    assert not (tmp_path / "elsewhere" / "run.json").exists()
+
+
+@pytest.mark.slow
+def test_a_folder_with_a_main_runs_as_python_runs_it(tmp_path: Path) -> None:
+    package = tmp_path / "app"
+    package.mkdir()
+    _script(package, name="__main__.py")
+    result = _tracetorch("run", "app", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "name __main__" in result.stdout and "layers.0 (Linear)" in result.stderr
+
+
+@pytest.mark.slow
+def test_run_without_a_script_says_how_to_call_it(tmp_path: Path) -> None:
+    line = _one_line_error(_tracetorch("run", cwd=tmp_path))
+    assert "which script?" in line and "tracetorch run [options] script.py" in line
+
+
+def tracetorch_load(path: Path) -> Any:
+    import tracetorch
+
+    return tracetorch.load(path)

@@ -24,7 +24,7 @@ import runpy
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import Callable, NoReturn
+from typing import Callable, NoReturn, TextIO
 
 import tracetorch
 from tracetorch.cli.demo import run_demo
@@ -104,7 +104,8 @@ def _parser() -> _Parser:
                               formatter_class=argparse.RawDescriptionHelpFormatter,
                               help="run a Python script with every layer call profiled; "
                                    "report on stderr")
-    run.add_argument("script", help="the script to run")
+    run.add_argument("script", nargs="?", help="the script to run (a file, or a folder with a "
+                     "__main__.py)")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
     run.set_defaults(handler=_cmd_run)
 
@@ -173,33 +174,73 @@ def _check_outputs(opts: argparse.Namespace) -> None:
             raise CliError(f"{option}: {path!r} is a folder")
 
 
-def _write_outputs(result: ProfileResult, opts: argparse.Namespace) -> None:
+def _write_outputs(result: ProfileResult, opts: argparse.Namespace,
+                   stream: TextIO | None = None, folder: str = "") -> None:
     for option, path, write in (("--output", opts.output, save_result),
                                 ("--chrome", opts.chrome, export_chrome_trace)):
         if path is None:
             continue
         try:
-            write(result, path)
+            write(result, os.path.join(folder, path))
         except OSError as err:
             raise CliError(f"{option}: cannot write {path!r}: {err.strerror}") from None
-        print(f"tracetorch: wrote {path}", file=sys.stderr)
+        _say(f"tracetorch: wrote {path}", stream or sys.stderr)
 
 
 # ------------------------------------------------------------------------------------ commands
 def _cmd_run(opts: argparse.Namespace) -> int:
-    if not os.path.isfile(opts.script):
-        raise CliError(f"cannot open script {opts.script!r}: no such file")
+    if opts.script is None:
+        raise CliError("run: which script? usage: tracetorch run [options] script.py [args...]")
+    if not _runnable(opts.script):
+        raise CliError(f"cannot open script {opts.script!r}: no such file (or folder with a "
+                       f"__main__.py)")
     _check_outputs(opts)
+    folder = os.getcwd()  # -o and --chrome are relative to it, wherever the script goes
+    report = _report_stream()  # the script may close or replace sys.stderr
     prof = profile(timeline=opts.chrome is not None)
+    started_in = os.getpid()
     status = run_script(prof, opts.script, opts.args)
-    sys.stdout.flush()  # the script's output first, then the report
-    print(f"\ntracetorch: {opts.script} exited with status {status}", file=sys.stderr)
+    if os.getpid() != started_in:
+        return status  # a child the script forked: the parent reports, once
+    _write_outputs(prof, opts, report, folder)
+    _flush(sys.stdout)  # the script's output first, then the report
+    lines = [f"\ntracetorch: {opts.script} exited with status {status}"]
     if not prof.root.children:
-        print("tracetorch: no layer call was recorded (tracetorch.core and torch.nn layers "
-              "are, and code decorated with @tracetorch.instrument)", file=sys.stderr)
-    print(_render(prof, opts), file=sys.stderr)
-    _write_outputs(prof, opts)
+        lines.append("tracetorch: no layer call was recorded (tracetorch.core and torch.nn "
+                     "layers are, and code decorated with @tracetorch.instrument)")
+    lines.append(_render(prof, opts))
+    _say("\n".join(lines), report)
     return status
+
+
+def _runnable(script: str) -> bool:
+    # What ``python script`` runs: a file, or a folder (or zip) with a __main__.py.
+    return os.path.isfile(script) or os.path.isfile(os.path.join(script, "__main__.py"))
+
+
+def _report_stream() -> TextIO:
+    # Our own handle on the stderr the command started with: a script that closes sys.stderr
+    # (or sys.stdout) must not cost the report.
+    try:
+        return open(os.dup(sys.stderr.fileno()), "w", encoding="utf-8", errors="replace",
+                    closefd=True)
+    except (AttributeError, OSError, ValueError):  # no real file behind it (a test's capture)
+        return sys.stderr
+
+
+def _flush(stream: TextIO | None) -> None:
+    try:
+        if stream is not None:
+            stream.flush()
+    except (OSError, ValueError):  # closed by the script
+        pass
+
+
+def _say(text: str, stream: TextIO) -> None:
+    try:
+        print(text, file=stream, flush=True)
+    except (OSError, ValueError):  # even our own handle is gone: nowhere left to report
+        pass
 
 
 def run_script(prof: profile, path: str, args: Sequence[str] = ()) -> int:
