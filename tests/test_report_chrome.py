@@ -174,3 +174,25 @@ def test_export_writes_the_same_document(tmp_path: pathlib.Path) -> None:
     export_chrome_trace(build(dropped=1), path)
     assert json.loads(path.read_text()) == chrome_trace_events(build(dropped=1))
     assert "\n" not in path.read_text()  # compact: traces are the big files
+
+
+def test_a_recorded_profile_names_its_threads_as_python_does(tmp_path: pathlib.Path) -> None:
+    import threading
+
+    import numpy as np
+
+    import tracetorch
+    from tracetorch.core import Linear, Tensor
+
+    layer, x = Linear(2, 2), Tensor(np.ones((1, 2)))
+    with tracetorch.profile(timeline=True, all_threads=True) as prof:
+        layer(x)
+        worker = threading.Thread(target=lambda: layer(x), name="loader-1")
+        worker.start()
+        worker.join()
+    path = tmp_path / "run.json"
+    prof.save(path)
+    for result in (prof, tracetorch.load(path)):
+        names = [e["args"]["name"] for e in chrome_trace_events(result)["traceEvents"]
+                 if e["name"] == "thread_name"]
+        assert names == [threading.main_thread().name, "loader-1"]

@@ -167,6 +167,8 @@ class profile(ProfileResult):
                     self._collector.stop()
                     self.unsupported = self._collector.unsupported()
                     self.dropped_events = self._collector.dropped_events
+                    if self._collector.thread_names:  # the trace's rows, by their names
+                        self.meta["thread_names"] = dict(self._collector.thread_names)
             finally:
                 BOARD.release()
 

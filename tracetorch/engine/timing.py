@@ -44,6 +44,8 @@ class CallTiming:
         self.deferred: list[tuple[CallNode, int, int]] | None = None
         self.device_clock: Any = None
         self.events: list[tuple[CallNode, int, int, int]] | None = [] if timeline else None
+        #: The name of each thread whose calls are in :attr:`events`, by ident.
+        self.thread_names: dict[int, str] = {}
         # Host clock and no timeline: the wrapper appends durations itself (the common case).
         self.plain_timing = self.events is None
         self.max_events = max_events
@@ -77,7 +79,10 @@ class CallTiming:
         events = self.events
         assert events is not None
         if len(events) < self.max_events:
-            events.append((node, start, end, threading.get_ident()))
+            thread = threading.get_ident()
+            events.append((node, start, end, thread))
+            if thread not in self.thread_names:  # named as the trace's rows will be
+                self.thread_names[thread] = threading.current_thread().name
         else:
             self.dropped_events += 1
 
