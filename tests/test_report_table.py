@@ -222,8 +222,8 @@ def test_footer_steps_unsupported_errors_and_cap() -> None:
     steps = next(line for line in text.splitlines() if line.startswith("Steps:"))
     assert steps.startswith("Steps:         10 steps, mean 5.50 ms, p50 4.96 ms, p90 8.98 ms")
     assert "spread 52.2% (std/mean, noisy)" in steps
-    assert "Unsupported:   MyLayer (3 calls), Odd (1 call); no FLOP rule, counted as 0 FLOPs" \
-        in text
+    assert ("Unsupported:   MyLayer (3 calls), Odd (1 call); no FLOP rule and no counted "
+            "operation: unknown FLOPs (marked ? in the table, + above them)") in text
     assert "Errors:        2 calls raised (head)" in text
     assert text.splitlines()[-1] == "Timeline capped: 5 events dropped (max_events reached)"
 
@@ -329,3 +329,44 @@ def test_time_stats_and_aggregate_rows_read_well():
     stats.add(5)
     stats.add(7)
     assert repr(stats) == "TimeStats(count=2, total_ns=12, mean_ns=6.0, min_ns=5, max_ns=7)"
+
+
+def test_flops_a_rule_cannot_give_are_marked_unknown_and_their_parents_partial():
+    import warnings
+
+    import numpy as np
+
+    import tracetorch
+    from tracetorch.core import Linear, Tensor
+
+    class Odd:  # a duck-typed layer doing arithmetic tracetorch cannot see
+        def forward(self, x):
+            return x
+
+    class Net:
+        def __init__(self):
+            self.fc, self.odd = Linear(4, 3), Odd()
+
+        def forward(self, x):
+            return self.odd.forward(self.fc(x))
+
+    model = Net()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with tracetorch.profile(model) as prof:
+            model.forward(Tensor(np.ones((2, 4))))
+    assert [(n.path, n.completeness) for n in prof.nodes()] == [
+        ("", "partial"), ("fc", "complete"), ("odd", "unknown")]
+    assert prof.completeness == "partial"
+    text = str(prof)
+    row = {line.split()[0]: line for line in text.splitlines()[2:5]}
+    assert row["Net"].split()[2:4] == ["48", "FLOPs+"]
+    assert row["odd"].split()[3] == "?"
+    assert "FLOPs+ = a lower bound" in text
+    assert "Forward FLOPs: 48 FLOPs (GEMM/conv 48 FLOPs, other 0 FLOPs); a lower bound" in text
+    from tracetorch.report.jsonio import result_to_dict
+
+    document = result_to_dict(prof)
+    net = document["root"]["children"][0]
+    assert net["completeness"] == "partial"
+    assert [c["completeness"] for c in net["children"]] == ["complete", "unknown"]

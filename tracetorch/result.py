@@ -11,7 +11,7 @@ annotations), and the JSON reader returns the parts of a saved profile, which
 :meth:`ProfileResult.from_dict` and :meth:`ProfileResult.load` assemble here.
 
 Example:
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.tree import CallNode, Completeness
     >>> result = ProfileResult(CallNode.root())
     >>> result.total_flops, result.unsupported
     (0, {})
@@ -24,7 +24,7 @@ from typing import Any
 from tracetorch.report import chrome, jsonio
 from tracetorch.report.table import render_table
 from tracetorch.stats import TimeStats
-from tracetorch.tree import CallNode, TimelineEvent
+from tracetorch.tree import CallNode, Completeness, TimelineEvent
 
 __all__ = ("ProfileResult", "AggregateRow", "TimelineEvent", "EXACT_STEPS")
 
@@ -98,6 +98,17 @@ class ProfileResult:
     def forward_flops(self) -> int:
         """FLOPs of every forward call (each node's own share, so nothing counts twice)."""
         return sum(n.flops for n in self._forward_nodes())
+
+    @property
+    def completeness(self) -> Completeness:
+        """How complete :attr:`forward_flops` is: ``"complete"``; ``"partial"`` (a lower bound:
+        the layer types in :attr:`unsupported` ran with unknown FLOPs); ``"unknown"`` when every
+        layer that ran is one of those."""
+        forward = [n for n in self._forward_nodes() if n.kind in ("module", "function")]
+        unknown = [n for n in forward if n.flops_unknown]
+        if not unknown:
+            return "complete"
+        return "unknown" if len(unknown) == len(forward) else "partial"
 
     @property
     def backward_flops(self) -> int:

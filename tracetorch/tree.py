@@ -17,8 +17,8 @@ from typing import Any, Literal, Optional
 
 from tracetorch.stats import TimeStats
 
-__all__ = ("CallNode", "MAX_SHAPES", "NodeKind", "RuleState", "Shape", "ShapeSignature",
-           "TimelineEvent")
+__all__ = ("CallNode", "Completeness", "MAX_SHAPES", "NodeKind", "RuleState", "Shape",
+           "ShapeSignature", "TimelineEvent")
 
 #: What a node stands for: a layer call, an instrumented function, a backward pass, an optimizer
 #: step, another thread's calls (``profile(all_threads=True)``) or the tree's root.
@@ -26,6 +26,9 @@ NodeKind = Literal["root", "module", "function", "backward", "optimizer", "threa
 #: Where a node's FLOPs come from: a registered rule, ``instrument(flops=...)``, a rule of
 #: ``None`` (declared free) or no rule (its counted tensor operations).
 RuleState = Literal["rule", "user", "free", "none"]
+#: How much of a node's inclusive FLOPs is known: all of it; a lower bound (a layer below ran
+#: with no FLOP rule and no counted operation); or nothing (this layer itself is such a layer).
+Completeness = Literal["complete", "partial", "unknown"]
 
 #: How many distinct input/output shape signatures a node keeps.
 MAX_SHAPES = 4
@@ -137,6 +140,33 @@ class CallNode:
     def flops_per_call(self) -> float:
         """Mean forward FLOPs per call."""
         return self.flops / self.calls if self.calls else 0.0
+
+    @property
+    def flops_unknown(self) -> bool:
+        """Whether this layer's own FLOPs are unknown: it ran, has no FLOP rule, and neither
+        counted operations nor calls below it explain its work (see :attr:`completeness`)."""
+        return (self.kind == "module" and self.flops_source == "none" and not self.children
+                and self.calls > 0)
+
+    @property
+    def completeness(self) -> Completeness:
+        """``"complete"`` when every FLOP of this subtree is known; ``"partial"`` when some
+        layer below it has unknown FLOPs (the inclusive count is a lower bound); ``"unknown"``
+        for such a layer itself.
+
+        Example:
+            >>> root = CallNode.root()
+            >>> block = root.child("block", "Block", "m0"); block.time.add(5)
+            >>> fc, odd = block.child("fc", "Linear", "m1"), block.child("odd", "Odd", "m2")
+            >>> fc.time.add(2); fc.flops_source = "rule"; odd.time.add(1)
+            >>> block.completeness, fc.completeness, odd.completeness
+            ('partial', 'complete', 'unknown')
+        """
+        if self.flops_unknown:
+            return "unknown"
+        if any(node.flops_unknown for node in self.walk()):
+            return "partial"
+        return "complete"
 
     def subtree_sum(self, field: str) -> int:
         """``field`` (``"flops"``, ``"gemm_flops"``, ``"backward_flops"``...) summed over this

@@ -356,8 +356,7 @@ class Collector(CallTiming):
         """Calls of leaf layers with no FLOP rule whose FLOPs nothing counted, by type."""
         counts: dict[str, int] = {}
         for node in self.root.walk():
-            if (node.kind == "module" and node.rule_state == "none" and not node.children
-                    and node.flops_source == "none"):
+            if node.flops_unknown:
                 counts[node.type_name] = counts.get(node.type_name, 0) + node.calls
         return counts
 

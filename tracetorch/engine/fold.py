@@ -103,6 +103,7 @@ def _fold_node(node: CallNode, flops: int, gemm: int, macs: int) -> tuple[int, i
         node.flops_source = node.rule_state
     elif node.rule_state == "free":
         inclusive, inclusive_gemm, inclusive_macs = flops, gemm, macs
+        node.flops_source = "rule"  # its rule says it costs nothing: known, not unsupported
     else:
         inclusive = node.op_flops + flops
         inclusive_gemm = node.op_gemm + gemm

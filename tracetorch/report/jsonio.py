@@ -114,6 +114,8 @@ def _node_to_dict(node: CallNode) -> dict[str, Any]:
         "gemm_flops": _number(node.gemm_flops),
         "macs": None if node.macs is None else _number(node.macs),
         "flops_source": node.flops_source,
+        # Derived (from flops_source and the tree), written for readers of the file itself.
+        "completeness": node.completeness,
         "params": int(node.params),
         "input_shapes": [_signature_to_json(s) for s in node.input_shapes],
         "output_shapes": [_signature_to_json(s) for s in node.output_shapes],

@@ -29,6 +29,11 @@ def _plural(n: int, word: str) -> str:
     return f"{format_count(n)} {word}{'' if n == 1 else 's'}"
 
 
+#: What the forward FLOPs line adds when it is not the whole count (see ``Unsupported``).
+_LOWER_BOUND = {"partial": "; a lower bound (layers with unknown FLOPs ran)",
+                "unknown": "; unknown (no layer that ran has a FLOP rule)"}
+
+
 def _split_flops(total: int, gemm: int) -> str:
     return (f"{format_flops(total)} (GEMM/conv {format_flops(gemm)}, "
             f"other {format_flops(total - gemm)})")
@@ -45,7 +50,7 @@ def summary_lines(result: ProfileResult) -> list[str]:
         >>> from tracetorch.result import ProfileResult
         >>> from tracetorch.tree import CallNode
         >>> root = CallNode.root(); node = root.child("fc", "Linear", "m0")
-        >>> node.time.add(2_000); node.flops = node.gemm_flops = 4_000
+        >>> node.time.add(2_000); node.flops = node.gemm_flops = 4_000; node.flops_source = "rule"
         >>> summary_lines(ProfileResult(root))[0]
         'Forward FLOPs: 4.00 KFLOPs (GEMM/conv 4.00 KFLOPs, other 0 FLOPs)'
     """
@@ -56,7 +61,8 @@ def summary_lines(result: ProfileResult) -> list[str]:
     top_calls = sum(c.calls for c in result.root.children.values())
 
     rows: list[tuple[str, str]] = [
-        ("Forward FLOPs", _split_flops(result.forward_flops, forward_gemm))]
+        ("Forward FLOPs", _split_flops(result.forward_flops, forward_gemm)
+         + _LOWER_BOUND.get(result.completeness, ""))]
     if has_backward:
         rows.append(("Backward FLOPs", _split_flops(result.backward_flops, backward_gemm)))
         rows.append(("Total FLOPs", _split_flops(result.total_flops, forward_gemm + backward_gemm)))
@@ -86,7 +92,8 @@ def summary_lines(result: ProfileResult) -> list[str]:
                  for name, calls in ranked[:MAX_UNSUPPORTED_LISTED]]
         if len(ranked) > MAX_UNSUPPORTED_LISTED:
             named.append(f"+{len(ranked) - MAX_UNSUPPORTED_LISTED} more")
-        rows.append(("Unsupported", ", ".join(named) + "; no FLOP rule, counted as 0 FLOPs"))
+        rows.append(("Unsupported", ", ".join(named) + "; no FLOP rule and no counted "
+                     "operation: unknown FLOPs (marked ? in the table, + above them)"))
 
     failed = [n for n in nodes if n.errors]
     if failed:

@@ -13,7 +13,7 @@ Example:
     >>> from tracetorch.result import ProfileResult
     >>> from tracetorch.tree import CallNode
     >>> root = CallNode.root()
-    >>> fc = root.child("fc", "Linear", "m0")
+    >>> fc = root.child("fc", "Linear", "m0"); fc.flops_source = "rule"
     >>> fc.time.add(2_000); fc.flops = fc.gemm_flops = 4_000; fc.macs = 2_000
     >>> print(render_table(ProfileResult(root)).splitlines()[2])
     fc (Linear)      1  4.00 KFLOPs  2.00 KMACs    2.00 us     2.00 us  100.0%  2.00 GFLOP/s
@@ -35,7 +35,7 @@ from tracetorch.report.units import (
     format_rate,
     format_time_ns,
 )
-from tracetorch.tree import CallNode
+from tracetorch.tree import CallNode, Completeness
 
 if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
     from tracetorch.result import AggregateRow, ProfileResult
@@ -54,6 +54,8 @@ FLAT_VIEWS: tuple[str, ...] = ("type", "module")
 LEGEND_TREE = ("FLOPs, MACs, FLOP/s, Total time and the Bwd columns include children; "
                "Self time excludes them.\n"
                "FLOP/s = FLOPs / Total time; % time = Total time / profile total.")
+LEGEND_MARKS = ("FLOPs+ = a lower bound (a layer below has unknown FLOPs); ? = unknown FLOPs "
+                "(no FLOP rule and no counted operation).")
 LEGEND_FLAT = ("FLOPs, MACs and FLOP/s are each row's own, children excluded.\n"
                "FLOP/s = FLOPs / Self time; % time = Self time / profile total.")
 
@@ -125,6 +127,7 @@ class _Inclusive:
         self.backward_flops: dict[int, int] = {}
         # Backward time of the subtree, or None where no backward pass was timed at all.
         self.backward_ns: dict[int, int | None] = {}
+        self.completeness: dict[int, Completeness] = {}
         order = list(root.walk())
         for node in reversed(order):
             kids = list(node.children.values())
@@ -138,6 +141,20 @@ class _Inclusive:
             parts = [node.macs] + [self.macs[id(c)] for c in kids]
             known = [int(m) for m in parts if m is not None]
             self.macs[id(node)] = sum(known) if known else None
+            # CallNode.completeness, for every node in one pass.
+            below = {self.completeness[id(c)] for c in kids}
+            self.completeness[id(node)] = (
+                "unknown" if node.flops_unknown
+                else "partial" if below & {"unknown", "partial"} else "complete")
+
+
+#: FLOPs cells of nodes whose count is not whole: ``+`` a lower bound, ``?`` unknown.
+_MARKS: dict[str, str] = {"complete": "", "partial": "+", "unknown": "?"}
+
+
+def _marked(cell: str, completeness: Completeness) -> str:
+    mark = _MARKS[completeness]
+    return "?" if mark == "?" else cell + mark
 
 
 def _sorted_children(node: CallNode, sort_by: str, inc: _Inclusive) -> list[CallNode]:
@@ -213,6 +230,7 @@ def render_table(result: ProfileResult, sort_by: str = "total", depth: int | Non
         >>> from tracetorch.result import ProfileResult
         >>> from tracetorch.tree import CallNode
         >>> root = CallNode.root(); fc = root.child("fc", "Linear", "m0"); fc.time.add(500)
+        >>> fc.flops_source = "rule"
         >>> print(render_table(ProfileResult(root), depth=1).splitlines()[0])
         Name         Calls    FLOPs  MACs  Self time  Total time  % time    FLOP/s
     """
@@ -231,7 +249,8 @@ def render_table(result: ProfileResult, sort_by: str = "total", depth: int | Non
     columns: list[Column[_TreeRow]] = [
         Column("Name", lambda r: "  " * (r[1] - 1) + node_label(r[0]), right=False),
         Column("Calls", lambda r: format_count(r[0].calls)),
-        Column("FLOPs", lambda r: format_flops(inc.flops[id(r[0])])),
+        Column("FLOPs", lambda r: _marked(format_flops(inc.flops[id(r[0])]),
+                                          inc.completeness[id(r[0])])),
         Column("MACs", lambda r: format_macs(inc.macs[id(r[0])])),
         Column("Self time", lambda r: format_time_ns(r[0].self_ns)),
         Column("Total time", lambda r: format_time_ns(r[0].total_ns)),
@@ -259,7 +278,10 @@ def render_table(result: ProfileResult, sort_by: str = "total", depth: int | Non
                      f"(min_percent={min_percent:g}).")
     if below_depth:
         notes.append(f"{_rows(below_depth)} deeper than depth={depth} folded into their parents.")
-    lines += [""] + notes + ([LEGEND_TREE] if rows else []) + summary_lines(result)
+    legend = [LEGEND_TREE] if rows else []
+    if any(inc.completeness[id(node)] != "complete" for node, _ in shown):
+        legend.append(LEGEND_MARKS)
+    lines += [""] + notes + legend + summary_lines(result)
     return "\n".join(lines)
 
 
