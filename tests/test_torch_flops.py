@@ -89,16 +89,19 @@ def test_recurrent_rules_count_every_layer_and_direction():
 
 
 @pytest.mark.parametrize("layer, shape, expected", [
-    (nn.BatchNorm2d(3), (2, 3, 4, 4), 96 * 4),
-    (nn.BatchNorm1d(3, affine=False), (2, 3), 6 * 2),
-    (nn.LayerNorm(4), (2, 3, 4), 24 * 6),
-    (nn.GroupNorm(2, 4), (2, 4, 3), 24 * 6),
-    (nn.InstanceNorm2d(3), (2, 3, 4, 4), 96 * 4),
+    # tracetorch.flops.elementwise's convention, shared with torch's functions and core.
+    (nn.BatchNorm2d(3), (2, 3, 4, 4), 96 * 7),              # training: batch statistics
+    (nn.BatchNorm2d(3).eval(), (2, 3, 4, 4), 96 * 4),       # running statistics
+    (nn.BatchNorm1d(3, affine=False), (2, 3), 6 * 7),
+    (nn.LayerNorm(4), (2, 3, 4), 24 * 7),
+    (nn.GroupNorm(2, 4), (2, 4, 3), 24 * 7),
+    (nn.InstanceNorm2d(3), (2, 3, 4, 4), 96 * 7),
     (nn.ReLU(), (2, 5), 10),
-    (nn.GELU(), (2, 5), 10),
-    (nn.Sigmoid(), (2, 5), 10),
-    (nn.Softmax(dim=-1), (2, 5), 30),
-    (nn.GLU(), (2, 6), 2 * 6),
+    (nn.GELU(), (2, 5), 10 * 6),
+    (nn.SiLU(), (2, 5), 10 * 5),
+    (nn.Sigmoid(), (2, 5), 10 * 4),
+    (nn.Softmax(dim=-1), (2, 5), 10 * 5),
+    (nn.GLU(), (2, 6), 6 * 5),
     (nn.MaxPool2d(3, 2, 1), (1, 2, 8, 8), 2 * 4 * 4 * 9),
     (nn.AvgPool1d(2), (1, 3, 8), 3 * 4 * 2),
     (nn.AdaptiveAvgPool2d((1, 1)), (1, 512, 7, 7), 512 * 49),
@@ -166,8 +169,9 @@ def test_every_counted_operation():
     mm = 2 * 4 * 5 * 6
     gemm = (7 * mm + 2 * mm + mm + 2 * 36 * 3 * 4 * 9 + 2 * 7 * 2 * 3 * 2
             + 2 * 2 * 8 * 8 * (4 + 4))
-    assert prof.gemm_flops == gemm
-    assert prof.forward_flops == gemm  # fused bias / added inputs are not counted
+    assert prof.gemm_flops == gemm  # fused bias / added inputs are not counted in products
+    adds = 6 * 4 * 6 + 1 * 4 * 6  # the + between them: one FLOP per element each
+    assert prof.forward_flops == gemm + adds
     node = prof.find("")
     assert node.flops_source == "ops"
     without_sdpa = fcm_counts(lambda: model(a, b, img, seq, q))["Global"]
@@ -223,8 +227,11 @@ def test_resnet18_forward_parity():
     assert prof.gemm_flops == 3_628_146_688
     assert prof.find("").subtree_gemm_flops == 3_628_146_688
     assert prof.find("fc").macs == 512_000
-    # + BatchNorm 4/element, ReLU 1/element, max-pool 9/output, average pool 1/input element
-    assert prof.forward_flops == 3_642_221_056
+    # + BatchNorm 4/element, ReLU 1/element, max-pool 9/output, average pool 1/input element,
+    # and each block's residual add, 1/element: 2 x (64·56² + 128·28² + 256·14² + 512·7²)
+    residual = 2 * (64 * 56 * 56 + 128 * 28 * 28 + 256 * 14 * 14 + 512 * 7 * 7)
+    assert residual == 752_640
+    assert prof.forward_flops == 3_642_221_056 + residual
     assert prof.unsupported == {}
 
 

@@ -399,7 +399,9 @@ _OPERANDS: dict[str, tuple[tuple[int, str], ...]] = {
 @functools.cache
 def _function_formulas() -> dict[Callable[..., Any], PartsFormula]:
     table: dict[Callable[..., Any], PartsFormula] = {}
-    for func, (name, forward) in torch_function_formulas().items():
+    for func, (name, forward, gemm) in torch_function_formulas().items():
+        if not gemm:
+            continue  # elementwise gradients are not counted for torch
         if name == "matmul":
             table[func] = _matmul(forward, func is torch.Tensor.__rmatmul__)
         elif name == "einsum":

@@ -1,4 +1,7 @@
-"""FLOPs of the torch functions counted where they run: matrix products, convolutions, attention.
+"""FLOPs of the torch functions counted where they run: matrix products, convolutions, attention,
+and the elementwise maths, reductions, normalizations and losses of
+:mod:`tracetorch.flops.elementwise` (every spelling: ``torch.add``, ``Tensor.add``, ``+``,
+``add_``, ``F.gelu``...).
 
 The torch adapter counts these calls through a ``TorchFunctionMode`` (see
 :mod:`tracetorch.adapters.torch.ops`), which receives each call as a function object: the one a
@@ -49,6 +52,14 @@ import functools
 from collections.abc import Sequence
 from math import prod
 from typing import Any, Callable
+
+from tracetorch.flops.elementwise import (
+    NORMALIZATIONS,
+    PER_ELEMENT,
+    PER_INPUT_ELEMENT,
+    loss_flops,
+    normalization_flops,
+)
 
 __all__ = ("Shape", "CallFormula", "matmul_flops", "einsum_flops", "conv_flops", "sdpa_flops",
            "torch_function_formulas")
@@ -225,18 +236,80 @@ def _sdpa(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
                       _shape(_arg(args, kwargs, 2, "value")))
 
 
+def _per_output(per_element: int) -> CallFormula:
+    def formula(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+        return per_element * int(result.numel())
+    return formula
+
+
+def _per_input(per_element: int) -> CallFormula:
+    def formula(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+        return per_element * int(_arg(args, kwargs, 0, "input").numel())
+    return formula
+
+
+def _normalization(name: str) -> CallFormula:
+    # Positions of ``training`` (batch_norm) and ``weight`` in F.<name>'s signature.
+    training_at = {"batch_norm": 5}.get(name)
+    weight_at = {"rms_norm": 2, "layer_norm": 2, "group_norm": 2, "batch_norm": 3,
+                 "instance_norm": 3}[name]
+
+    def formula(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+        training = (bool(_arg(args, kwargs, training_at, "training"))
+                    if training_at is not None else True)
+        affine = _arg(args, kwargs, weight_at, "weight") is not None
+        return normalization_flops(name, int(_arg(args, kwargs, 0, "input").numel()),
+                                   training=training, affine=affine)
+    return formula
+
+
+def _loss(name: str) -> CallFormula:
+    def formula(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+        logits = _arg(args, kwargs, 0, "input")
+        classes = int(logits.shape[1] if logits.dim() > 1 else logits.shape[0])
+        return loss_flops(name, int(logits.numel()), classes)
+    return formula
+
+
+def _elementwise_table(torch: Any) -> list[tuple[Any, str, str, CallFormula]]:
+    """Every spelling of the functions of :mod:`tracetorch.flops.elementwise`: ``torch.<f>``,
+    ``Tensor.<f>`` and its in-place ``<f>_``, ``F.<f>``, and the reflected operators."""
+    functional, tensor = torch.nn.functional, torch.Tensor
+    table: list[tuple[Any, str, str, CallFormula]] = []
+    for name, per in PER_ELEMENT.items():
+        formula = _per_output(per)
+        for owner, attr in ((torch, name), (tensor, name), (tensor, name + "_"),
+                            (functional, name)):
+            table.append((owner, attr, name, formula))
+    for dunder, name in (("__rsub__", "sub"), ("__rtruediv__", "div"), ("__rdiv__", "div"),
+                         ("__rpow__", "pow")):
+        table.append((tensor, dunder, name, _per_output(PER_ELEMENT[name])))
+    for name, per in PER_INPUT_ELEMENT.items():
+        formula = _per_input(per)
+        table += [(torch, name, name, formula), (tensor, name, name, formula)]
+    for name in NORMALIZATIONS:
+        table.append((functional, name, name, _normalization(name)))
+    for name in ("cross_entropy", "nll_loss", "mse_loss", "l1_loss"):
+        table.append((functional, name, name, _loss(name)))
+    return table
+
+
 @functools.cache
-def torch_function_formulas() -> dict[Callable[..., Any], tuple[str, CallFormula]]:
-    """``{function: (name, formula)}`` for every counted torch function, keyed by the object a
-    ``TorchFunctionMode`` receives for it (see the module docstring); functions this torch
+def torch_function_formulas() -> dict[Callable[..., Any], tuple[str, CallFormula, bool]]:
+    """``{function: (name, formula, gemm)}`` for every counted torch function, keyed by the
+    object a ``TorchFunctionMode`` receives for it (see the module docstring); ``gemm`` tells the
+    products (matrix, convolution, attention) from elementwise maths. Functions this torch
     version lacks are left out. Built once (it imports torch).
 
     Example:
         >>> import torch
-        >>> name, formula = torch_function_formulas()[torch.Tensor.matmul]   # what ``@`` sends
+        >>> name, formula, gemm = torch_function_formulas()[torch.Tensor.matmul]   # ``@``
         >>> a, b = torch.zeros(4, 5), torch.zeros(5, 6)
-        >>> name, formula((a, b), {}, a @ b)
-        ('matmul', 240)
+        >>> name, formula((a, b), {}, a @ b), gemm
+        ('matmul', 240, True)
+        >>> name, formula, gemm = torch_function_formulas()[torch.Tensor.add]      # ``+``
+        >>> name, formula((a, a), {}, a + a), gemm
+        ('add', 20, False)
     """
     import torch
 
@@ -264,5 +337,11 @@ def torch_function_formulas() -> dict[Callable[..., Any], tuple[str, CallFormula
     for dims in ("1d", "2d", "3d"):
         table.append((functional, "conv" + dims, "conv" + dims, conv))
         table.append((functional, "conv_transpose" + dims, "conv_transpose" + dims, conv_t))
-    return {getattr(owner, attr): (name, formula)
-            for owner, attr, name, formula in table if hasattr(owner, attr)}
+    formulas: dict[Callable[..., Any], tuple[str, CallFormula, bool]] = {}
+    for owner, attr, name, formula in _elementwise_table(torch):
+        if hasattr(owner, attr):  # F.tanh is Tensor.tanh: the same function once
+            formulas.setdefault(getattr(owner, attr), (name, formula, False))
+    for owner, attr, name, formula in table:
+        if hasattr(owner, attr):
+            formulas[getattr(owner, attr)] = (name, formula, True)
+    return formulas

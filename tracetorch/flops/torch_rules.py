@@ -5,10 +5,11 @@ counter do), so a Linear or convolution costs exactly its product. Each rule ret
 *inclusive* cost of one call as ``FlopCount(flops, gemm, macs)``: ``gemm`` is the
 matrix-product/convolution part (2 x MACs, what ``torch.utils.flop_counter`` counts, so
 ``prof.gemm_flops`` compares like for like), ``flops`` adds the elementwise work each docstring
-lists, ``macs`` is ``gemm // 2`` where products exist. Counts cover the whole batch. Conventions
-for the elementwise part, per element touched: an activation is 1 FLOP; a
-normalisation is 2 for its statistics (sum, sum of squares) where it computes them, 2 to
-normalise (subtract, scale) and 2 for the affine transform when it has one.
+lists, ``macs`` is ``gemm // 2`` where products exist. Counts cover the whole batch. The
+elementwise part follows :mod:`tracetorch.flops.elementwise`, the convention torch's functions
+and ``tracetorch.core`` share: an activation costs what its function does per output element
+(ReLU 1, Sigmoid 4, GELU 6, Softmax 5), a normalization 7 per input element where it computes
+statistics (4 with BatchNorm's running statistics).
 
 Example:
     >>> import torch
@@ -25,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from tracetorch.flops.elementwise import PER_ELEMENT, normalization_flops
 from tracetorch.flops.registry import FlopCount, FlopRegistry, default_registry
 
 __all__ = ("register_torch_rules", "linear_rule", "mha_count")
@@ -116,8 +118,8 @@ def mha_rule(layer: nn.MultiheadAttention, inputs: tuple[Any, ...], output: Any)
 def encoder_layer_rule(layer: nn.TransformerEncoderLayer, inputs: tuple[Any, ...],
                        output: Any) -> FlopCount:
     """TransformerEncoderLayer (needed because its inference fast path runs no children):
-    self-attention as MultiheadAttention, the two feed-forward Linears, the
-    activation (1 per hidden element), two LayerNorms and two residual adds."""
+    self-attention as MultiheadAttention, the two feed-forward Linears, the activation (its
+    function's cost per hidden element), two LayerNorms and two residual adds."""
     x = inputs[0] if inputs else _first_tensor(output)
     n, length, _ = _mha_dims(layer.self_attn, x, None)
     tokens = n * length
@@ -125,7 +127,10 @@ def encoder_layer_rule(layer: nn.TransformerEncoderLayer, inputs: tuple[Any, ...
     hidden = layer.linear1.out_features
     attn = mha_count(layer.self_attn, n, length, length)
     ffn = 2 * tokens * e * hidden * 2
-    other = tokens * hidden + 2 * _norm_flops(tokens * e, True, layer.norm1.weight is not None)
+    activation = layer.activation
+    name = getattr(activation, "__name__", None) or _ACTIVATIONS.get(type(activation), "relu")
+    other = (PER_ELEMENT.get(name, 1) * tokens * hidden
+             + 2 * normalization_flops("layer_norm", tokens * e))
     return _gemm(attn.gemm + ffn, (attn.flops - attn.gemm) + other + 2 * tokens * e)
 
 
@@ -177,52 +182,48 @@ def rnn_cell_rule(layer: nn.RNNCellBase, inputs: tuple[Any, ...], output: Any) -
 
 
 # ----------------------------------------------------------------------------- elementwise
-def _norm_flops(elements: int, statistics: bool, affine: bool) -> int:
-    return elements * (2 * statistics + 2 + 2 * affine)
-
-
+# Per-element costs are those of tracetorch.flops.elementwise, which torch's functions and
+# tracetorch.core use too: a layer costs what its function costs, in either framework.
 def batchnorm_rule(layer: nn.modules.batchnorm._NormBase, inputs: tuple[Any, ...],
                    output: Any) -> FlopCount:
-    """BatchNorm: 2 per element to normalise, 2 more if affine (the same in training and eval:
-    the batch statistics are not counted, so inference and training runs compare)."""
-    return _elementwise(_norm_flops(_numel(output), False, layer.affine))
+    """BatchNorm: 7 per element while it computes batch statistics (training, or no running
+    statistics), 4 with running statistics (``F.batch_norm``'s convention)."""
+    batch_stats = layer.training or not layer.track_running_stats
+    return _elementwise(normalization_flops("batch_norm", _numel(inputs), training=batch_stats))
 
 
-def layernorm_rule(layer: nn.LayerNorm, inputs: tuple[Any, ...], output: Any) -> FlopCount:
-    """LayerNorm: 2 per element for the statistics, 2 to normalise, 2 more if affine."""
-    return _elementwise(_norm_flops(_numel(output), True, layer.elementwise_affine))
+def _norm_rule(name: str) -> Any:
+    def rule(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -> FlopCount:
+        affine = getattr(layer, "weight", None) is not None
+        return _elementwise(normalization_flops(name, _numel(inputs), affine=affine))
+    rule.__doc__ = f"{name}: as ``F.{name}`` (see tracetorch.flops.elementwise)."
+    return rule
 
 
-def groupnorm_rule(layer: nn.GroupNorm, inputs: tuple[Any, ...], output: Any) -> FlopCount:
-    """GroupNorm: 2 per element for the statistics, 2 to normalise, 2 more if affine."""
-    return _elementwise(_norm_flops(_numel(output), True, layer.affine))
+layernorm_rule = _norm_rule("layer_norm")
+groupnorm_rule = _norm_rule("group_norm")
+instancenorm_rule = _norm_rule("instance_norm")
+rmsnorm_rule = _norm_rule("rms_norm")
 
 
-def instancenorm_rule(layer: nn.modules.instancenorm._InstanceNorm, inputs: tuple[Any, ...],
-                      output: Any) -> FlopCount:
-    """InstanceNorm: 2 per element for the statistics, 2 to normalise, 2 more if affine."""
-    return _elementwise(_norm_flops(_numel(output), True, layer.affine))
-
-
-def rmsnorm_rule(layer: Any, inputs: tuple[Any, ...], output: Any) -> FlopCount:
-    """RMSNorm: 2 per element for the sum of squares, 1 to scale, 1 more if affine."""
-    affine = getattr(layer, "weight", None) is not None
-    return _elementwise(_numel(output) * (3 + affine))
+#: The function each activation layer applies, by class: its cost per output element.
+_ACTIVATIONS = {
+    nn.ReLU: "relu", nn.ReLU6: "relu6", nn.LeakyReLU: "leaky_relu", nn.PReLU: "prelu",
+    nn.RReLU: "rrelu", nn.ELU: "elu", nn.SELU: "selu", nn.CELU: "celu", nn.GELU: "gelu",
+    nn.SiLU: "silu", nn.Mish: "mish", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh",
+    nn.Hardtanh: "hardtanh", nn.Hardsigmoid: "hardsigmoid", nn.Hardswish: "hardswish",
+    nn.Hardshrink: "hardshrink", nn.Softshrink: "softshrink", nn.Softplus: "softplus",
+    nn.Softsign: "softsign", nn.Tanhshrink: "tanhshrink", nn.Threshold: "threshold",
+    nn.LogSigmoid: "logsigmoid", nn.GLU: "glu", nn.Softmax: "softmax",
+    nn.LogSoftmax: "log_softmax", nn.Softmin: "softmin", nn.Softmax2d: "softmax",
+}
 
 
 def activation_rule(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -> FlopCount:
-    """Activation: 1 FLOP per output element, whatever the function."""
-    return _elementwise(_numel(output))
-
-
-def softmax_rule(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -> FlopCount:
-    """Softmax/LogSoftmax/Softmin: 3 per element (exponential, sum, divide)."""
-    return _elementwise(3 * _numel(output))
-
-
-def glu_rule(layer: nn.GLU, inputs: tuple[Any, ...], output: Any) -> FlopCount:
-    """GLU: 2 per output element (sigmoid of one half, product with the other)."""
-    return _elementwise(2 * _numel(output))
+    """Activations, softmax and GLU: the cost per output element of the function they apply
+    (tracetorch.flops.elementwise: ReLU 1, Sigmoid 4, GELU 6, SiLU 5, Softmax 5...)."""
+    name = next(_ACTIVATIONS[klass] for klass in type(layer).__mro__ if klass in _ACTIVATIONS)
+    return _elementwise(PER_ELEMENT[name] * _numel(output))
 
 
 def pool_rule(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -> FlopCount:
@@ -299,12 +300,7 @@ def register_torch_rules(registry: FlopRegistry = default_registry) -> None:
     add(nn.modules.instancenorm._InstanceNorm, instancenorm_rule)
     if hasattr(nn, "RMSNorm"):
         add(nn.RMSNorm, rmsnorm_rule)
-    add((nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.RReLU, nn.ELU, nn.SELU, nn.CELU,
-         nn.GELU, nn.SiLU, nn.Mish, nn.Sigmoid, nn.Tanh, nn.Hardtanh, nn.Hardsigmoid,
-         nn.Hardswish, nn.Hardshrink, nn.Softshrink, nn.Softplus, nn.Softsign, nn.Tanhshrink,
-         nn.Threshold, nn.LogSigmoid), activation_rule)
-    add((nn.Softmax, nn.LogSoftmax, nn.Softmin, nn.Softmax2d), softmax_rule)
-    add(nn.GLU, glu_rule)
+    add(tuple(_ACTIVATIONS), activation_rule)
     add((nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d,
          nn.LPPool1d, nn.LPPool2d), pool_rule)
     add((nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d,

@@ -79,7 +79,8 @@ _push = torch._C._push_on_torch_function_stack
 _pop = torch._C._pop_torch_function_stack
 
 
-def _counting(name: str, formula: CallFormula, forward_op: Callable[..., Any]) -> Entry:
+def _counting(name: str, formula: CallFormula, gemm: bool,
+              forward_op: Callable[..., Any]) -> Entry:
     def count(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = func(*args, **kwargs)
         frame = current_frame()
@@ -90,8 +91,10 @@ def _counting(name: str, formula: CallFormula, forward_op: Callable[..., Any]) -
             with _no_subclass_dispatch():  # a subclass's __torch_function__ sees no .shape read
                 flops = formula(args, kwargs, result)
                 if flops:
-                    forward_op(name, flops, True)
-                    if result.grad_fn is not None:
+                    forward_op(name, flops, gemm)
+                    # Products carry their gradients' cost to the backward pass; elementwise
+                    # gradients are not counted for torch.
+                    if gemm and result.grad_fn is not None:
                         parts = function_gradient_parts(func, args, kwargs, result)
                         if parts:
                             mark_operation(frame, result, parts, args, kwargs)
@@ -110,8 +113,8 @@ class OpCountingMode(TorchFunctionMode):
     def __init__(self, counter: OpCounter) -> None:
         super().__init__()
         entries: dict[Any, Entry] = {}
-        for func, (name, formula) in torch_function_formulas().items():
-            entries[func] = _counting(name, formula, counter.forward_op)
+        for func, (name, formula, gemm) in torch_function_formulas().items():
+            entries[func] = _counting(name, formula, gemm, counter.forward_op)
         backward = pass_recorder()
         entries[torch.Tensor.backward] = backward
         entries[torch.autograd.backward] = backward
