@@ -91,7 +91,7 @@ def fcm_flops(model, inputs, backward):
 
 def profiled(model, inputs, backward):
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # layers without rules yet warn (issue 10, item 2)
+        warnings.simplefilter("error")  # no layer of these models goes uncounted
         with tracetorch.profile(model) as prof:
             out = first_output(model(**inputs))
             if backward:
@@ -109,6 +109,9 @@ def test_parameters_and_forward_gemm_flops_match_flop_counter_mode(name):
         p.numel() for p in model.parameters())
     assert forward > 0
     assert prof.gemm_flops == forward
+    # Every layer's FLOPs known: activations, norms, rotary embeddings counted from their ops.
+    assert prof.unsupported == {} and prof.completeness == "complete"
+    assert prof.forward_flops > prof.gemm_flops
 
 
 @pytest.mark.parametrize("name", MODELS)
