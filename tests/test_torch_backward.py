@@ -355,3 +355,36 @@ def test_an_implicit_pass_keeps_no_tensor_after_the_block():
     gc.collect()
     assert ref() is None
     assert not backward._ACCUMULATORS and not backward._PASSES
+
+
+class _Checkpointed(nn.Module):
+    """A two-Linear block run under activation checkpointing, and a head."""
+
+    def __init__(self, reentrant):
+        super().__init__()
+        self.blk = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 16))
+        self.head = nn.Linear(16, 4)
+        self.reentrant = reentrant
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        return self.head(checkpoint(self.blk, x, use_reentrant=self.reentrant))
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing_counts_the_model_once_and_recompute_apart(reentrant):
+    model, x = _Checkpointed(reentrant), torch.randn(8, 16, requires_grad=True)
+    with tracetorch.profile(model) as prof:
+        model(x).sum().backward()
+    linear, head = 2 * 8 * 16 * 16, 2 * 8 * 16 * 4
+    assert prof.forward_gemm_flops == 2 * linear + head  # the model's forward, once
+    assert prof.backward_gemm_flops == 2 * (2 * linear + head)  # dX and dW of every Linear
+    # Backward FLOPs stay on the layers that own them, not on the recomputation.
+    assert [prof.find(p).backward_gemm_flops for p in ("blk.0", "blk.2", "head")] == [
+        2 * linear, 2 * linear, 2 * head]
+    assert prof.find("blk.0").calls == prof.find("blk.2").calls == 1
+    recomputed = [n for n in prof.root.walk() if n.kind == "recompute"]
+    assert recomputed and all(n.backward_flops == 0 for n in recomputed)
+    assert prof.recompute_flops == sum(n.flops for n in recomputed) > 0
+    assert "Recompute FLOPs:" in str(prof)

@@ -92,12 +92,18 @@ class ProfileResult:
 
     def _forward_nodes(self) -> list[CallNode]:
         # A backward node's FLOPs summarise its passes, whose work the layers already hold.
-        return [n for n in self.root.walk() if n.kind != "backward"]
+        return [n for n in self.root.walk() if n.kind not in ("backward", "recompute")]
 
     @property
     def forward_flops(self) -> int:
         """FLOPs of every forward call (each node's own share, so nothing counts twice)."""
         return sum(n.flops for n in self._forward_nodes())
+
+    @property
+    def recompute_flops(self) -> int:
+        """FLOPs of layers run again inside backward passes (activation checkpointing's
+        recomputation): hardware work that :attr:`forward_flops`, the model's, leaves out."""
+        return sum(n.flops for n in self.root.walk() if n.kind == "recompute")
 
     @property
     def completeness(self) -> Completeness:

@@ -22,7 +22,7 @@ __all__ = ("CallNode", "Completeness", "MAX_SHAPES", "NodeKind", "RuleState", "S
 
 #: What a node stands for: a layer call, an instrumented function, a backward pass, an optimizer
 #: step, another thread's calls (``profile(all_threads=True)``) or the tree's root.
-NodeKind = Literal["root", "module", "function", "backward", "optimizer", "thread"]
+NodeKind = Literal["root", "module", "function", "backward", "optimizer", "thread", "recompute"]
 #: Where a node's FLOPs come from: a registered rule, ``instrument(flops=...)``, a rule of
 #: ``None`` (declared free) or no rule (its counted tensor operations).
 RuleState = Literal["rule", "user", "free", "none"]
@@ -44,7 +44,8 @@ class CallNode:
     Attributes:
         name: the name under the parent (``"0"``, ``"q_proj"``; the type name when unnamed).
         type_name: the class (or function) name.
-        kind: ``"module"``, ``"function"``, ``"backward"``, ``"optimizer"``, ``"thread"`` (the
+        kind: ``"module"``, ``"function"``, ``"backward"``, ``"optimizer"``, ``"recompute"`` (a
+            layer run again inside a backward pass: activation checkpointing), ``"thread"`` (the
             calls of another thread, with ``profile(all_threads=True)``) or ``"root"``.
         module_key: identifies the instance, shared by every call site of one module.
         time: inclusive forward time per call.

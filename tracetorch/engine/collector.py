@@ -88,6 +88,10 @@ class Collector(CallTiming):
         self._adopted: list[CallNode] = []
         # Modules whose parameters could not be counted before their first call (lazy ones).
         self._uncounted: dict[CallNode, Any] = {}
+        # Each module's forward node (its first), by module key, and for each "recompute" node
+        # the forward node it runs again: a backward pass charges the latter.
+        self._originals: dict[str, CallNode] = {}
+        self.recompute_of: dict[CallNode, CallNode] = {}
         self._warm: dict[tuple[int, int], _Warm] = {}
         self._other_threads = False
         # FLOPs of the backward pass in progress, for its Tensor.backward node's summary.
@@ -153,6 +157,8 @@ class Collector(CallTiming):
             node.unfolded = False
         self._adopted.clear()
         self._uncounted.clear()
+        self._originals.clear()
+        self.recompute_of.clear()
         self._other_threads = False
         self._user_rules.clear()
         self._names.clear()
@@ -182,8 +188,15 @@ class Collector(CallTiming):
             while f"{name}#{suffix}" in parent_node.children:
                 suffix += 1
             name = f"{name}#{suffix}"
-        node = parent_node.child(name, type_name, key, kind)
+        # A layer called inside a backward pass, or below such a call, runs again to rebuild
+        # what activation checkpointing threw away: a "recompute" node, apart from the forward.
+        recompute = kind == "module" and parent_node.kind in ("backward", "recompute")
+        node = parent_node.child(name, type_name, key, "recompute" if recompute else kind)
         self.adopt(node, owner, kind, flops_fn, frame.ops)
+        if recompute:
+            original = self._originals.get(key)
+            if original is not None:
+                self.recompute_of[node] = original
         parent_node.children_by_owner[id(owner)] = node
         return node
 
@@ -203,6 +216,8 @@ class Collector(CallTiming):
         node.frame = Frame(self, node, owner, ops, observe)
         parent_node.children_by_owner[id(owner)] = node
         self._adopted.append(node)
+        if node.kind == "module":
+            self._originals.setdefault(node.module_key, node)
         return node
 
     def adopt(self, node: CallNode, owner: Any, kind: NodeKind,
@@ -238,6 +253,8 @@ class Collector(CallTiming):
             counts_ops = False
         node.frame = Frame(self, node, owner, counts_ops, torch_module)
         self._adopted.append(node)
+        if node.kind == "module":
+            self._originals.setdefault(node.module_key, node)
 
     def module_key(self, owner: Any) -> str:
         """The key naming ``owner`` in this profile (stable across entries of the profile)."""

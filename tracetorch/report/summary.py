@@ -63,6 +63,10 @@ def summary_lines(result: ProfileResult) -> list[str]:
     rows: list[tuple[str, str]] = [
         ("Forward FLOPs", _split_flops(result.forward_flops, forward_gemm)
          + _LOWER_BOUND.get(result.completeness, ""))]
+    recompute = result.recompute_flops
+    if recompute:
+        rows.append(("Recompute FLOPs", f"{format_flops(recompute)} (layers run again in "
+                     "backward: activation checkpointing; not in the forward count)"))
     if has_backward:
         rows.append(("Backward FLOPs", _split_flops(result.backward_flops, backward_gemm)))
         rows.append(("Total FLOPs", _split_flops(result.total_flops, forward_gemm + backward_gemm)))

@@ -307,12 +307,15 @@ class BackwardPass:
             self.spent[open_[-1]] += now - self.last
         self.last = now
         collector = self.collector
+        recompute_of = collector.recompute_of
         leaves = self.leaves
         innermost = None
         while mark is not None:  # the outermost call heads the chain, the innermost ends it
             frame = mark.frame
             if frame.collector is collector:
-                innermost = frame.node
+                # A layer run again by activation checkpointing: its gradients are the layer's.
+                innermost = recompute_of.get(frame.node, frame.node) if recompute_of \
+                    else frame.node
                 flops = 0
                 for part_flops, tensors in mark.parts:
                     for tensor in tensors:
@@ -335,7 +338,7 @@ class BackwardPass:
                     flops += part_flops
                 if flops:
                     # Products outside every layer (at the profile's root) are the pass's own.
-                    node = frame.node
+                    node = innermost
                     if frame.owner is None or node.kind == "thread":
                         node = self.frame.node
                     self.flops[node] = self.flops.get(node, 0) + flops
