@@ -197,20 +197,24 @@ def _cmd_run(opts: argparse.Namespace) -> int:
     _check_outputs(opts)
     folder = os.getcwd()  # -o and --chrome are relative to it, wherever the script goes
     report = _report_stream()  # the script may close or replace sys.stderr
-    prof = profile(timeline=opts.chrome is not None)
-    started_in = os.getpid()
-    status = run_script(prof, opts.script, opts.args)
-    if os.getpid() != started_in:
-        return status  # a child the script forked: the parent reports, once
-    _write_outputs(prof, opts, report, folder)
-    _flush(sys.stdout)  # the script's output first, then the report
-    lines = [f"\ntracetorch: {opts.script} exited with status {status}"]
-    if not prof.root.children:
-        lines.append("tracetorch: no layer call was recorded (tracetorch.core and torch.nn "
-                     "layers are, and code decorated with @tracetorch.instrument)")
-    lines.append(_render(prof, opts))
-    _say("\n".join(lines), report)
-    return status
+    try:
+        prof = profile(timeline=opts.chrome is not None)
+        started_in = os.getpid()
+        status = run_script(prof, opts.script, opts.args)
+        if os.getpid() != started_in:
+            return status  # a child the script forked: the parent reports, once
+        _write_outputs(prof, opts, report, folder)
+        _flush(sys.stdout)  # the script's output first, then the report
+        lines = [f"\ntracetorch: {opts.script} exited with status {status}"]
+        if not prof.root.children:
+            lines.append("tracetorch: no layer call was recorded (tracetorch.core and torch.nn "
+                         "layers are, and code decorated with @tracetorch.instrument)")
+        lines.append(_render(prof, opts))
+        _say("\n".join(lines), report)
+        return status
+    finally:
+        if report is not sys.stderr:
+            report.close()
 
 
 def _runnable(script: str) -> bool:
