@@ -77,3 +77,22 @@ def test_every_spelling_of_an_elementwise_function_is_counted(spelling, flops):
         with tracetorch.profile(layer) as prof:
             layer(torch.randn(3, 4), torch.randn(3, 4))
     assert prof.find("").flops == flops
+
+
+def test_a_layer_that_only_moves_data_costs_a_known_zero():
+    class Permute(nn.Module):  # torchvision's ConvNeXt and Swin have one
+        def forward(self, x):
+            return x.permute(0, 2, 1)
+
+    class Slice(nn.Module):
+        def forward(self, x):
+            return x[..., :2].contiguous().view(-1)
+
+    model = nn.Sequential(Permute(), Slice())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # neither is unsupported
+        with tracetorch.profile(model) as prof:
+            model(torch.randn(2, 3, 4))
+    assert [(n.path, n.flops, n.completeness) for n in prof.nodes()] == [
+        ("", 0, "complete"), ("0", 0, "complete"), ("1", 0, "complete")]
+    assert prof.unsupported == {}

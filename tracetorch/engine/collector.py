@@ -338,7 +338,8 @@ class Collector(CallTiming):
                 macs = result.macs if result.macs is not None else result.gemm // 2
                 return [0, int(result.flops), int(result.gemm), int(macs)]
             return [0, int(result), 0, 0]
-        if state == "none" and node.kind == "module" and not node.op_flops and not node.children:
+        if (state == "none" and node.kind == "module" and not node.op_flops and not node.children
+                and node.flops_source == "none"):
             self._warn_unsupported(node.type_name, runs_compiled_graph(owner))
         return [0, None, 0, 0]
 

@@ -32,7 +32,8 @@ both frameworks::
 
     losses: cross_entropy 5·N·C + N (core's), nll_loss N, mse_loss and l1_loss 3 per element
 
-Data movement (views, permutes, copies, indexing, concatenation) costs 0 and is not listed.
+Data movement (views, permutes, copies, indexing, concatenation: :data:`DATA_MOVEMENT`) costs 0;
+a layer that runs nothing but it is known to cost 0, not unknown.
 
 Example:
     >>> PER_ELEMENT["silu"], PER_ELEMENT["softmax"], PER_INPUT_ELEMENT["mean"]
@@ -63,8 +64,8 @@ from tracetorch.flops.core_ops import (
     norm_flops,
 )
 
-__all__ = ("PER_ELEMENT", "PER_INPUT_ELEMENT", "NORMALIZATIONS", "normalization_flops",
-           "loss_flops")
+__all__ = ("PER_ELEMENT", "PER_INPUT_ELEMENT", "DATA_MOVEMENT", "NORMALIZATIONS",
+           "normalization_flops", "loss_flops")
 
 _ONE = 1  # one elementary operation per element
 _SOFTPLUS = EXP.forward + ADD.forward + LOG.forward
@@ -98,6 +99,15 @@ PER_INPUT_ELEMENT: dict[str, int] = {
                                             "nansum", "nanmean")},
     "norm": 2, "var": 3, "std": 3, "logsumexp": 4,
 }
+
+#: Functions that only move or reinterpret data, by torch name: 0 FLOPs.
+DATA_MOVEMENT = (
+    "view", "view_as", "reshape", "reshape_as", "permute", "transpose", "t", "contiguous",
+    "flatten", "unflatten", "unsqueeze", "squeeze", "expand", "expand_as", "narrow", "select",
+    "split", "chunk", "unbind", "cat", "concat", "stack", "clone", "detach", "to", "type",
+    "movedim", "swapaxes", "repeat", "repeat_interleave", "roll", "flip", "index_select",
+    "gather", "embedding", "pad", "dropout", "__getitem__", "masked_select", "tril", "triu",
+    "zeros_like", "ones_like", "full_like", "arange", "zeros", "ones", "full", "empty")
 
 #: The normalizations :func:`normalization_flops` knows, by torch name.
 NORMALIZATIONS = ("layer_norm", "group_norm", "instance_norm", "batch_norm", "rms_norm")

@@ -54,6 +54,7 @@ from math import prod
 from typing import Any, Callable
 
 from tracetorch.flops.elementwise import (
+    DATA_MOVEMENT,
     NORMALIZATIONS,
     PER_ELEMENT,
     PER_INPUT_ELEMENT,
@@ -62,7 +63,7 @@ from tracetorch.flops.elementwise import (
 )
 
 __all__ = ("Shape", "CallFormula", "matmul_flops", "einsum_flops", "conv_flops", "sdpa_flops",
-           "torch_function_formulas")
+           "torch_function_formulas", "data_movement_functions")
 
 Shape = tuple[int, ...]
 #: The FLOPs of one call, from its positional arguments, keyword arguments and result.
@@ -292,6 +293,24 @@ def _elementwise_table(torch: Any) -> list[tuple[Any, str, str, CallFormula]]:
     for name in ("cross_entropy", "nll_loss", "mse_loss", "l1_loss"):
         table.append((functional, name, name, _loss(name)))
     return table
+
+
+@functools.cache
+def data_movement_functions() -> frozenset[Callable[..., Any]]:
+    """The objects a ``TorchFunctionMode`` receives for the functions of
+    :data:`~tracetorch.flops.elementwise.DATA_MOVEMENT` (``torch.<f>``, ``Tensor.<f>``,
+    ``F.<f>``): 0 FLOPs each.
+
+    Example:
+        >>> import torch
+        >>> torch.Tensor.permute in data_movement_functions()
+        True
+    """
+    import torch
+
+    owners = (torch, torch.Tensor, torch.nn.functional)
+    return frozenset(getattr(owner, name) for name in DATA_MOVEMENT for owner in owners
+                     if hasattr(owner, name))
 
 
 @functools.cache
