@@ -388,3 +388,27 @@ def test_activation_checkpointing_counts_the_model_once_and_recompute_apart(reen
     assert recomputed and all(n.backward_flops == 0 for n in recomputed)
     assert prof.recompute_flops == sum(n.flops for n in recomputed) > 0
     assert "Recompute FLOPs:" in str(prof)
+
+
+def test_a_pass_that_raises_leaves_no_open_pass_behind():
+    from tracetorch.adapters.torch import backward
+
+    class Boom(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise RuntimeError("boom")
+
+    first, second = nn.Linear(4, 4), nn.Linear(4, 4)
+    with tracetorch.profile(ops=False):
+        out = second(Boom.apply(first(torch.randn(2, 4))))
+        with pytest.raises(RuntimeError, match="boom"):
+            out.sum().backward()  # second's node opens a pass; autograd never closes it
+    assert not backward._PASSES
+    with tracetorch.profile(ops=False) as prof:
+        second(first(torch.randn(2, 4))).sum().backward()
+    assert prof.find("backward").calls == 1
+    assert prof.backward_gemm_flops == 2 * 2 * 4 * 4 + 2 * (2 * 2 * 4 * 4)  # dW1; dW2 and dX2

@@ -66,7 +66,7 @@ from tracetorch.introspect import bound_inputs
 from tracetorch.tree import CallNode
 
 __all__ = ("ASK_AUTOGRAD", "MARKS", "Mark", "tag_call", "mark_operation", "resolve_parts",
-           "BackwardPass", "implicit_pass", "forget_accumulators", "pass_recorder",
+           "BackwardPass", "implicit_pass", "forget_passes", "pass_recorder",
            "PassRecorder")
 
 #: The key under which a node's marks are kept in ``grad_fn.metadata``.
@@ -383,7 +383,7 @@ class BackwardPass:
 
 #: Each leaf's gradient accumulator, found once (``get_gradient_edge`` builds a view to find it)
 #: and held with the leaf itself, so that its id is not reused, until the last profile closes
-#: (:func:`forget_accumulators`).
+#: (:func:`forget_passes`).
 _ACCUMULATORS: dict[int, tuple[Any, Any]] = {}
 
 
@@ -394,9 +394,12 @@ def _accumulator(leaf: Any) -> Any:
     return known[1]
 
 
-def forget_accumulators() -> None:
-    """Drop the leaves and accumulators :func:`implicit_pass` kept (the last profile closed)."""
+def forget_passes() -> None:
+    """The last profile closed: drop the leaves and accumulators :func:`implicit_pass` kept,
+    and any pass it opened whose end-of-pass callback never came (autograd runs none after a
+    backward pass that raised)."""
     _ACCUMULATORS.clear()
+    _PASSES.clear()
 
 
 #: The passes being recorded, by the thread that started them.

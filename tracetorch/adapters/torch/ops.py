@@ -49,7 +49,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from tracetorch.adapters.torch.backward import (
-    forget_accumulators,
+    forget_passes,
     mark_operation,
     pass_recorder,
     tag_call,
@@ -223,6 +223,6 @@ def start_op_counting(counter: OpCounter) -> Callable[[], None]:
             set_exit_observer(observer)
         mode.retire()
         switch(False)
-        forget_accumulators()
+        forget_passes()
 
     return stop
