@@ -196,3 +196,27 @@ def test_a_recorded_profile_names_its_threads_as_python_does(tmp_path: pathlib.P
         names = [e["args"]["name"] for e in chrome_trace_events(result)["traceEvents"]
                  if e["name"] == "thread_name"]
         assert names == [threading.main_thread().name, "loader-1"]
+
+
+def test_a_timeline_recorded_inside_another_profile_saves_and_exports(
+        tmp_path: pathlib.Path) -> None:
+    import numpy as np
+
+    import tracetorch
+    from tracetorch.core import Linear, Tensor
+
+    layer, x = Linear(2, 2), Tensor(np.ones((1, 2)))
+    inner = tracetorch.profile(timeline=True, schedule=tracetorch.schedule(wait=1, active=1))
+    with tracetorch.profile(timeline=True) as outer:
+        for _ in range(2):  # a waiting step, then an active one
+            with inner:
+                layer(x)
+            inner.step()
+    assert len(inner.timeline) == 1  # the active step's call only
+    assert len(outer.timeline) == 2
+    for result in (inner, outer):
+        path = tmp_path / "run.json"
+        result.save(path)
+        names = [e["name"] for e in chrome_trace_events(tracetorch.load(path))["traceEvents"]
+                 if e["ph"] == "X"]
+        assert names and set(names) == {"Linear"}

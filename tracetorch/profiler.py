@@ -218,11 +218,11 @@ class profile(ProfileResult):
         collector.fold(target)
         if target is self.root:
             return
-        if entry.active:
-            merge_tree(target, self.root)
+        mapping = merge_tree(target, self.root) if entry.active else None
         enclosing = entry.enclosing
         if enclosing is not None and enclosing.collector.active:
             collector.graft_into(target, enclosing)
+        collector.move_events(target, mapping)  # after the graft, which reads them as they were
 
     def _renew_collector(self) -> None:
         # A frame of the old collector may survive in the context it was entered in; a fresh

@@ -425,6 +425,23 @@ class Collector(CallTiming):
                 found.setdefault(key, owner)
         return found
 
+    def move_events(self, source: CallNode, mapping: dict[CallNode, CallNode] | None) -> None:
+        """Point the timeline events of the recording ``source`` at the nodes ``mapping`` merged
+        them into, or drop them (``None``: the recording was not kept, a schedule's wait or
+        warm-up step): every event of the profile's timeline names a node of its tree."""
+        if not self.events:
+            return
+        moved = mapping if mapping is not None else dict.fromkeys(source.walk())
+        kept = []
+        for event in self.events:
+            if event[0] in moved:
+                target = moved[event[0]]
+                if target is not None:
+                    kept.append((target, event[1], event[2], event[3]))
+            else:
+                kept.append(event)
+        self.events[:] = kept  # in place: the profile holds this list as its timeline
+
     def graft_into(self, source: CallNode, frame: Frame) -> None:
         """Hand the folded recording ``source`` to another profile, under its open call
         ``frame`` (call before :meth:`stop`, while the owners are still known)."""

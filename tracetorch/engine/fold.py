@@ -11,9 +11,9 @@ Example:
     >>> from tracetorch.tree import CallNode
     >>> source, target = CallNode.root(), CallNode.root()
     >>> source.child("fc", "Linear", "m0").time.add(5)
-    >>> merge_tree(source, target)
-    >>> target.children["fc"].calls
-    1
+    >>> mapping = merge_tree(source, target)
+    >>> target.children["fc"].calls, mapping[source.children["fc"]] is target.children["fc"]
+    (1, True)
 """
 from __future__ import annotations
 
@@ -138,15 +138,19 @@ def _add_recorded(source: CallNode, target: CallNode) -> None:
         target.note_shapes(inputs, output)
 
 
-def merge_tree(source: CallNode, target: CallNode) -> None:
+def merge_tree(source: CallNode, target: CallNode, mapping: NodeMap | None = None) -> NodeMap:
     """Add ``source``'s subtree to ``target``'s, matching children by name (both trees belong
-    to one profile, so names and module keys agree). Fold ``source`` first."""
+    to one profile, so names and module keys agree); return which node each source node went
+    to. Fold ``source`` first."""
+    mapping = {} if mapping is None else mapping
+    mapping[source] = target
     _add_recorded(source, target)
     for name, child in source.children.items():
         merged = target.child(name, child.type_name, child.module_key, child.kind)
         if merged.rule_state == "none":
             merged.rule_state = child.rule_state
-        merge_tree(child, merged)
+        merge_tree(child, merged, mapping)
+    return mapping
 
 
 def graft(source: CallNode, owners: dict[str, Any], frame: Frame) -> NodeMap:
