@@ -453,3 +453,51 @@ def test_docstring_examples(name):
 
     failures, tried = doctest.testmod(importlib.import_module(name))
     assert tried > 0 and failures == 0
+
+
+class _Streaming(nn.Module):
+    """A layer whose forward is a generator: it runs while its consumer iterates."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, chunks):
+        for chunk in chunks:
+            yield self.lin(chunk)
+
+
+def _fake_clock():
+    ticks = iter(range(0, 10**9, 10))
+    return lambda: next(ticks)
+
+
+def test_a_generator_forward_is_one_call_holding_the_calls_it_makes():
+    layer = _Streaming()
+    chunks = [torch.randn(2, 4) for _ in range(3)]
+    with tracetorch.profile(layer, clock=_fake_clock()) as prof:
+        outs = list(layer(chunks))
+    assert len(outs) == 3
+    assert [(n.path, n.calls) for n in prof.nodes()] == [("", 1), ("lin", 3)]
+    assert prof.find("").total_ns >= prof.find("lin").total_ns > 0
+    assert prof.find("").subtree_flops == 3 * 2 * 2 * 4 * 4
+    assert prof.unsupported == {}
+
+
+def test_a_generator_forward_closed_early_or_thrown_into_behaves_as_without_the_profiler():
+    class Guarded(nn.Module):
+        def forward(self, n):
+            try:
+                for i in range(n):
+                    yield i
+            except KeyError:
+                yield "handled"
+
+    layer = Guarded()
+    with tracetorch.profile(layer, warn_unsupported=False) as prof:
+        stream = layer(5)
+        assert next(stream) == 0
+        assert stream.throw(KeyError("x")) == "handled"
+        stream.close()
+        assert list(layer(2)) == [0, 1]
+    assert prof.find("").calls == 2

@@ -17,7 +17,9 @@ Example:
 """
 from __future__ import annotations
 
+from collections.abc import Generator
 from contextvars import ContextVar, Token
+from types import GeneratorType as _Generator
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from tracetorch.introspect import signature
@@ -230,6 +232,12 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
             raise
         end = clock()
         _FRAME.reset(token)
+        if output.__class__ is _Generator:
+            # A generator forward runs while its consumer asks for items, not now: recorded when
+            # it ends, its resumptions run in this call's frame (see _resumed).
+            if switched:
+                _op_switch(ops)  # type: ignore[misc]
+            return _resumed(output, inner, args, kwargs, start, end - start)
         # What follows reads a torch module's tensor attributes (``.shape``, ``.grad_fn``): with
         # torch's function mode on the stack each read costs microseconds, so counting stays off
         # until the end, where the caller's setting comes back. Other layers' tensors (core's)
@@ -264,3 +272,49 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
         return output
 
     return wrapper
+
+
+def _resumed(generator: Generator[Any, Any, Any], frame: Frame, args: tuple[Any, ...],
+             kwargs: dict[str, Any], start: int, elapsed: int) -> Generator[Any, Any, Any]:
+    """A layer whose ``forward`` is a generator: each resumption runs in the layer's frame (so
+    the calls it makes nest under it) and is timed; the call is recorded once, when the
+    generator finishes or is closed, with the time of all its resumptions. What the consumer
+    sends or throws reaches the layer's generator unchanged."""
+    collector, node = frame.collector, frame.node
+    clock = collector.clock
+    sent: Any = None
+    thrown: BaseException | None = None
+    try:
+        while True:
+            token = _FRAME.set(frame)
+            switched = _op_switch is not None and _op_switch(frame.ops)
+            resumed = clock()
+            try:
+                item = generator.throw(thrown) if thrown is not None else generator.send(sent)
+            except StopIteration as stop:
+                return stop.value
+            finally:
+                elapsed += clock() - resumed
+                _FRAME.reset(token)
+                if switched:
+                    _op_switch(not frame.ops)  # type: ignore[misc]
+            thrown = None
+            try:
+                sent = yield item
+            except GeneratorExit:
+                generator.close()
+                raise
+            except BaseException as error:  # thrown in by the consumer: the layer's to handle
+                thrown = error
+    finally:
+        if collector.active:
+            collector.add_duration(node, start, start + elapsed)
+            key = signature(args, kwargs)
+            entry = node.flops_cache.get(key)
+            if entry is None:
+                try:
+                    entry = collector.first_call(node, frame.owner, args, kwargs, None)
+                except Exception:  # a rule that needs the output it never saw
+                    entry = [0, None, 0, 0]
+                node.flops_cache[key] = entry
+            entry[0] += 1
