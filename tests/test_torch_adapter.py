@@ -488,8 +488,7 @@ def test_a_generator_forward_closed_early_or_thrown_into_behaves_as_without_the_
     class Guarded(nn.Module):
         def forward(self, n):
             try:
-                for i in range(n):
-                    yield i
+                yield from range(n)
             except KeyError:
                 yield "handled"
 
