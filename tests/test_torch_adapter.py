@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch") if os.environ.get("CI") != "true" else __import__("torch")
 
 import tracetorch  # noqa: E402
+from support.torch_models import raising_in_backward  # noqa: E402
 from test_torch_models import Attn, Block, BoomNet, Shared  # noqa: E402
 from tracetorch.adapters.base import all_subclasses  # noqa: E402
 from tracetorch.engine.patches import BOARD  # noqa: E402
@@ -267,20 +268,12 @@ def test_the_same_after_the_model_raises():
 
 
 def test_keyboard_interrupt_in_backward_restores_everything():
-    class Interrupt(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return x.clone()
-
-        @staticmethod
-        def backward(ctx, grad):
-            raise KeyboardInterrupt
-
+    interrupt = raising_in_backward(torch, KeyboardInterrupt())
     before = snapshot()
     lin = nn.Linear(2, 2)
     with pytest.raises(KeyboardInterrupt):
         with tracetorch.profile():
-            Interrupt.apply(lin(torch.ones(1, 2))).sum().backward()
+            interrupt.apply(lin(torch.ones(1, 2))).sum().backward()
     assert_same(before, snapshot())
     assert torch._C._len_torch_dispatch_stack() == 0
     assert not BOARD.patched()

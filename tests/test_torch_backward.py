@@ -391,20 +391,13 @@ def test_activation_checkpointing_counts_the_model_once_and_recompute_apart(reen
 
 
 def test_a_pass_that_raises_leaves_no_open_pass_behind():
+    from support.torch_models import raising_in_backward
     from tracetorch.adapters.torch import backward
 
-    class Boom(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return x.clone()
-
-        @staticmethod
-        def backward(ctx, grad):
-            raise RuntimeError("boom")
-
+    boom = raising_in_backward(torch, RuntimeError("boom"))
     first, second = nn.Linear(4, 4), nn.Linear(4, 4)
     with tracetorch.profile(ops=False):
-        out = second(Boom.apply(first(torch.randn(2, 4))))
+        out = second(boom.apply(first(torch.randn(2, 4))))
         with pytest.raises(RuntimeError, match="boom"):
             out.sum().backward()  # second's node opens a pass; autograd never closes it
     assert not backward._PASSES

@@ -9,7 +9,7 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
-__all__ = ("shared_classes", "shared_model")
+__all__ = ("raising_in_backward", "shared_classes", "shared_model")
 
 
 @cache
@@ -48,3 +48,18 @@ def shared_classes(torch: ModuleType) -> tuple[type, type]:
 def shared_model(torch: ModuleType) -> Any:
     """A new peers.md ``Shared`` model (see :func:`shared_classes`)."""
     return shared_classes(torch)[1]()
+
+
+def raising_in_backward(torch: ModuleType, error: BaseException) -> Any:
+    """An autograd Function that copies its input forward and raises ``error`` in backward."""
+
+    class Raising(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any) -> Any:
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            raise error
+
+    return Raising

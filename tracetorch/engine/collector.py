@@ -122,9 +122,8 @@ class Collector(CallTiming):
                                         self.module_key(thread), kind="thread")
                     # No function mode is on this thread's stack: layers that count their
                     # operations push it themselves.
-                    node.frame = Frame(self, node, thread, False)
+                    self._install_frame(node, Frame(self, node, thread, False))
                     target.children_by_owner[id(thread)] = node
-                    self._adopted.append(node)
         self._other_threads = True
         return node.frame
 
@@ -210,15 +209,17 @@ class Collector(CallTiming):
                 or self.registry.generation != generation):
             node.flops_cache.clear()
             return None
-        if kind == "module" and node.params == 0 and (
-                node.children or getattr(type(owner), "has_uninitialized_params", None)):
-            node.params = self._params_of(owner) or 0  # a lazy module may have its weights now
-        node.frame = Frame(self, node, owner, ops, observe)
+        self._install_frame(node, Frame(self, node, owner, ops, observe))
         parent_node.children_by_owner[id(owner)] = node
+        return node
+
+    def _install_frame(self, node: CallNode, frame: Frame) -> None:
+        # Every node given a frame is listed for stop() to drop it again; a forward module node
+        # is the one its module's recomputation (activation checkpointing) charges.
+        node.frame = frame
         self._adopted.append(node)
         if node.kind == "module":
             self._originals.setdefault(node.module_key, node)
-        return node
 
     def adopt(self, node: CallNode, owner: Any, kind: NodeKind,
               flops_fn: Callable[..., int] | None, parent_ops: bool) -> None:
@@ -251,10 +252,7 @@ class Collector(CallTiming):
             # An update is elementwise maths over every parameter, no product to count, and
             # torch's function mode would cost each of its operations microseconds.
             counts_ops = False
-        node.frame = Frame(self, node, owner, counts_ops, torch_module)
-        self._adopted.append(node)
-        if node.kind == "module":
-            self._originals.setdefault(node.module_key, node)
+        self._install_frame(node, Frame(self, node, owner, counts_ops, torch_module))
 
     def module_key(self, owner: Any) -> str:
         """The key naming ``owner`` in this profile (stable across entries of the profile)."""

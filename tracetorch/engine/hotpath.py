@@ -261,7 +261,7 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
             key = signature(args, kwargs)
             entry = node.flops_cache.get(key)
         if entry is None:
-            entry = node.flops_cache[key] = collector.first_call(node, owner, args, kwargs, output)
+            entry = _first_entry(collector, node, owner, key, args, kwargs, output)
         entry[0] += 1
         if inner.observe and _exit_observer is not None:
             _exit_observer(inner, args, kwargs, output, entry)
@@ -311,10 +311,16 @@ def _resumed(generator: Generator[Any, Any, Any], frame: Frame, args: tuple[Any,
             collector.add_duration(node, start, start + elapsed)
             key = signature(args, kwargs)
             entry = node.flops_cache.get(key)
-            if entry is None:
+            if entry is None:  # the layer's output is the generator: its rule sees None
                 try:
-                    entry = collector.first_call(node, frame.owner, args, kwargs, None)
+                    entry = _first_entry(collector, node, frame.owner, key, args, kwargs, None)
                 except Exception:  # a rule that needs the output it never saw
-                    entry = [0, None, 0, 0]
-                node.flops_cache[key] = entry
+                    entry = node.flops_cache[key] = [0, None, 0, 0]
             entry[0] += 1
+
+
+def _first_entry(collector: Collector, node: CallNode, owner: Any, key: Any,
+                 args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> list[Any]:
+    """The per-shape counter of a call with shapes ``node`` has not seen: its rule's FLOPs."""
+    entry = node.flops_cache[key] = collector.first_call(node, owner, args, kwargs, output)
+    return entry

@@ -2,13 +2,13 @@
 
 **Layers, wrapped at their first call.** ``forward`` is wrapped on the ``torch.nn.Module``
 classes whose instances are called inside the block (user classes included), so entering a
-block costs the same (about 0.1 ms, ``benchmarks/enter_exit.py``) with torch alone or with a
+block costs the same (about 50 µs, ``benchmarks/enter_exit.py``) with torch alone or with a
 library of a thousand layer classes (timm) imported. While a profile is open,
 ``torch.nn.Module._call_impl`` — which every module call runs, after ``__call__`` and before
 hooks and ``forward`` — is a first-call function (:class:`FirstCalls`): the first time an
 instance of a class is called, it wraps ``forward`` on that class and every class of its MRO and
 gives the class torch's own ``_call_impl`` back as an attribute of its own, so its later calls
-never pass that way again (a few µs per class, once per block). Classes of a model given to
+never pass that way again (once per class per block). Classes of a model given to
 ``profile(model)`` are wrapped on entry, so a submodule whose ``forward`` is called directly
 (``self.block.forward(x)``) is recorded too; without a model, only classes called through
 ``module(...)`` are. ``Module.__call__`` is never touched, so ``torch.fx`` and quantization

@@ -111,8 +111,8 @@ def _mark(fn: Any, frame: Frame, parts: Sequence[ResolvedPart], output: Any = No
         return  # the node's hook is there already
     if output is not None and output._backward_hooks is None:
         # A fresh output tensor: its hook dict, registered on its node, is what
-        # ``Tensor.register_hook`` would build, less the handle (a third of the cost of
-        # ``register_prehook``). The user's own ``register_hook`` adds to it; an in-place
+        # ``Tensor.register_hook`` would build, less the handle that ``register_prehook``
+        # allocates on every call. The user's own ``register_hook`` adds to it; an in-place
         # operation on the tensor resets it, leaving the hook on the node it marked.
         output._backward_hooks = {_HOOK_KEY: _on_marked_node}
         fn._register_hook_dict(output)
@@ -169,20 +169,23 @@ def resolve_parts(parts: Sequence[GradientPart], tensor_of: Callable[[int | str]
 def _layer_parts(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
                  entry: list[Any]) -> list[ResolvedPart]:
     # Symbolic parts once per input shape (kept in the call's per-shape counter), resolved per
-    # call: whether an input or weight needs a gradient may change between calls.
-    if kwargs:  # parts name inputs by position, as rules read them
-        args = bound_inputs(frame.owner, args, kwargs)
+    # call: whether an input or weight needs a gradient may change between calls. Parts name
+    # inputs by position, as rules read them: keyword arguments are bound to the forward's
+    # signature, only for calls that have parts (most keyword-called layers have none).
     if len(entry) < 5:
         symbolic = None
         if frame.node.rule_state == "rule":
             try:
-                symbolic = layer_gradient_parts(frame.owner, args, output)
+                symbolic = layer_gradient_parts(
+                    frame.owner, bound_inputs(frame.owner, args, kwargs), output)
             except Exception:  # an unusual call is not worth breaking the model for
                 symbolic = None
         entry.append(symbolic or ())
     symbolic = entry[4]
     if not symbolic:
         return []
+    if kwargs:
+        args = bound_inputs(frame.owner, args, kwargs)
     layer = frame.owner
     own = getattr(layer, "_parameters", None) or {}
 
