@@ -16,6 +16,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from tracetorch.analysis.calibrate import calibrate
+from tracetorch.analysis.machine import Machine
 from tracetorch.bench import Measurement, benchmark, measure_latency
 from tracetorch.flop_count import count_flops
 from tracetorch.flops.registry import FlopCount, flop_rule
@@ -28,9 +30,11 @@ from tracetorch.schedule import schedule
 __all__ = (
     "__version__",
     "FlopCount",
+    "Machine",
     "Measurement",
     "ProfileResult",
     "benchmark",
+    "calibrate",
     "count_flops",
     "count_parameters",
     "flop_rule",

@@ -29,6 +29,7 @@ __all__ = (
     "format_macs",
     "format_time_ns",
     "format_rate",
+    "format_per_second",
     "format_percent",
     "format_shape",
 )
@@ -146,6 +147,16 @@ def format_rate(flops: float, ns: float) -> str:
     if not ns or ns < 0:
         return MISSING
     return _with_unit(flops * 1e9 / ns, "FLOP/s")
+
+
+def format_per_second(value: float, unit: str) -> str:
+    """A rate of ``unit`` per second with an SI prefix (bytes per second, FLOPs per second).
+
+    Example:
+        >>> format_per_second(12_345_678_901, "B"), format_per_second(512, "FLOP")
+        ('12.3 GB/s', '512 FLOP/s')
+    """
+    return _with_unit(value, unit + "/s")
 
 
 def format_percent(part: float, whole: float) -> str:

@@ -1,0 +1,415 @@
+"""Measure this machine's roofline: peak matmul FLOP/s, memory bandwidth, one layer call's cost.
+
+:func:`calibrate` takes a few seconds and caches what it measured per machine, so every later
+call (and ``profile(machine="calibrate")``) reads the cache:
+
+- **peak FLOP/s**: square ``n x n`` matmuls for a few sizes (:data:`CPU_SIZES`, or
+  :data:`CUDA_SIZES` on a GPU), each timed by :func:`tracetorch.bench.benchmark`; the best
+  median rate (``2 n^3`` FLOPs per product) is the peak;
+- **bandwidth**: one large copy (:data:`CPU_COPY_BYTES`, well past any CPU cache; 1 GiB on a
+  GPU): bytes read plus bytes written over the median time;
+- **call overhead**: the median time a profile records for one call of a layer with no work to
+  do (a ``Linear(1, 1)`` on one number), the floor under every layer's time; beside it, what the
+  profiler adds to a call's wall time (``facts["profiling_cost_ns"]``).
+
+The cache is ``$XDG_CACHE_HOME/tracetorch/machine.json`` (``~/.cache/tracetorch/`` without
+``XDG_CACHE_HOME``), one entry per host, CPU model (and GPU), framework, device, dtype and thread
+count; ``refresh=True`` (``tracetorch calibrate --refresh``) measures again.
+
+Example:
+    >>> import tracetorch
+    >>> user = tracetorch.Machine(peak_flops=989e12, bandwidth_bytes_per_s=3.35e12,
+    ...                           source="H100 SXM datasheet, dense bf16")
+    >>> resolve_machine(user) is user, resolve_machine(None)
+    (True, None)
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import time
+import warnings
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from tracetorch.analysis.machine import Machine
+from tracetorch.bench import benchmark
+from tracetorch.introspect import is_torch_module
+from tracetorch.report.units import format_per_second, format_time_ns
+
+__all__ = ("calibrate", "measure", "machine_facts", "cache_path", "resolve_machine",
+           "measurement_lines", "FRAMEWORKS", "DTYPES", "CPU_SIZES", "CUDA_SIZES",
+           "CPU_COPY_BYTES", "CUDA_COPY_BYTES", "CACHE_FORMAT")
+
+FRAMEWORKS = ("numpy", "torch")
+#: The dtypes each framework can be calibrated in.
+DTYPES = {"numpy": ("float16", "float32", "float64"),
+          "torch": ("float16", "bfloat16", "float32", "float64")}
+#: Matmul sizes timed on a CPU, and on a GPU (large enough to fill one).
+CPU_SIZES = (256, 512, 1024, 2048)
+CUDA_SIZES = (1024, 2048, 4096, 8192)
+#: Bytes of each of the two buffers of the bandwidth copy.
+CPU_COPY_BYTES = 256 * 2**20
+CUDA_COPY_BYTES = 2**30
+#: Timed seconds per matmul size and for the copy (after one untimed call).
+MATMUL_SECONDS = 0.15
+COPY_SECONDS = 0.3
+#: Calls of the trivial layer recorded to find one call's fixed cost.
+OVERHEAD_CALLS = 2_000
+#: The cache file's format name and version.
+CACHE_FORMAT = ("tracetorch-machine-cache", 1)
+
+
+def cache_path() -> Path:
+    """Where measured machines are kept: ``$XDG_CACHE_HOME/tracetorch/machine.json``.
+
+    Example:
+        >>> cache_path().name
+        'machine.json'
+    """
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tracetorch" / "machine.json"
+
+
+def _cpu_model() -> str:
+    # /proc/cpuinfo names the model on Linux; platform.processor() is often empty there.
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown cpu"
+
+
+def _blas_threads() -> int:
+    # numpy's BLAS reads its thread count from the environment when it loads, else uses all cores.
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        value = os.environ.get(name, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return os.cpu_count() or 1
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise ValueError("framework: 'torch' needs PyTorch installed (pip install torch)") from None
+    return torch
+
+
+def machine_facts(framework: str = "numpy", device: str = "cpu", dtype: str = "float32",
+                  threads: int | None = None) -> dict[str, Any]:
+    """What a calibration is for, checked: host, cpu (and gpu), framework, device, dtype, threads.
+
+    Raises:
+        ValueError: an unknown framework, device or dtype, a thread count that is not a
+            positive int, numpy asked for a GPU or for another thread count than it runs.
+
+    Example:
+        >>> facts = machine_facts("numpy", "cpu", "float64")
+        >>> facts["framework"], facts["dtype"], facts["threads"] >= 1
+        ('numpy', 'float64', True)
+    """
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"framework: expected one of {FRAMEWORKS}, got {framework!r}")
+    if not isinstance(device, str) or not (device == "cpu" or device == "cuda"
+                                           or (device.startswith("cuda:")
+                                               and device[5:].isdigit())):
+        raise ValueError(f"device: expected 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    if dtype not in DTYPES[framework]:
+        raise ValueError(f"dtype: expected one of {DTYPES[framework]} for {framework}, "
+                         f"got {dtype!r}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or threads < 1):
+        raise ValueError(f"threads: expected a positive int or None, got {threads!r}")
+    facts: dict[str, Any] = {"host": socket.gethostname(), "cpu": _cpu_model(),
+                             "framework": framework, "device": device, "dtype": dtype}
+    if framework == "numpy":
+        if device != "cpu":
+            raise ValueError(f"device: numpy runs on the CPU only, got {device!r}")
+        running = _blas_threads()
+        if threads is not None and threads != running:
+            raise ValueError(f"threads: numpy's BLAS thread count is fixed when numpy loads "
+                             f"(set OMP_NUM_THREADS before starting Python); this process "
+                             f"runs {running}, got {threads}")
+        facts["threads"] = running
+        return facts
+    torch = _torch()
+    if device != "cpu":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device: {device!r} asked for, but torch.cuda.is_available() "
+                             "is False")
+        facts["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    facts["threads"] = threads if threads is not None else torch.get_num_threads()
+    return facts
+
+
+def _cache_key(facts: dict[str, Any]) -> str:
+    return "|".join(str(facts.get(k, "")) for k in
+                    ("host", "cpu", "gpu", "framework", "device", "dtype", "threads"))
+
+
+def calibrate(framework: str = "numpy", device: str = "cpu", dtype: str = "float32",
+              threads: int | None = None, refresh: bool = False,
+              verbose: bool = True) -> Machine:
+    """This machine's peaks for ``framework`` on ``device`` in ``dtype``: cached, else measured.
+
+    A measurement takes a few seconds, prints what it found (``verbose``) and is cached (see
+    the module docstring); ``refresh=True`` measures again and replaces the cached entry.
+    ``threads`` (torch only) sets ``torch.set_num_threads`` while measuring; numpy's thread
+    count is the one the process runs.
+
+    Raises:
+        ValueError: a bad framework, device, dtype or thread count (the message names it).
+
+    Example:
+        >>> import tracetorch
+        >>> machine = tracetorch.calibrate(verbose=False)  # doctest: +SKIP
+        >>> machine.peak_flops > 0                         # doctest: +SKIP
+        True
+    """
+    if not isinstance(refresh, bool):
+        raise ValueError(f"refresh: expected True or False, got {refresh!r}")
+    facts = machine_facts(framework, device, dtype, threads)
+    key = _cache_key(facts)
+    path = cache_path()
+    entries = _read_cache(path)
+    if not refresh and key in entries:
+        try:
+            cached = Machine.from_dict(entries[key], where=f"{path} [{key}]")
+            return replace(cached, source=f"cache ({cached.source})")
+        except ValueError as err:
+            warnings.warn(f"tracetorch: ignoring a damaged cache entry: {err}", stacklevel=2)
+    machine = measure(facts)
+    entries[key] = machine.to_dict()
+    _write_cache(path, entries)
+    if verbose:
+        print("\n".join(measurement_lines(machine) + [f"  cached in {path}"]))
+    return machine
+
+
+def _read_cache(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as err:
+        warnings.warn(f"tracetorch: ignoring the unreadable machine cache {path}: {err}",
+                      stacklevel=3)
+        return {}
+    if not (isinstance(data, dict) and [data.get("format"), data.get("version")]
+            == list(CACHE_FORMAT) and isinstance(data.get("machines"), dict)):
+        warnings.warn(f"tracetorch: ignoring {path}: not a {CACHE_FORMAT[0]} file of version "
+                      f"{CACHE_FORMAT[1]}", stacklevel=3)
+        return {}
+    return dict(data["machines"])
+
+
+def _write_cache(path: Path, entries: dict[str, Any]) -> None:
+    data = {"format": CACHE_FORMAT[0], "version": CACHE_FORMAT[1], "machines": entries}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        partial.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+        os.replace(partial, path)  # never a half-written cache, even with two writers
+    except OSError as err:
+        warnings.warn(f"tracetorch: could not write the machine cache {path}: {err}",
+                      stacklevel=3)
+
+
+def measure(facts: dict[str, Any]) -> Machine:
+    """Time the matmuls, the copy and the trivial layer for ``facts`` (see
+    :func:`machine_facts`); no cache is read or written.
+
+    Example:
+        >>> machine = measure(machine_facts("numpy"))  # doctest: +SKIP
+        >>> machine.source.startswith("measured")      # doctest: +SKIP
+        True
+    """
+    started = time.perf_counter()
+    kit = _NumpyKit(facts) if facts["framework"] == "numpy" else _TorchKit(facts)
+    with kit:
+        rates = {}
+        for n in CUDA_SIZES if kit.cuda else CPU_SIZES:
+            seconds = kit.time(kit.matmul(n), MATMUL_SECONDS)
+            rates[str(n)] = 2.0 * n**3 / seconds
+        copy_bytes = CUDA_COPY_BYTES if kit.cuda else CPU_COPY_BYTES
+        bandwidth = 2.0 * copy_bytes / kit.time(kit.copy(copy_bytes), COPY_SECONDS)
+        call_ns, cost_ns = _call_overhead(kit)
+    facts = dict(facts, matmul_flops_by_size=rates, copy_bytes=copy_bytes,
+                 profiling_cost_ns=cost_ns, seconds=round(time.perf_counter() - started, 2))
+    return Machine(peak_flops=max(rates.values()), bandwidth_bytes_per_s=bandwidth,
+                   call_overhead_ns=call_ns, source=f"measured {time.strftime('%Y-%m-%d %H:%M')}",
+                   facts=facts)
+
+
+def _call_overhead(kit: _Kit) -> tuple[float, float]:
+    """The median time a profile records for one trivial call, and what profiling adds to its
+    wall time (both in ns)."""
+    from tracetorch.profiler import profile  # the profiler imports this module for machine=
+
+    layer, x = kit.trivial_layer()
+    plain_ns = kit.time(lambda: layer(x), 0.05) * 1e9
+    with profile(layer, warn_unsupported=False) as prof:
+        start = time.perf_counter_ns()
+        for _ in range(OVERHEAD_CALLS):
+            layer(x)
+        kit.sync()
+        profiled_ns = (time.perf_counter_ns() - start) / OVERHEAD_CALLS
+    node = next(iter(prof.root.children.values()))
+    return float(node.time.quantile(0.5)), max(0.0, profiled_ns - plain_ns)
+
+
+class _Kit:
+    """The kernels one framework is measured with: a matmul, a copy and a trivial layer."""
+
+    #: Whether the kernels run on a GPU (the sizes and the copy are then larger).
+    cuda = False
+
+    def __init__(self, facts: dict[str, Any]) -> None:
+        self.facts = facts
+
+    def __enter__(self) -> _Kit:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        return None
+
+    def sync(self) -> None:
+        """Wait for queued device work (nothing to wait for on a CPU)."""
+
+    def time(self, fn: Callable[[], Any], seconds: float) -> float:
+        """Median seconds per call of ``fn``."""
+        return benchmark(fn, warmup=1, min_run_time=seconds, sync=self.sync).median
+
+    def matmul(self, n: int) -> Callable[[], Any]:
+        raise NotImplementedError
+
+    def copy(self, nbytes: int) -> Callable[[], Any]:
+        raise NotImplementedError
+
+    def trivial_layer(self) -> tuple[Any, Any]:
+        raise NotImplementedError
+
+
+class _NumpyKit(_Kit):
+    def matmul(self, n: int) -> Callable[[], Any]:
+        rng = np.random.default_rng(0)
+        a, b = (rng.standard_normal((n, n)).astype(self.facts["dtype"]) for _ in range(2))
+        out = np.empty_like(a)
+        return lambda: np.matmul(a, b, out=out)
+
+    def copy(self, nbytes: int) -> Callable[[], Any]:
+        src = np.ones(nbytes // np.dtype(self.facts["dtype"]).itemsize, self.facts["dtype"])
+        dst = np.empty_like(src)
+        return lambda: np.copyto(dst, src)
+
+    def trivial_layer(self) -> tuple[Any, Any]:
+        from tracetorch.core import Linear, Tensor
+
+        return Linear(1, 1), Tensor(np.ones((1, 1), dtype=self.facts["dtype"]))
+
+
+class _TorchKit(_Kit):
+    def __init__(self, facts: dict[str, Any]) -> None:
+        super().__init__(facts)
+        self.torch = _torch()
+        self.dtype = getattr(self.torch, facts["dtype"])
+        self.device = self.torch.device(facts["device"])
+        self.cuda = self.device.type == "cuda"
+        self._threads = self.torch.get_num_threads()
+
+    def __enter__(self) -> _Kit:
+        self.torch.set_num_threads(self.facts["threads"])
+        self._grad = self.torch.is_grad_enabled()
+        self.torch.set_grad_enabled(False)
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.torch.set_num_threads(self._threads)
+        self.torch.set_grad_enabled(self._grad)
+
+    def sync(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize(self.device)
+
+    def _tensor(self, *shape: int) -> Any:
+        return self.torch.randn(*shape, dtype=self.dtype, device=self.device)
+
+    def matmul(self, n: int) -> Callable[[], Any]:
+        a, b, out = self._tensor(n, n), self._tensor(n, n), self._tensor(n, n)
+        return lambda: self.torch.matmul(a, b, out=out)
+
+    def copy(self, nbytes: int) -> Callable[[], Any]:
+        src = self._tensor(nbytes // self.torch.empty((), dtype=self.dtype).element_size())
+        dst = self.torch.empty_like(src)
+        return lambda: dst.copy_(src)
+
+    def trivial_layer(self) -> tuple[Any, Any]:
+        layer = self.torch.nn.Linear(1, 1).to(device=self.device, dtype=self.dtype)
+        return layer, self._tensor(1, 1)
+
+
+def measurement_lines(machine: Machine) -> list[str]:
+    """What a calibration found, for people: the machine, each matmul size, copy and call.
+
+    Example:
+        >>> m = Machine(2e11, 1e10, 2_500, source="measured 2026-01-02 10:00",
+        ...             facts={"framework": "numpy", "device": "cpu", "dtype": "float32",
+        ...                    "threads": 2, "matmul_flops_by_size": {"256": 1e11, "512": 2e11},
+        ...                    "copy_bytes": 2**28, "profiling_cost_ns": 1_200})
+        >>> lines = measurement_lines(m)
+        >>> lines[0] == "tracetorch machine: " + m.describe()
+        True
+        >>> print("\\n".join(lines[1:]))
+          matmul n x n: n=256 100 GFLOP/s, n=512 200 GFLOP/s (peak: the best)
+          copy of 256 MiB: 10.0 GB/s (bytes read + written)
+          one trivial layer call: 2.50 us as a profile records it; profiling adds 1.20 us
+    """
+    facts = machine.facts
+    lines = [f"tracetorch machine: {machine.describe()}"]
+    rates = facts.get("matmul_flops_by_size")
+    if isinstance(rates, dict) and rates:
+        lines.append("  matmul n x n: " + ", ".join(
+            f"n={n} {format_per_second(rate, 'FLOP')}" for n, rate in rates.items())
+            + " (peak: the best)")
+    if "copy_bytes" in facts:
+        lines.append(f"  copy of {facts['copy_bytes'] // 2**20} MiB: "
+                     f"{format_per_second(machine.bandwidth_bytes_per_s, 'B')} "
+                     "(bytes read + written)")
+    if machine.call_overhead_ns and "profiling_cost_ns" in facts:
+        lines.append(f"  one trivial layer call: {format_time_ns(machine.call_overhead_ns)} as "
+                     f"a profile records it; profiling adds "
+                     f"{format_time_ns(facts['profiling_cost_ns'])}")
+    return lines
+
+
+def resolve_machine(machine: Any, model: Any = None, argument: str = "machine") -> Machine | None:
+    """``machine`` as a :class:`Machine`: itself, ``None``, or for ``"calibrate"`` the cached
+    (else measured) machine of ``model``'s framework, device and dtype (numpy float32 without a
+    torch model).
+
+    Raises:
+        TypeError: anything else (the message names ``argument``).
+    """
+    if machine is None or isinstance(machine, Machine):
+        return machine
+    if machine != "calibrate":
+        raise TypeError(f"{argument}: expected a tracetorch.Machine, 'calibrate' or None, "
+                        f"got {machine!r}")
+    if not is_torch_module(model):
+        return calibrate()
+    param = next(iter(model.parameters()), None)
+    if param is None:
+        return calibrate("torch")
+    dtype = str(param.dtype).replace("torch.", "")
+    device = "cpu" if param.device.type == "cpu" else str(param.device)
+    return calibrate("torch", device, dtype if dtype in DTYPES["torch"] else "float32")
