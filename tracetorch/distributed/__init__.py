@@ -1,0 +1,29 @@
+"""Profiling ``torch.distributed`` jobs as one: rank facts, collectives, gathering, merging and
+the straggler.
+
+Nothing here imports torch: the parts that need ``torch.distributed`` import it when a profile
+runs under an initialized process group (or under ``torchrun``), which implies it is loaded.
+
+Example:
+    >>> from tracetorch.distributed import merge_profiles, find_straggler
+    >>> merge_profiles([]).meta["distributed"]["world_size"]
+    0
+"""
+from __future__ import annotations
+
+from tracetorch.distributed.merge import (
+    CollectiveSite,
+    NodeSpread,
+    RankMerge,
+    collective_sites,
+    merge_profiles,
+    node_spreads,
+    rank_rows,
+    tree_merge,
+)
+from tracetorch.distributed.spread import EXACT_RANKS, Spread
+from tracetorch.distributed.straggler import LayerExcess, Straggler, find_straggler
+
+__all__ = ("CollectiveSite", "EXACT_RANKS", "LayerExcess", "NodeSpread", "RankMerge", "Spread",
+           "Straggler", "collective_sites", "find_straggler", "merge_profiles", "node_spreads",
+           "rank_rows", "tree_merge")

@@ -1,0 +1,417 @@
+"""One profile for the whole job: the per-rank trees reduced into mergeable per-node statistics.
+
+:class:`RankMerge` is the state of a merge. Each node of its tree holds what the engine's nodes
+hold, summed over ranks (calls, FLOPs, per-call :class:`~tracetorch.stats.TimeStats`), plus a
+:class:`~tracetorch.distributed.spread.Spread` of the node's per-rank inclusive and self time
+(min / median / max across ranks, the slowest rank). Beside the tree it keeps a few numbers per
+rank (step times, compute time, time in collectives, calls and FLOPs) and the collectives, one
+site per (call path, operation). So the state costs O(nodes) plus O(1) per rank, never
+O(ranks × nodes), and :meth:`RankMerge.merge` is associative: ranks can be merged one at a time,
+or pairwise up a tree (:func:`tree_merge`), with the same result.
+
+A merged profile is a normal profile (``tt.load`` and ``tracetorch report`` read it); what is
+only true of a merge lives under ``result.meta["distributed"]`` (``"merged": True``): the rank
+rows under ``"ranks"``, the nodes' spreads under ``"nodes"`` (one per node, in the order of a
+depth-first walk of the saved tree; the root's is ``None``) and the collective sites.
+
+Example:
+    >>> from tracetorch.result import ProfileResult
+    >>> from tracetorch.tree import CallNode
+    >>> def rank_profile(rank, ns):
+    ...     root = CallNode.root(); root.child("fc", "Linear", "m0").time.add(ns)
+    ...     return ProfileResult(root, meta={"distributed": {"rank": rank, "world_size": 2}})
+    >>> merged = merge_profiles([rank_profile(0, 100), rank_profile(1, 300)])
+    >>> fc = merged.find("fc")
+    >>> fc.calls, fc.total_ns
+    (2, 400)
+    >>> spread = node_spreads(merged)[fc].total
+    >>> spread.min_ns, spread.max_ns, spread.slowest_rank
+    (100, 300, 1)
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from tracetorch.distributed.spread import Spread
+from tracetorch.result import EXACT_STEPS, ProfileResult
+from tracetorch.stats import TimeStats
+from tracetorch.tree import MAX_SHAPES, CallNode
+
+__all__ = ("RankMerge", "NodeSpread", "CollectiveSite", "merge_profiles", "tree_merge",
+           "node_spreads", "rank_rows", "collective_sites", "META_KEY")
+
+#: The key of ``result.meta`` under which per-rank facts and merge results live.
+META_KEY = "distributed"
+
+#: Per-rank numbers copied from a rank's own facts into its row of the merge.
+_FACTS = ("host", "device", "backend", "local_rank", "pid", "aligned_by", "compute_ns",
+          "collective_ns", "elapsed_ns")
+
+
+class NodeSpread:
+    """Across-rank statistics of one node: its per-rank inclusive time (``total``), self time
+    (``self``) and the fewest and most calls a rank made of it."""
+
+    __slots__ = ("total", "self", "calls_min", "calls_max")
+
+    def __init__(self) -> None:
+        self.total = Spread()
+        self.self = Spread()
+        self.calls_min = self.calls_max = -1
+
+    def add(self, rank: int, node: CallNode) -> None:
+        """Record rank ``rank``'s own ``node``."""
+        self.total.add(rank, node.total_ns)
+        self.self.add(rank, node.self_ns)
+        self._calls(node.calls, node.calls)
+
+    def _calls(self, low: int, high: int) -> None:
+        self.calls_min = low if self.calls_min < 0 else min(self.calls_min, low)
+        self.calls_max = max(self.calls_max, high)
+
+    def merge(self, other: NodeSpread) -> None:
+        """Fold ``other``'s ranks in."""
+        self.total.merge(other.total)
+        self.self.merge(other.self)
+        if other.calls_min >= 0:
+            self._calls(other.calls_min, other.calls_max)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready; :meth:`from_dict` restores it."""
+        return {"total": self.total.to_dict(), "self": self.self.to_dict(),
+                "calls": [self.calls_min, self.calls_max]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NodeSpread:
+        """Rebuild a node spread saved by :meth:`to_dict`."""
+        spread = cls()
+        spread.total = Spread.from_dict(data["total"])
+        spread.self = Spread.from_dict(data["self"])
+        spread.calls_min, spread.calls_max = (int(v) for v in data["calls"])
+        return spread
+
+
+class CollectiveSite:
+    """One collective operation at one call path, over every rank: calls, bytes (the sizes
+    convention of :mod:`tracetorch.distributed.collectives`), the per-operation time from issue
+    to completion, and the spread of each rank's total time in it."""
+
+    __slots__ = ("path", "op", "calls", "bytes", "async_calls", "time", "ranks")
+
+    def __init__(self, path: str, op: str) -> None:
+        self.path, self.op = path, op
+        self.calls = self.bytes = self.async_calls = 0
+        self.time = TimeStats()
+        self.ranks = Spread()
+
+    def merge(self, other: CollectiveSite) -> None:
+        """Fold ``other`` (the same site on other ranks) in."""
+        self.calls += other.calls
+        self.bytes += other.bytes
+        self.async_calls += other.async_calls
+        self.time.merge(other.time)
+        self.ranks.merge(other.ranks)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready; :meth:`from_dict` restores it."""
+        return {"path": self.path, "op": self.op, "calls": self.calls, "bytes": self.bytes,
+                "async_calls": self.async_calls, "time": self.time.to_dict(),
+                "ranks": self.ranks.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], rank: int | None = None) -> CollectiveSite:
+        """A site from a merge (``rank`` ``None``) or from one rank's own record."""
+        site = cls(str(data["path"]), str(data["op"]))
+        site.calls, site.bytes = int(data["calls"]), int(data["bytes"])
+        site.async_calls = int(data.get("async_calls", 0))
+        site.time = TimeStats.from_dict(data["time"])
+        if rank is None:
+            site.ranks = Spread.from_dict(data["ranks"])
+        else:
+            site.ranks.add(rank, site.time.total_ns)
+        return site
+
+
+class RankMerge:
+    """The state of a merge of rank profiles (see the module docstring).
+
+    Example:
+        >>> from tracetorch.result import ProfileResult
+        >>> from tracetorch.tree import CallNode
+        >>> state = RankMerge()
+        >>> for rank in (0, 1):
+        ...     root = CallNode.root(); root.child("fc", "Linear", "m0").time.add(10 + rank)
+        ...     state.add(ProfileResult(root), rank=rank)
+        >>> sorted(state.ranks), state.result().find("fc").calls
+        ([0, 1], 2)
+    """
+
+    def __init__(self) -> None:
+        self.root = CallNode.root()
+        self.nodes: dict[CallNode, NodeSpread] = {}
+        self.ranks: dict[int, dict[str, Any]] = {}
+        self.collectives: dict[tuple[str, str], CollectiveSite] = {}
+        self.step_times = TimeStats(EXACT_STEPS)
+        self.unsupported: dict[str, int] = {}
+        self.dropped_events = 0
+        self.world_size = 0
+        #: Run facts of the lowest rank merged (tracetorch's, the clock's), for the result.
+        self.meta: dict[str, Any] = {}
+        self._meta_rank: int | None = None
+
+    # ------------------------------------------------------------------ building
+    def add(self, result: ProfileResult, rank: int | None = None) -> None:
+        """Merge one rank's profile (its rank from ``meta["distributed"]["rank"]`` unless given)
+        or an earlier merge's result.
+
+        Raises:
+            ValueError: the rank is neither given nor recorded, or was merged already.
+        """
+        self.merge(RankMerge.of(result, rank))
+
+    @classmethod
+    def of(cls, result: ProfileResult, rank: int | None = None) -> RankMerge:
+        """The merge state of one profile: a rank's own, or a merged one (which it restores).
+
+        Raises:
+            ValueError: a rank's profile without a rank (``rank`` not given either).
+        """
+        facts = result.meta.get(META_KEY)
+        facts = dict(facts) if isinstance(facts, dict) else {}
+        state = cls()
+        state.step_times.merge(_copy_stats(result.step_times))
+        state.unsupported = dict(result.unsupported)
+        state.dropped_events = int(result.dropped_events)
+        state.meta = {k: v for k, v in result.meta.items() if k not in (META_KEY, "pid")}
+        if facts.get("merged"):
+            state._restore(result, facts)
+            return state
+        if rank is None:
+            rank = facts.get("rank")
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+            raise ValueError(f"rank must be a non-negative int (given, or recorded in "
+                             f"meta['distributed']['rank']), got {rank!r}")
+        state._meta_rank = rank
+        state.world_size = max(int(facts.get("world_size", 0) or 0), rank + 1)
+        for node, source in _fold_tree(state.root, result.root):
+            state.nodes[node] = spread = NodeSpread()
+            spread.add(rank, source)
+        state.ranks[rank] = _rank_row(result, facts)
+        for data in facts.get("collectives", ()):
+            site = CollectiveSite.from_dict(data, rank)
+            state.collectives[(site.path, site.op)] = site
+        return state
+
+    def _restore(self, result: ProfileResult, facts: dict[str, Any]) -> None:
+        """Take back the state a merged result saved (see :meth:`result`)."""
+        self.world_size = int(facts.get("world_size", 0))
+        self._meta_rank = facts.get("meta_rank")
+        self.ranks = {int(r): dict(row) for r, row in facts.get("ranks", {}).items()}
+        saved = list(facts.get("nodes", ()))
+        order = list(result.root.walk())
+        if len(saved) != len(order):
+            raise ValueError(f"merged profile: {len(saved)} node spreads for {len(order)} nodes")
+        spreads = {id(node): data for node, data in zip(order, saved)}
+        for node, source in _fold_tree(self.root, result.root):
+            data = spreads[id(source)]
+            self.nodes[node] = NodeSpread.from_dict(data) if data else NodeSpread()
+        for data in facts.get("collectives", ()):
+            site = CollectiveSite.from_dict(data)
+            self.collectives[(site.path, site.op)] = site
+
+    def merge(self, other: RankMerge) -> None:
+        """Fold ``other`` (disjoint ranks) into this state; ``other`` is left spent.
+
+        Raises:
+            ValueError: a rank is in both.
+        """
+        both = self.ranks.keys() & other.ranks.keys()
+        if both:
+            raise ValueError(f"rank {min(both)} is merged twice")
+        for node, source in _fold_tree(self.root, other.root):
+            mine = self.nodes.get(node)
+            theirs = other.nodes.get(source)
+            if mine is None:
+                self.nodes[node] = theirs if theirs is not None else NodeSpread()
+            elif theirs is not None:
+                mine.merge(theirs)
+        self.ranks.update(other.ranks)
+        for key, site in other.collectives.items():
+            known = self.collectives.get(key)
+            if known is None:
+                self.collectives[key] = site
+            else:
+                known.merge(site)
+        self.step_times.merge(other.step_times)
+        for name, calls in other.unsupported.items():
+            self.unsupported[name] = self.unsupported.get(name, 0) + calls
+        self.dropped_events += other.dropped_events
+        self.world_size = max(self.world_size, other.world_size)
+        if other._meta_rank is not None and (self._meta_rank is None
+                                             or other._meta_rank < self._meta_rank):
+            self.meta, self._meta_rank = other.meta, other._meta_rank
+        elif not self.meta:
+            self.meta = other.meta
+
+    # ------------------------------------------------------------------ the result
+    def result(self) -> ProfileResult:
+        """The merged profile: a normal :class:`~tracetorch.result.ProfileResult`."""
+        from tracetorch.distributed.straggler import find_straggler
+
+        order = list(self.root.walk())
+        facts: dict[str, Any] = {
+            "merged": True,
+            "world_size": max(self.world_size, max(self.ranks, default=-1) + 1),
+            "meta_rank": self._meta_rank,
+            "ranks": {str(r): self.ranks[r] for r in sorted(self.ranks)},
+            "missing_ranks": [],
+            "nodes": [None] + [self.nodes[n].to_dict() if n in self.nodes else None
+                               for n in order[1:]],
+            "collectives": [site.to_dict() for _, site in sorted(self.collectives.items())],
+        }
+        facts["missing_ranks"] = [r for r in range(facts["world_size"]) if r not in self.ranks]
+        result = ProfileResult(self.root, unsupported=dict(self.unsupported),
+                               dropped_events=self.dropped_events,
+                               step_times=_copy_stats(self.step_times),
+                               meta={**self.meta, META_KEY: facts})
+        straggler = find_straggler(result)
+        facts["straggler"] = straggler.to_dict() if straggler is not None else None
+        return result
+
+
+def merge_profiles(results: Iterable[ProfileResult],
+                   ranks: Sequence[int] | None = None) -> ProfileResult:
+    """Merge rank profiles (or merged ones) into one profile of the job.
+
+    Args:
+        results: each rank's profile, as recorded under ``torch.distributed`` (its rank is in
+            ``meta["distributed"]``) or loaded with ``tt.load``; merged profiles may be mixed in.
+        ranks: the ranks of ``results`` in order, for profiles that do not record theirs.
+
+    Raises:
+        ValueError: a rank is missing or repeated; ``ranks`` does not match ``results``.
+    """
+    items = list(results)
+    if ranks is not None and len(ranks) != len(items):
+        raise ValueError(f"ranks must give one rank per result: {len(ranks)} ranks for "
+                         f"{len(items)} results")
+    states = [RankMerge.of(r, None if ranks is None else ranks[i]) for i, r in enumerate(items)]
+    return tree_merge(states).result()
+
+
+def tree_merge(states: Sequence[RankMerge]) -> RankMerge:
+    """Reduce merge states pairwise, as a binary tree (what a reduction over ranks does):
+    ``log2(len(states))`` rounds, each merging neighbours.
+
+    Example:
+        >>> len(tree_merge([RankMerge(), RankMerge(), RankMerge()]).ranks)
+        0
+    """
+    level = list(states)
+    if not level:
+        return RankMerge()
+    while len(level) > 1:
+        merged = []
+        for i in range(0, len(level) - 1, 2):
+            level[i].merge(level[i + 1])
+            merged.append(level[i])
+        if len(level) % 2:
+            merged.append(level[-1])
+        level = merged
+    return level[0]
+
+
+# ---------------------------------------------------------------------- reading a merge
+def _merged_facts(result: ProfileResult) -> dict[str, Any]:
+    facts = result.meta.get(META_KEY)
+    if not isinstance(facts, dict) or not facts.get("merged"):
+        raise ValueError("not a merged profile: meta['distributed']['merged'] is not set "
+                         "(merge rank profiles with tracetorch.distributed.merge_profiles)")
+    return facts
+
+
+def node_spreads(result: ProfileResult) -> dict[CallNode, NodeSpread]:
+    """Each node's across-rank statistics in a merged profile.
+
+    Raises:
+        ValueError: ``result`` is not a merged profile.
+    """
+    facts = _merged_facts(result)
+    order = list(result.root.walk())
+    saved = facts.get("nodes") or []
+    return {node: NodeSpread.from_dict(data) for node, data in zip(order, saved) if data}
+
+
+def rank_rows(result: ProfileResult) -> dict[int, dict[str, Any]]:
+    """The per-rank rows of a merged profile, by rank: the rank's facts (host, device,
+    backend...), ``layer_calls``, ``flops``, step times, ``compute_ns`` and ``collective_ns``."""
+    return {int(r): row for r, row in _merged_facts(result).get("ranks", {}).items()}
+
+
+def collective_sites(result: ProfileResult) -> list[CollectiveSite]:
+    """The collective sites of a merged profile, by call path and operation."""
+    return [CollectiveSite.from_dict(d) for d in _merged_facts(result).get("collectives", ())]
+
+
+# ---------------------------------------------------------------------- helpers
+def _rank_row(result: ProfileResult, facts: dict[str, Any]) -> dict[str, Any]:
+    """The few numbers a rank contributes: its facts, totals and step times."""
+    row = {key: facts[key] for key in _FACTS if key in facts}
+    steps = result.step_times
+    layers = [n for n in result.nodes() if n.kind == "module"]
+    sites = facts.get("collectives", ())
+    row.update(
+        layer_calls=sum(n.calls for n in layers),
+        forward_flops=result.forward_flops, backward_flops=result.backward_flops,
+        flops=result.total_flops, steps=steps.count, step_total_ns=steps.total_ns,
+        step_median_ns=steps.quantile(0.5), step_max_ns=steps.max_ns,
+        collective_calls=sum(int(s["calls"]) for s in sites),
+        collective_bytes=sum(int(s["bytes"]) for s in sites),
+        time_ns=result.total_time_ns)
+    return row
+
+
+def _copy_stats(stats: TimeStats) -> TimeStats:
+    copy = TimeStats(stats.exact_limit)
+    copy.merge(stats)
+    return copy
+
+
+def _add_fields(node: CallNode, source: CallNode) -> None:
+    """Add ``source``'s recorded quantities (one rank's, or a partial merge's) to ``node``."""
+    node.time.merge(source.time)
+    node.backward_time.merge(source.backward_time)
+    node.flops += source.flops
+    node.gemm_flops += source.gemm_flops
+    if source.macs is not None:
+        node.macs = (node.macs or 0) + source.macs
+    if node.flops_source == "none":
+        node.flops_source = source.flops_source
+    node.params = max(node.params, source.params)
+    for mine, theirs in ((node.input_shapes, source.input_shapes),
+                         (node.output_shapes, source.output_shapes)):
+        for sig in theirs:
+            if sig not in mine and len(mine) < MAX_SHAPES:
+                mine.append(sig)
+    node.backward_flops += source.backward_flops
+    node.backward_gemm_flops += source.backward_gemm_flops
+    node.errors += source.errors
+
+
+def _fold_tree(target: CallNode, source: CallNode) -> list[tuple[CallNode, CallNode]]:
+    """Add every node of ``source`` into ``target``'s tree by call path (children matched by
+    name, new ones appended in their call order); returns (target node, source node) pairs.
+    An explicit stack: a tree hundreds of levels deep merges as well as a flat one."""
+    pairs: list[tuple[CallNode, CallNode]] = []
+    stack = [(target, source)]
+    while stack:
+        mine, theirs = stack.pop()
+        for name, child in theirs.children.items():
+            node = mine.children.get(name)
+            if node is None:
+                node = mine.child(name, child.type_name, child.module_key, child.kind)
+            _add_fields(node, child)
+            pairs.append((node, child))
+            stack.append((node, child))
+    return pairs
