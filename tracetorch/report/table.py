@@ -21,10 +21,22 @@ Example:
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Union
 
-from tracetorch.report._layout import Column, layout
+from tracetorch.report._layout import (
+    RED,
+    YELLOW,
+    ColumnChoice,
+    ColumnSpec,
+    color_enabled,
+    fit,
+    layout,
+    pick_columns,
+    terminal_width,
+)
 from tracetorch.report.summary import summary_lines
 from tracetorch.report.units import (
     MISSING,
@@ -40,7 +52,8 @@ from tracetorch.tree import CallNode, Completeness
 if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
     from tracetorch.result import AggregateRow, ProfileResult
 
-__all__ = ("SORT_KEYS", "FLAT_VIEWS", "render_table", "render_flat", "node_label", "printable")
+__all__ = ("SORT_KEYS", "FLAT_VIEWS", "TREE_COLUMNS", "FLAT_COLUMNS", "TreeContext", "FlatContext",
+           "render_table", "render_flat", "node_label", "printable")
 
 _TreeRow = tuple[CallNode, int]  # a node and its depth
 _FlatRow = tuple[str, "AggregateRow"]  # a type or module name and its totals
@@ -208,9 +221,70 @@ def _has_backward(result: ProfileResult) -> bool:
     return any(n.backward_time.count or n.backward_flops for n in result.nodes())
 
 
+@dataclass(frozen=True)
+class TreeContext:
+    """What the tree's cells read: the result, its subtree sums, the total time, and whether
+    the profile has backward data."""
+
+    result: ProfileResult
+    inc: _Inclusive
+    total: int
+    backward: bool
+
+
+def _bwd_time(c: TreeContext, r: _TreeRow) -> str:
+    # "-" = no backward pass timed here, which is not the same as one that took 0 ns. A pass's
+    # own row is all backward: its time and the FLOPs it charged to the layers.
+    node = r[0]
+    return (format_time_ns(node.total_ns) if node.kind == "backward"
+            else _time_or_missing(c.inc.backward_ns[id(node)]))
+
+
+def _hot(part: int, whole: int) -> str:
+    # Colour marks where the time goes: a row whose own time is a large share of the profile.
+    share = part / whole if whole else 0.0
+    return RED if share >= HOT_SHARE else YELLOW if share >= WARM_SHARE else ""
+
+
+#: Self time share coloured red and yellow (with ``color=True``).
+HOT_SHARE, WARM_SHARE = 0.30, 0.10
+
+_Spec = ColumnSpec[TreeContext, _TreeRow]
+
+#: The tree's columns in display order. ``key`` is the name ``columns=`` / ``--columns`` take;
+#: ``priority`` decides which stay when the width is short (0: always; then lowest first);
+#: ``applies`` whether a column is shown by default for this profile. A new column is one entry.
+TREE_COLUMNS: tuple[_Spec, ...] = (
+    _Spec("name", "Name", lambda c, r: "  " * (r[1] - 1) + node_label(r[0]), right=False,
+          elide=True),
+    _Spec("calls", "Calls", lambda c, r: format_count(r[0].calls), priority=5),
+    _Spec("flops", "FLOPs", lambda c, r: _marked(format_flops(c.inc.flops[id(r[0])]),
+                                                 c.inc.completeness[id(r[0])]), priority=3,
+          style=lambda c, r: YELLOW if c.inc.completeness[id(r[0])] != "complete" else ""),
+    _Spec("macs", "MACs", lambda c, r: format_macs(c.inc.macs[id(r[0])]), priority=9),
+    _Spec("self", "Self time", lambda c, r: format_time_ns(r[0].self_ns), priority=4,
+          style=lambda c, r: _hot(r[0].self_ns, c.total)),
+    _Spec("total", "Total time", lambda c, r: format_time_ns(r[0].total_ns), priority=1),
+    _Spec("percent", "% time", lambda c, r: format_percent(r[0].total_ns, c.total), priority=2),
+    _Spec("rate", "FLOP/s", lambda c, r: format_rate(c.inc.flops[id(r[0])], r[0].total_ns),
+          priority=7),
+    _Spec("bwd_time", "Bwd time", _bwd_time, priority=6, applies=lambda c: c.backward),
+    _Spec("bwd_flops", "Bwd FLOPs", lambda c, r: format_flops(
+        r[0].flops if r[0].kind == "backward" else c.inc.backward_flops[id(r[0])]), priority=8,
+        applies=lambda c: c.backward),
+)
+
+
+def _dropped_note(headers: list[str], width: int) -> str:
+    return textwrap.fill(f"Left out to fit {width} characters: {', '.join(headers)} "
+                         "(choose with columns= or --columns; 'all' shows every one).", width,
+                         break_long_words=False, break_on_hyphens=False)
+
+
 def render_table(result: ProfileResult, sort_by: str = "total", depth: int | None = None,
                  row_limit: int | None = None, min_percent: float = 0.0,
-                 show_backward: bool | None = None) -> str:
+                 show_backward: bool | None = None, columns: ColumnChoice = None,
+                 width: int | None = None, color: bool | None = None) -> str:
     """The call tree as an indented text table, followed by totals and notes.
 
     Args:
@@ -222,6 +296,14 @@ def render_table(result: ProfileResult, sort_by: str = "total", depth: int | Non
         min_percent: hide calls (with their subtrees) under this share of total time.
         show_backward: add Bwd time / Bwd FLOPs columns; ``None`` adds them when any node
             has backward data.
+        columns: ``None`` shows the columns that fit ``width``, by priority (see
+            :data:`TREE_COLUMNS`; a note names those left out); ``"all"`` every one; a list of
+            names (``["calls", "total", "flops"]``) exactly those, after Name.
+        width: the line width to fit; ``None`` is the terminal's (see
+            :func:`~tracetorch.report._layout.terminal_width`: ``COLUMNS``, else the terminal,
+            else 120). Names too long for it are shortened in the middle (``enc...q_proj``).
+        color: ANSI colour (bold headers, hot self times); ``None`` colours only when stdout
+            is a terminal and ``NO_COLOR`` is not set.
 
     Raises:
         ValueError: an argument outside the accepted values (the message lists them).
@@ -246,29 +328,12 @@ def render_table(result: ProfileResult, sort_by: str = "total", depth: int | Non
     shown = rows[:row_limit] if row_limit is not None else rows
     total = result.total_time_ns
 
-    columns: list[Column[_TreeRow]] = [
-        Column("Name", lambda r: "  " * (r[1] - 1) + node_label(r[0]), right=False),
-        Column("Calls", lambda r: format_count(r[0].calls)),
-        Column("FLOPs", lambda r: _marked(format_flops(inc.flops[id(r[0])]),
-                                          inc.completeness[id(r[0])])),
-        Column("MACs", lambda r: format_macs(inc.macs[id(r[0])])),
-        Column("Self time", lambda r: format_time_ns(r[0].self_ns)),
-        Column("Total time", lambda r: format_time_ns(r[0].total_ns)),
-        Column("% time", lambda r: format_percent(r[0].total_ns, total)),
-        Column("FLOP/s", lambda r: format_rate(inc.flops[id(r[0])], r[0].total_ns)),
-    ]
-    if show_backward:
-        columns += [
-            # "-" = no backward pass timed here, which is not the same as one that took 0 ns. A
-            # pass's own row is all backward: its time and the FLOPs it charged to the layers.
-            Column("Bwd time", lambda r: format_time_ns(r[0].total_ns) if r[0].kind == "backward"
-                   else _time_or_missing(inc.backward_ns[id(r[0])])),
-            Column("Bwd FLOPs", lambda r: format_flops(
-                r[0].flops if r[0].kind == "backward" else inc.backward_flops[id(r[0])])),
-        ]
-
-    lines = layout(columns, shown) if rows else ["No calls were recorded."]
-    notes = []
+    ctx = TreeContext(result, inc, total, show_backward)
+    specs, chosen = pick_columns(TREE_COLUMNS, ctx, columns)
+    width, color = _width_and_color(width, color)
+    fitted, dropped = fit(specs, ctx, shown, width, chosen)
+    lines = layout(fitted, shown, width, color) if rows else ["No calls were recorded."]
+    notes = [_dropped_note(dropped, width)] if dropped and rows else []
     if len(shown) < len(rows):
         left_out = len(rows) - len(shown)
         notes.append(f"{left_out} more {'row' if left_out == 1 else 'rows'} not shown "
@@ -292,8 +357,53 @@ def _flat_rows(result: ProfileResult, view: str) -> list[_FlatRow]:
     return [(path or row.type_name, row) for path, row in result.by_module().items()]
 
 
+@dataclass(frozen=True)
+class FlatContext:
+    """What a flat view's cells read: the profile's total time and whether it has backward."""
+
+    total: int
+    backward: bool
+
+
+_FlatSpec = ColumnSpec[FlatContext, _FlatRow]
+_FLAT_SHARED: tuple[_FlatSpec, ...] = (
+    _FlatSpec("sites", "Sites", lambda c, r: format_count(len(r[1].paths)), priority=8),
+    _FlatSpec("calls", "Calls", lambda c, r: format_count(r[1].calls), priority=5),
+    _FlatSpec("flops", "FLOPs", lambda c, r: format_flops(r[1].flops), priority=3),
+    _FlatSpec("macs", "MACs", lambda c, r: format_macs(r[1].macs), priority=10),
+    _FlatSpec("self", "Self time", lambda c, r: format_time_ns(r[1].self_ns), priority=1),
+    _FlatSpec("total", "Total time", lambda c, r: format_time_ns(r[1].total_ns), priority=4),
+    _FlatSpec("percent", "% time", lambda c, r: format_percent(r[1].self_ns, c.total),
+              priority=2, style=lambda c, r: _hot(r[1].self_ns, c.total)),
+    _FlatSpec("rate", "FLOP/s", lambda c, r: format_rate(r[1].flops, r[1].self_ns), priority=7),
+    _FlatSpec("bwd_time", "Bwd time", lambda c, r: format_time_ns(r[1].backward_ns)
+              if r[1].backward_ns else MISSING, priority=6, applies=lambda c: c.backward),
+    _FlatSpec("bwd_flops", "Bwd FLOPs", lambda c, r: format_flops(r[1].backward_flops),
+              priority=9, applies=lambda c: c.backward),
+)
+#: The flat views' columns, per view, in display order (keys and priorities as in
+#: :data:`TREE_COLUMNS`).
+FLAT_COLUMNS: dict[str, tuple[_FlatSpec, ...]] = {
+    "type": (_FlatSpec("name", "Type", lambda c, r: printable(r[0]), right=False, elide=True),
+             *_FLAT_SHARED),
+    "module": (_FlatSpec("name", "Module", lambda c, r: printable(r[0]), right=False,
+                         elide=True),
+               _FlatSpec("type", "Type", lambda c, r: printable(r[1].type_name), right=False,
+                         priority=3),
+               *_FLAT_SHARED),
+}
+
+
+def _width_and_color(width: int | None, color: bool | None) -> tuple[int, bool]:
+    if width is not None:
+        width = _check_positive_int("width", width)
+    return (terminal_width() if width is None else width,
+            color_enabled() if color is None else bool(color))
+
+
 def render_flat(result: ProfileResult, view: str = "type", sort_by: str = "total",
-                show_backward: bool | None = None) -> str:
+                show_backward: bool | None = None, columns: ColumnChoice = None,
+                width: int | None = None, color: bool | None = None) -> str:
     """One row per layer type (``view="type"``) or per module instance (``view="module"``).
 
     A module called from several places is one row (its Sites column counts them), so nothing
@@ -303,7 +413,8 @@ def render_flat(result: ProfileResult, view: str = "type", sort_by: str = "total
         result: a recorded or loaded profile.
         view: ``"type"`` or ``"module"``.
         sort_by: one of :data:`SORT_KEYS` (``"call_order"`` is first-call order).
-        show_backward: as in :func:`render_table`.
+        show_backward, columns, width, color: as in :func:`render_table` (column names in
+            :data:`FLAT_COLUMNS`).
 
     Raises:
         ValueError: an argument outside the accepted values.
@@ -331,26 +442,11 @@ def render_flat(result: ProfileResult, view: str = "type", sort_by: str = "total
         rows.sort(key=keys[sort_by])
     total = result.total_time_ns
 
-    columns: list[Column[_FlatRow]] = [Column("Type" if view == "type" else "Module",
-                                         lambda r: printable(r[0]), right=False)]
-    if view == "module":
-        columns += [Column("Type", lambda r: printable(r[1].type_name), right=False),
-                    Column("Sites", lambda r: format_count(len(r[1].paths)))]
-    else:
-        columns += [Column("Sites", lambda r: format_count(len(r[1].paths)))]
-    columns += [
-        Column("Calls", lambda r: format_count(r[1].calls)),
-        Column("FLOPs", lambda r: format_flops(r[1].flops)),
-        Column("MACs", lambda r: format_macs(r[1].macs)),
-        Column("Self time", lambda r: format_time_ns(r[1].self_ns)),
-        Column("Total time", lambda r: format_time_ns(r[1].total_ns)),
-        Column("% time", lambda r: format_percent(r[1].self_ns, total)),
-        Column("FLOP/s", lambda r: format_rate(r[1].flops, r[1].self_ns)),
-    ]
-    if show_backward:
-        columns += [Column("Bwd time", lambda r: format_time_ns(r[1].backward_ns)
-                           if r[1].backward_ns else MISSING),
-                    Column("Bwd FLOPs", lambda r: format_flops(r[1].backward_flops))]
-    lines = layout(columns, rows) if rows else ["No calls were recorded."]
-    lines += [""] + ([LEGEND_FLAT] if rows else []) + summary_lines(result)
+    ctx = FlatContext(total, show_backward)
+    specs, chosen = pick_columns(FLAT_COLUMNS[view], ctx, columns)
+    width, color = _width_and_color(width, color)
+    fitted, dropped = fit(specs, ctx, rows, width, chosen)
+    lines = layout(fitted, rows, width, color) if rows else ["No calls were recorded."]
+    notes = [_dropped_note(dropped, width)] if dropped and rows else []
+    lines += [""] + notes + ([LEGEND_FLAT] if rows else []) + summary_lines(result)
     return "\n".join(lines)
