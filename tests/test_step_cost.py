@@ -84,14 +84,14 @@ def _mixed_tree() -> CallNode:
     free.rule_state = "free"
     ruled = free.child("attn", "Attention", "m1")
     ruled.rule_state = "rule"
-    ruled.flops_cache = {(2, 4): [3, 100, 64, 32], (1, 4): [1, 50, 32, 16]}
+    ruled.flops_cache = {(2, 4): [3, 100, 64, 32, 0, 0, 0], (1, 4): [1, 50, 32, 16, 0, 0, 0]}
     inner = ruled.child("proj", "Custom", "m2")
     inner.op_flops, inner.op_gemm = 30, 20  # more than the rule leaves: clamped, never negative
     ops = free.child("act", "Custom", "m3")
     ops.op_flops = 7
     user = root.child("fn", "fn", "m4", kind="function")
     user.rule_state = "user"
-    user.flops_cache = {None: [2, 9, 0, 0]}
+    user.flops_cache = {None: [2, 9, 0, 0, 0, 0, 0]}
     root.op_flops = 1  # an operation outside every layer
     return root
 
@@ -204,8 +204,9 @@ def test_first_calls_visit_each_module_once_at_any_depth(torch, walks, depth):
     model = chain(torch.nn, depth)
     with tracetorch.profile(model, ops=False) as prof:
         model(torch.zeros(1, 4))
-    # Each child is named once from its parent's direct children, each module counted once.
-    assert walks == {"children": depth, "subtree": 0, "params": depth + 1}
+    # Each child is named once from its parent's direct children, each module counted once
+    # for its parameters and once for their bytes.
+    assert walks == {"children": depth, "subtree": 0, "params": 2 * (depth + 1)}
     deepest = prof.find(".".join(["0"] * depth))
     assert deepest.type_name == "Linear" and deepest.params == 20
     assert all(node.params == 20 for node in prof.nodes())

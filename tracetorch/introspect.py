@@ -32,7 +32,7 @@ from tracetorch.tree import ShapeSignature
 __all__ = ("is_layer", "is_torch_module", "only_calls_children", "runs_compiled_graph",
            "bound_inputs",
            "named_submodules", "named_children_of", "layer_classes", "shape_of", "signature",
-           "numel", "check_shape", "dummy_input")
+           "numel", "nbytes", "tensor_bytes", "check_shape", "dummy_input")
 
 # Attributes never worth descending into when walking a duck-typed model.
 _SKIP_ATTRS = frozenset({"__dict__", "__weakref__", "__class__"})
@@ -208,6 +208,39 @@ def numel(tensor: Any) -> int:
     if isinstance(data, np.ndarray):
         return int(data.size)
     return int(np.size(tensor))
+
+
+def nbytes(tensor: Any) -> int:
+    """Bytes of a torch tensor, a ``tracetorch.core`` Tensor or an ndarray (0 for anything
+    else).
+
+    Example:
+        >>> nbytes(np.zeros((2, 3), dtype=np.float32)), nbytes("text")
+        (24, 0)
+    """
+    size = getattr(tensor, "element_size", None)
+    if callable(size):  # torch
+        return int(size()) * int(tensor.numel())
+    if not isinstance(tensor, np.ndarray):  # a core Tensor keeps its array in .data
+        tensor = getattr(tensor, "data", None)
+    return int(tensor.nbytes) if isinstance(tensor, np.ndarray) else 0
+
+
+def tensor_bytes(value: Any) -> int:
+    """Bytes of the tensors in ``value``: a tensor, or tuples, lists and dicts of them (what
+    :func:`signature` walks).
+
+    Example:
+        >>> tensor_bytes(((np.zeros(4), 3), {"mask": np.zeros(2, dtype=np.int8)}))
+        34
+    """
+    if shape_of(value) is not None:
+        return nbytes(value)
+    if isinstance(value, (list, tuple)):
+        return sum(tensor_bytes(item) for item in value)
+    if isinstance(value, dict):
+        return sum(tensor_bytes(item) for item in value.values())
+    return 0
 
 
 def check_shape(input_shape: Any, name: str = "input_shape") -> tuple[int, ...]:

@@ -21,7 +21,7 @@ import types
 import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -324,9 +324,12 @@ def _direct_tensors(obj: Any) -> list[Any]:
     return [t for t in tensors if t is not None]
 
 
-def subtree_parameter_counts(model: Any) -> list[tuple[Any, int]]:
+def subtree_parameter_counts(model: Any, size: Callable[[Any], int] = numel
+                             ) -> list[tuple[Any, int]]:
     """``(module, count_parameters(module))`` for ``model`` and the modules below it, in one
     bottom-up pass, instead of walking each module's subtree again (``d**2`` at depth ``d``).
+    ``size`` measures one tensor: elements (the default) or, with :func:`~tracetorch.\
+introspect.nbytes`, bytes.
 
     A torch or ``tracetorch.core`` module holds its own tensors plus its children's, merged
     smaller into larger, so shared and tied tensors still count once. A module outside these
@@ -344,7 +347,7 @@ def subtree_parameter_counts(model: Any) -> list[tuple[Any, int]]:
     """
     _check_model(model)
     counts: list[tuple[Any, int]] = []
-    _Subtrees(counts).tensors(model)
+    _Subtrees(counts, size).tensors(model)
     return counts
 
 
@@ -356,8 +359,9 @@ class _Subtrees:
     """One pass of :func:`subtree_parameter_counts`: a parent's tensors are its largest
     child's, grown in place by the others' and its own (each tensor moves O(log n) times)."""
 
-    def __init__(self, counts: list[tuple[Any, int]]) -> None:
+    def __init__(self, counts: list[tuple[Any, int]], size: Callable[[Any], int]) -> None:
         self.counts = counts
+        self.size = size
         # Each module's tensors and total; None once a parent grew its own from them.
         self.held: dict[int, _Held | None] = {}
         # Modules counted by count_parameters' own rules, and those being counted right now.
@@ -372,7 +376,7 @@ class _Subtrees:
         if key in self.held or key in self.open:
             # Under a second parent after the first took its tensors, or inside itself:
             # collected whole (this costs its subtree, only where modules are shared).
-            return _grow(({}, [0]), _sized(iter_parameters(module)))
+            return _grow(({}, [0]), _sized(iter_parameters(module), self.size))
         parts = _parts(module)
         found: _Held | None = None
         if parts is not None:
@@ -391,9 +395,9 @@ class _Subtrees:
                 for other in below:
                     if other is not found:
                         _grow(found, other[0].items())
-                _grow(found, _sized(own))
+                _grow(found, _sized(own, self.size))
         if found is None:
-            found = _grow(({}, [0]), _sized(iter_parameters(module)))
+            found = _grow(({}, [0]), _sized(iter_parameters(module), self.size))
             self.flat.add(key)
         self.held[key] = found
         self.counts.append((module, found[1][0]))
@@ -409,8 +413,8 @@ def _grow(found: _Held, sizes: Iterable[tuple[int, int]]) -> _Held:
     return found
 
 
-def _sized(tensors: Iterable[Any]) -> Iterator[tuple[int, int]]:
-    return ((id(t), numel(t)) for t in tensors if t is not None)
+def _sized(tensors: Iterable[Any], size: Callable[[Any], int]) -> Iterator[tuple[int, int]]:
+    return ((id(t), size(t)) for t in tensors if t is not None)
 
 
 def _parts(module: Any) -> tuple[list[Any], list[Any]] | None:

@@ -69,6 +69,8 @@ class profile(ProfileResult):
         ops: count the tensor operations run inside layers that have no FLOP rule (custom
             layers, functional code). ``False`` keeps rules only, for the lowest overhead: no
             torch function mode is active inside layers (see ``benchmarks/overhead_torch.py``).
+        memory: record each layer's bytes read, written and saved for backward (``node.memory``,
+            :mod:`tracetorch.memory`); ``False`` skips it (no sizes, no graph reading).
 
     On exit every patched attribute is restored exactly, also when the block raises; the
     exception passes through unchanged and what ran before it stays recorded. A profile may be
@@ -89,7 +91,7 @@ class profile(ProfileResult):
                  clock: Callable[[], int] | None = None,
                  warn_unsupported: bool = True,
                  schedule: schedule | None = None, all_threads: bool = False,
-                 isolated: bool = False, ops: bool = True) -> None:
+                 isolated: bool = False, ops: bool = True, memory: bool = True) -> None:
         if model is not None and not (is_layer(model) or callable(model)):
             raise TypeError(f"model must be a layer (an object with a forward method) or None, "
                             f"got {type(model).__name__}")
@@ -104,7 +106,7 @@ class profile(ProfileResult):
             self.root, model, registry=_registry_with(flop_rules),
             clock=(clock or time.perf_counter_ns) if timing else _zero_clock,
             timeline=timeline, max_events=max_events, warn_unsupported=warn_unsupported,
-            count_ops=bool(ops))
+            count_ops=bool(ops), memory=bool(memory))
         self.timeline = self._collector.events
         if schedule is not None and not callable(schedule):
             raise TypeError(f"schedule must be a tracetorch.schedule(...), got {schedule!r}")
@@ -115,7 +117,7 @@ class profile(ProfileResult):
         self._settings = dict(model=model, registry=self._collector.registry,
                               clock=self._collector.clock, timeline=timeline,
                               max_events=max_events, warn_unsupported=warn_unsupported,
-                              count_ops=bool(ops))
+                              count_ops=bool(ops), memory=bool(memory))
         self._entries: list[_Entry] = []
         self._stale = False
         self._step_start: int | None = None

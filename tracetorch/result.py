@@ -147,6 +147,17 @@ class ProfileResult:
         return self.total_flops - self.gemm_flops
 
     @property
+    def saved_bytes(self) -> int:
+        """Bytes saved for backward by the recorded forward calls (activations autograd kept;
+        each storage once, see :mod:`tracetorch.memory`)."""
+        return sum(n.memory.saved_bytes for n in self._forward_nodes())
+
+    @property
+    def peak_bytes(self) -> int:
+        """The highest device memory allocated seen at a layer call (CUDA; 0 elsewhere)."""
+        return max((n.memory.device_peak_bytes for n in self.root.walk()), default=0)
+
+    @property
     def total_time_ns(self) -> int:
         """Time spent in top-level calls, in nanoseconds."""
         return sum(c.total_ns for c in self.root.children.values())

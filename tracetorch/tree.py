@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Literal, Optional
 
+from tracetorch.memory import MemoryStats
 from tracetorch.stats import TimeStats
 
 __all__ = ("CallNode", "Completeness", "MAX_SHAPES", "NodeKind", "RuleState", "Shape",
@@ -57,6 +58,8 @@ class CallNode:
         backward_time / backward_flops / backward_gemm_flops: gradient computation attributed
             to this node's forward calls.
         errors: calls that raised.
+        memory: bytes read, written, held as parameters and saved for backward
+            (:class:`~tracetorch.memory.MemoryStats`).
     """
 
     __slots__ = (
@@ -64,7 +67,7 @@ class CallNode:
         "flops", "gemm_flops", "macs", "flops_source", "params", "input_shapes",
         "output_shapes", "backward_time", "backward_flops", "backward_gemm_flops", "errors",
         "flops_cache", "children_by_owner", "rule_state", "op_flops", "op_gemm", "frame",
-        "unfolded",
+        "unfolded", "memory",
     )
 
     def __init__(self, name: str, type_name: str, module_key: str, kind: NodeKind = "module",
@@ -87,9 +90,11 @@ class CallNode:
         self.backward_flops = 0
         self.backward_gemm_flops = 0
         self.errors = 0
+        self.memory = MemoryStats()
         # Transient, while recording (folded into the fields above by Collector.fold):
-        # per input signature, [calls, inclusive FLOPs, GEMM FLOPs, MACs] of the rule, so a
-        # rule runs once per distinct shape and a call costs one counter increment;
+        # per input signature, [calls, inclusive FLOPs, GEMM FLOPs, MACs, input bytes, output
+        # bytes] (the FLOPs of the rule), so a rule runs once per distinct shape and a call
+        # costs one counter increment;
         self.flops_cache: dict[Any, list[Any]] = {}
         # id(instance) -> child node, so naming runs once per child;
         self.children_by_owner: dict[int, CallNode] = {}
@@ -188,6 +193,17 @@ class CallNode:
     def subtree_backward_flops(self) -> int:
         """Backward FLOPs of this node and every descendant."""
         return self.subtree_sum("backward_flops")
+
+    @property
+    def bytes_moved(self) -> int:
+        """Bytes this node's calls read and wrote: inputs, outputs, and its parameters once per
+        call (the convention of :mod:`tracetorch.memory`)."""
+        return self.memory.bytes_moved(self.calls)
+
+    @property
+    def subtree_saved_bytes(self) -> int:
+        """Bytes saved for backward by this node's calls and every call below them."""
+        return sum(node.memory.saved_bytes for node in self.walk())
 
     @property
     def path(self) -> str:

@@ -14,14 +14,17 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Callable
+from typing import Any, Callable
+
+import numpy as np
 
 from tracetorch.adapters.base import all_subclasses
+from tracetorch.engine.collector import register_saved_meter
 from tracetorch.engine.hotpath import OpCounter
 from tracetorch.engine.patches import PatchBoard, PatchTarget
 from tracetorch.tree import NodeKind
 
-__all__ = ("CoreAdapter",)
+__all__ = ("CoreAdapter", "saved_bytes")
 
 
 class CoreAdapter:
@@ -52,9 +55,11 @@ class CoreAdapter:
         from tracetorch.core import autograd
         from tracetorch.core.layers import Module
         from tracetorch.core.optim import Optimizer
+        from tracetorch.core.tensor import Tensor
         from tracetorch.flops.core_rules import register_core_rules
 
         register_core_rules()
+        register_saved_meter(Tensor, saved_bytes)
         previous = autograd.set_op_observer(counter)
         board.watch_subclasses(Module, _patcher(board, "forward", "module"))
         board.watch_subclasses(Optimizer, _patcher(board, "step", "optimizer"))
@@ -68,3 +73,63 @@ class CoreAdapter:
 def _patcher(board: PatchBoard, attr: str, kind: NodeKind) -> Callable[[type], None]:
     """Wraps ``attr`` of each new class that defines it."""
     return lambda cls: board.patch(PatchTarget(cls, attr, kind))
+
+
+def saved_bytes(args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
+                seen: set[int], node: Any = None) -> int:
+    """Bytes of the arrays the graph nodes between a call's inputs and its ``output`` keep for
+    backward (what their backward closures hold), leaving out those in ``seen`` (which gets
+    the new ones) and the arrays of leaves that need a gradient (parameters): each array once.
+    (``node``, the call's node, is not needed: reading an array has no side effect.)
+
+    Example:
+        >>> from tracetorch.core import Linear, Tensor
+        >>> x = Tensor(np.ones((64, 1024)))
+        >>> saved_bytes((x,), {}, Linear(1024, 1024)(x), set())   # its input, not its weight
+        262144
+    """
+    stop = {id(t._grad_fn) for t in _core_tensors((args, kwargs)) if t._grad_fn is not None}
+    pending = [t._grad_fn for t in _core_tensors(output)
+               if t._grad_fn is not None and id(t._grad_fn) not in stop]
+    visited = {id(node) for node in pending}
+    total = 0
+    while pending:
+        node = pending.pop()
+        held = {id(_root(p.data)) for p in node.parents
+                if p is not None and p.requires_grad and p._grad_fn is None}
+        for cell in node.backward.__closure__ or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # a cell not filled yet
+                continue
+            if not isinstance(value, np.ndarray):  # a Tensor keeps its array in .data
+                value = getattr(value, "data", None)
+            array = _root(value)
+            if isinstance(array, np.ndarray) and id(array) not in held and id(array) not in seen:
+                seen.add(id(array))
+                total += array.nbytes
+        for parent in node.parents:
+            fn = getattr(parent, "_grad_fn", None)
+            if fn is not None and id(fn) not in visited and id(fn) not in stop:
+                visited.add(id(fn))
+                pending.append(fn)
+    return total
+
+
+def _root(value: Any) -> Any:
+    # The array owning the memory of a view (``w.T`` of a weight is its weight).
+    while isinstance(value, np.ndarray) and isinstance(value.base, np.ndarray):
+        value = value.base
+    return value
+
+
+def _core_tensors(value: Any) -> list[Any]:
+    from tracetorch.core.tensor import Tensor
+
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _core_tensors(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in _core_tensors(item)]
+    return []

@@ -30,14 +30,29 @@ from tracetorch.introspect import (
     is_torch_module,
     named_children_of,
     named_submodules,
+    nbytes,
     only_calls_children,
     runs_compiled_graph,
     signature,
+    tensor_bytes,
 )
 from tracetorch.params import subtree_parameter_counts
 from tracetorch.tree import CallNode, NodeKind
 
-__all__ = ("Collector",)
+__all__ = ("Collector", "register_saved_meter", "SavedMeter")
+
+#: ``meter(args, kwargs, output, seen, node) -> bytes`` saved for backward by one call of
+#: ``node`` (see :mod:`tracetorch.memory`), counting only storages whose keys are not in
+#: ``seen`` and adding the keys of those it counts.
+SavedMeter = Callable[[tuple[Any, ...], dict[str, Any], Any, set[int], CallNode], int]
+
+# A framework's saved-bytes meter, by its tensor class (registered by its adapter).
+_SAVED_METERS: dict[type, SavedMeter] = {}
+
+
+def register_saved_meter(tensor_type: type, meter: SavedMeter) -> None:
+    """Measure what calls returning ``tensor_type`` tensors save for backward with ``meter``."""
+    _SAVED_METERS[tensor_type] = meter
 
 # Node kinds whose FLOPs may come from a registered rule (backward FLOPs are always counted).
 _RULED_KINDS = frozenset({"module", "optimizer"})
@@ -60,7 +75,7 @@ class Collector(CallTiming):
     def __init__(self, root: CallNode, model: Any, *, registry: FlopRegistry | None = None,
                  clock: Clock | None = None, timeline: bool = False,
                  max_events: int = 100_000, warn_unsupported: bool = True,
-                 count_ops: bool = True) -> None:
+                 count_ops: bool = True, memory: bool = True) -> None:
         super().__init__(clock, timeline, max_events)
         self.root = root
         self.model = model
@@ -68,7 +83,11 @@ class Collector(CallTiming):
         self.warn_unsupported = warn_unsupported
         #: Count tensor operations run inside layers without a rule (``profile(ops=...)``).
         self.count_ops = count_ops
+        #: Record bytes read, written and saved for backward (``profile(memory=...)``).
+        self.memory = memory
         self.active = False
+        # Storages already charged as saved for backward since the last fold: each once.
+        self._saved_storages: set[int] = set()
         # With ``ops=False`` nothing counts operations, the profile's root included: no function
         # mode is pushed at all (torch backward passes are then found at their first node).
         self.root_frame = Frame(self, root, None, count_ops)
@@ -80,7 +99,7 @@ class Collector(CallTiming):
         self._next_key = 0
         self._owners: list[Any] = []  # strong references keep the ids above unambiguous
         # id -> (module, parameters): the module itself proves the id is not a recycled one.
-        self._param_counts: dict[int, tuple[Any, int]] = {}
+        self._param_counts: dict[int, tuple[Any, int, int]] = {}
         self._pending_backward: dict[CallNode, int] = {}
         # The nodes given a frame since the last stop, which drops their frames again; what
         # the next opening needs to take each up again without naming, counting or a rule's
@@ -234,7 +253,7 @@ class Collector(CallTiming):
             params = self._params_of(owner)
             if params is None:
                 self._uncounted[node] = owner  # counted after its first call
-            node.params = params or 0
+            node.params, node.memory.param_bytes = params or (0, 0)
         if flops_fn is not None:
             node.rule_state = "user"
             self._user_rules[node] = flops_fn
@@ -296,50 +315,74 @@ class Collector(CallTiming):
         self._names[id(parent)] = names
         return names.get(id(child))
 
-    def _params_of(self, owner: Any) -> int | None:
-        """``owner``'s parameter count; ``None`` while it cannot be counted yet (a lazy module,
-        whose weights take their shape at its first call)."""
+    def _params_of(self, owner: Any) -> tuple[int, int] | None:
+        """``owner``'s parameter count and bytes; ``None`` while they cannot be counted yet (a
+        lazy module, whose weights take their shape at its first call)."""
         known = self._param_counts.get(id(owner))
         if known is None or known[0] is not owner:
             # Once per model: every module below ``owner`` is counted in the same pass.
             try:
                 counts = subtree_parameter_counts(owner)
+                sizes = subtree_parameter_counts(owner, nbytes) if self.memory else []
             except ValueError:  # torch's uninitialized parameters have no size yet
                 return None
             except (TypeError, AttributeError):
-                counts = [(owner, 0)]
+                counts, sizes = [(owner, 0)], []
+            size_of = {id(module): size for module, size in sizes}
             for module, count in counts:
-                self._param_counts[id(module)] = (module, count)
+                self._param_counts[id(module)] = (module, count, size_of.get(id(module), 0))
             known = self._param_counts[id(owner)]
-        return known[1]
+        return known[1], known[2]
 
     # ------------------------------------------------------------------ FLOPs
     def first_call(self, node: CallNode, owner: Any, args: tuple[Any, ...],
                    kwargs: dict[str, Any], output: Any) -> list[Any]:
         """The first call of ``node`` with these input shapes: note the shapes, run the rule.
 
-        Returns the per-shape counter ``[calls, FLOPs, GEMM FLOPs, MACs]`` (``None`` FLOPs when
-        the node's FLOPs come from counted operations instead of a rule).
+        Returns the per-shape counter ``[calls, FLOPs, GEMM FLOPs, MACs, input bytes, output
+        bytes, bytes saved for backward]`` (``None`` FLOPs when the node's FLOPs come from
+        counted operations instead of a rule; bytes 0 with ``profile(memory=False)``).
         """
         node.note_shapes(signature(args, kwargs), signature((output,)))
         if self._uncounted and node in self._uncounted:
             del self._uncounted[node]
-            node.params = self._params_of(owner) or 0  # its lazy weights have shapes now
+            # Its lazy weights have shapes now.
+            node.params, node.memory.param_bytes = self._params_of(owner) or (0, 0)
+        entry: list[Any] = [0, None, 0, 0, 0, 0, 0]
+        if self.memory:
+            entry[4] = tensor_bytes(args) + tensor_bytes(kwargs)
+            entry[5] = tensor_bytes(output)
+            entry[6] = self._saved_by(node, args, kwargs, output)
         state = node.rule_state
         if state == "user":
-            return [0, int(self._user_rules[node](*args, **kwargs)), 0, 0]
-        if state == "rule":
+            entry[1] = int(self._user_rules[node](*args, **kwargs))
+        elif state == "rule":
             # Rules read positional inputs: keyword arguments go where the forward takes them.
             inputs = bound_inputs(owner, args, kwargs)
             result = self.registry.lookup(type(owner))(owner, inputs, output)
             if isinstance(result, FlopCount):
                 macs = result.macs if result.macs is not None else result.gemm // 2
-                return [0, int(result.flops), int(result.gemm), int(macs)]
-            return [0, int(result), 0, 0]
-        if (state == "none" and node.kind == "module" and not node.op_flops and not node.children
-                and node.flops_source == "none"):
+                entry[1:4] = int(result.flops), int(result.gemm), int(macs)
+            else:
+                entry[1] = int(result)
+        elif (state == "none" and node.kind == "module" and not node.op_flops
+              and not node.children and node.flops_source == "none"):
             self._warn_unsupported(node.type_name, runs_compiled_graph(owner))
-        return [0, None, 0, 0]
+        return entry
+
+    def _saved_by(self, node: CallNode, args: tuple[Any, ...], kwargs: dict[str, Any],
+                  output: Any) -> int:
+        # Measured once per input shape, like FLOPs: the graph a call builds depends on them.
+        sample = output
+        while isinstance(sample, (tuple, list)) and sample:
+            sample = sample[0]
+        meter = _SAVED_METERS.get(type(sample))
+        if meter is None:
+            return 0
+        try:
+            return meter(args, kwargs, output, self._saved_storages, node)
+        except Exception:  # a tensor with no storage (meta, fake): nothing measurable
+            return 0
 
     def _warn_unsupported(self, type_name: str, compiled: bool) -> None:
         if self.warn_unsupported and type_name not in _WARNED_UNSUPPORTED:
@@ -363,6 +406,7 @@ class Collector(CallTiming):
         """
         self.resolve_times()
         self.flush_backward()
+        self._saved_storages.clear()  # a later step's tensors may reuse the addresses
         touched = self.take_touched()
         touched.append(self.root if root is None else root)
         fold_touched(touched)

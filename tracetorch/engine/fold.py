@@ -92,14 +92,22 @@ def _fold_node(node: CallNode, flops: int, gemm: int, macs: int) -> tuple[int, i
     """Fold one node whose children reported inclusive ``flops``, ``gemm`` and ``macs``; return
     its own inclusive counts (every fold goes through here, once per node folded)."""
     node.unfolded = False
-    if node.rule_state in ("rule", "user"):
-        inclusive = inclusive_gemm = inclusive_macs = 0
-        for entry in node.flops_cache.values():
-            calls = entry[0]
+    ruled = node.rule_state in ("rule", "user")
+    inclusive = inclusive_gemm = inclusive_macs = 0
+    memory = node.memory
+    for entry in node.flops_cache.values():
+        calls = entry[0]
+        if not calls:
+            continue
+        entry[0] -= calls  # not "= 0": another thread may have counted a call meanwhile
+        memory.input_bytes += calls * entry[4]
+        memory.output_bytes += calls * entry[5]
+        memory.saved_bytes += calls * entry[6]
+        if ruled:
             inclusive += calls * entry[1]
             inclusive_gemm += calls * entry[2]
             inclusive_macs += calls * entry[3]
-            entry[0] -= calls  # not "= 0": another thread may have counted a call meanwhile
+    if ruled:
         node.flops_source = node.rule_state
     elif node.rule_state == "free":
         inclusive, inclusive_gemm, inclusive_macs = flops, gemm, macs
@@ -134,6 +142,7 @@ def _add_recorded(source: CallNode, target: CallNode) -> None:
     target.backward_gemm_flops += source.backward_gemm_flops
     target.errors += source.errors
     target.params = max(target.params, source.params)
+    target.memory.merge(source.memory)
     for inputs, output in zip(source.input_shapes, source.output_shapes):
         target.note_shapes(inputs, output)
 

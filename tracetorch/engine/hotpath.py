@@ -315,7 +315,7 @@ def _resumed(generator: Generator[Any, Any, Any], frame: Frame, args: tuple[Any,
                 try:
                     entry = _first_entry(collector, node, frame.owner, key, args, kwargs, None)
                 except Exception:  # a rule that needs the output it never saw
-                    entry = node.flops_cache[key] = [0, None, 0, 0]
+                    entry = node.flops_cache[key] = [0, None, 0, 0, 0, 0, 0]
             entry[0] += 1
 
 

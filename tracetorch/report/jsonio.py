@@ -45,6 +45,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, Union, cast, get_args
 
+from tracetorch.memory import FIELDS as MEMORY_FIELDS
 from tracetorch.stats import TimeStats
 from tracetorch.tree import CallNode, NodeKind, ShapeSignature, TimelineEvent
 
@@ -123,6 +124,7 @@ def _node_to_dict(node: CallNode) -> dict[str, Any]:
         "backward_flops": _number(node.backward_flops),
         "backward_gemm_flops": _number(node.backward_gemm_flops),
         "errors": int(node.errors),
+        "memory": node.memory.to_dict(),
         "children": [_node_to_dict(c) for c in node.children.values()],
     }
 
@@ -328,6 +330,11 @@ class _Reader:
         node.backward_gemm_flops = self.integer(get("backward_gemm_flops"),
                                                 at("backward_gemm_flops"), minimum=0)
         node.errors = self.integer(get("errors"), at("errors"), minimum=0)
+        memory = data.get("memory")
+        if memory is not None:  # files written before per-layer memory have none
+            memory = self.obj(memory, at("memory"))
+            node.memory.update({key: self.integer(memory.get(key, 0), f"{at('memory')}.{key}",
+                                                  minimum=0) for key in MEMORY_FIELDS})
         for i, child in enumerate(self.lst(get("children"), at("children"))):
             self.node(child, f"{at('children')}[{i}]", node)
         return node

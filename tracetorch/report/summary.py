@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tracetorch.report.units import format_count, format_flops, format_time_ns
+from tracetorch.report.units import format_bytes, format_count, format_flops, format_time_ns
 
 if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
     from tracetorch.result import ProfileResult
@@ -39,12 +39,25 @@ def _split_flops(total: int, gemm: int) -> str:
             f"other {format_flops(total - gemm)})")
 
 
+def _memory_line(result: ProfileResult) -> str:
+    parts = []
+    saved = result.saved_bytes
+    if saved:
+        steps = result.step_times.count
+        per_step = f", {format_bytes(saved / steps)} per step" if steps > 1 else ""
+        parts.append(f"activations saved for backward {format_bytes(saved)}{per_step}")
+    if result.peak_bytes:
+        parts.append(f"device peak {format_bytes(result.peak_bytes)} (allocated, at layer calls)")
+    return "; ".join(parts)
+
+
 def summary_lines(result: ProfileResult) -> list[str]:
     """Totals and notes for the end of a report, one ``"Label: value"`` line each.
 
     Always: forward FLOPs split into GEMM/conv and other, and the total time. When present:
     backward and total FLOPs, the forward/backward/optimizer shares of the time, step statistics,
-    unsupported types, calls that raised, and a note when the timeline was capped.
+    unsupported types, calls that raised, a note when the timeline was capped, and the bottleneck
+    section (:mod:`tracetorch.report.bottleneck`) when the profile has a machine.
 
     Example:
         >>> from tracetorch.result import ProfileResult
@@ -72,6 +85,10 @@ def summary_lines(result: ProfileResult) -> list[str]:
         rows.append(("Total FLOPs", _split_flops(result.total_flops, forward_gemm + backward_gemm)))
     total_time = format_time_ns(result.total_time_ns)
     rows.append(("Total time", f"{total_time} in {_plural(top_calls, 'top-level call')}"))
+
+    memory = _memory_line(result)
+    if memory:
+        rows.append(("Memory", memory))
 
     shares = result.time_by_kind()
     if shares["backward"] or shares["optimizer"]:
@@ -110,4 +127,9 @@ def summary_lines(result: ProfileResult) -> list[str]:
     if result.dropped_events > 0:
         lines.append(f"Timeline capped: {format_count(result.dropped_events)} events dropped "
                      "(max_events reached)")
+    if "machine" in result.meta:
+        # Imported here: the analysis imports report modules, which import this one.
+        from tracetorch.report.bottleneck import bottleneck_lines
+
+        lines += [""] + bottleneck_lines(result)
     return lines

@@ -32,37 +32,42 @@ __all__ = (
     "format_per_second",
     "format_percent",
     "format_shape",
+    "format_bytes",
+    "BYTE_UNITS",
 )
 
 #: SI prefixes for counts, one per factor of 1000 (K, not k, as FLOP counters conventionally print).
 COUNT_PREFIXES: tuple[str, ...] = ("", "K", "M", "G", "T", "P", "E")
 #: Time units, one per factor of 1000 from nanoseconds.
 TIME_UNITS: tuple[str, ...] = ("ns", "us", "ms", "s")
+#: Memory units, one per factor of 1024 (binary prefixes, as allocators and torch report).
+BYTE_UNITS: tuple[str, ...] = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 #: What a cell shows when a quantity is undefined (no MACs rule, a rate over zero time).
 MISSING = "-"
 
 
-def _split(value: float, steps: int) -> tuple[str, int]:
-    """``value`` as three significant figures and the index of the power of 1000 it was scaled by.
+def _split(value: float, steps: int, base: int = 1000) -> tuple[str, int]:
+    """``value`` as three significant figures and the index of the power of ``base`` it was
+    scaled by.
 
-    Integers below 1000 stay exact. Rounding happens before the scale is final, so 999_999 is
-    ``("1.00", 2)`` rather than ``("1000", 1)``.
+    Integers below ``base`` stay exact. Rounding happens before the scale is final, so 999_999
+    is ``("1.00", 2)`` rather than ``("1000", 1)``.
     """
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1000:
+    if isinstance(value, float) and value.is_integer() and abs(value) < base:
         value = int(value)
-    if isinstance(value, int) and abs(value) < 1000:
+    if isinstance(value, int) and abs(value) < base:
         return str(value), 0
     sign = "-" if value < 0 else ""
     magnitude = abs(float(value))
     index = 0
-    while magnitude >= 1000 and index < steps - 1:
-        magnitude /= 1000.0
+    while magnitude >= base and index < steps - 1:
+        magnitude /= base
         index += 1
     rounded = float(f"{magnitude:.3g}")
-    if rounded >= 1000 and index < steps - 1:
-        rounded, index = rounded / 1000.0, index + 1
+    if rounded >= 1000 and index < steps - 1:  # four digits: the next unit reads better
+        rounded, index = float(f"{magnitude / base:.3g}"), index + 1
     if rounded >= 1000:
-        # Past the largest prefix (hours in seconds, zettaFLOPs): whole units, every digit shown.
+        # Past the largest prefix (hours in seconds, zettaFLOPs): whole units, every digit.
         return sign + f"{magnitude:.0f}", index
     if rounded < 1:
         # Only a fractional value below 1000 gets here (a mean of 0.5 FLOPs per call).
@@ -157,6 +162,20 @@ def format_per_second(value: float, unit: str) -> str:
         ('12.3 GB/s', '512 FLOP/s')
     """
     return _with_unit(value, unit + "/s")
+
+
+def format_bytes(n: float) -> str:
+    """A size in bytes with a binary unit (KiB = 1024 B) and three significant figures.
+
+    Example:
+        >>> format_bytes(262_144), format_bytes(1_395_864_371), format_bytes(512)
+        ('256 KiB', '1.30 GiB', '512 B')
+    """
+    odd = _not_finite(n)
+    if odd is not None:
+        return f"{odd} B"
+    text, index = _split(n, len(BYTE_UNITS), base=1024)
+    return f"{text} {BYTE_UNITS[index]}"
 
 
 def format_percent(part: float, whole: float) -> str:

@@ -61,8 +61,10 @@ import torch
 
 from tracetorch.adapters.torch.cuda import configure as cuda_configure
 from tracetorch.adapters.torch.ops import start_op_counting
+from tracetorch.adapters.torch.saved import saved_bytes
 from tracetorch.adapters.torch.steps import start_step_hooks
 from tracetorch.adapters.torch.tracing import tracing
+from tracetorch.engine.collector import register_saved_meter
 from tracetorch.engine.hotpath import OpCounter
 from tracetorch.engine.patches import PatchBoard, PatchTarget
 
@@ -213,6 +215,7 @@ class TorchAdapter:
             _RULES_REGISTERED = True
         cleanups: list[Callable[[], None]] = []
         try:
+            register_saved_meter(torch.Tensor, saved_bytes)
             cleanups.append(start_op_counting(counter))
             cleanups.append(start_step_hooks())
 

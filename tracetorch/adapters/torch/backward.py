@@ -66,6 +66,7 @@ from tracetorch.introspect import bound_inputs
 from tracetorch.tree import CallNode
 
 __all__ = ("ASK_AUTOGRAD", "MARKS", "Mark", "tag_call", "mark_operation", "resolve_parts",
+           "collect_tensors",
            "BackwardPass", "implicit_pass", "forget_passes", "pass_recorder",
            "PassRecorder")
 
@@ -172,7 +173,7 @@ def _layer_parts(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], ou
     # call: whether an input or weight needs a gradient may change between calls. Parts name
     # inputs by position, as rules read them: keyword arguments are bound to the forward's
     # signature, only for calls that have parts (most keyword-called layers have none).
-    if len(entry) < 5:
+    if len(entry) < 8:
         symbolic = None
         if frame.node.rule_state == "rule":
             try:
@@ -181,7 +182,7 @@ def _layer_parts(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], ou
             except Exception:  # an unusual call is not worth breaking the model for
                 symbolic = None
         entry.append(symbolic or ())
-    symbolic = entry[4]
+    symbolic = entry[7]
     if not symbolic:
         return []
     if kwargs:
@@ -217,7 +218,7 @@ def tag_call(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], output
                 _mark(fn, frame, _layer_parts(frame, args, kwargs, output, entry), output)
             return
         outputs: list[torch.Tensor] = []
-        _tensors(output, outputs)  # a tuple, dict, dataclass... of outputs
+        collect_tensors(output, outputs)  # a tuple, dict, dataclass... of outputs
         fns: list[Any] = []
         for tensor in outputs:
             fn = tensor.grad_fn
@@ -249,16 +250,18 @@ def mark_operation(frame: Frame, result: Any, parts: Sequence[GradientPart],
         _mark(fn, frame, resolved, result)
 
 
-def _tensors(value: Any, out: list[torch.Tensor], depth: int = 0) -> None:
+def collect_tensors(value: Any, out: list[torch.Tensor], depth: int = 0) -> None:
+    """Append the tensors in ``value`` (itself, or inside tuples, lists and dicts, three levels
+    deep) to ``out``."""
     if isinstance(value, _Tensor):
         out.append(value)
     elif depth < 3:
         if isinstance(value, (tuple, list)):
             for item in value:
-                _tensors(item, out, depth + 1)
+                collect_tensors(item, out, depth + 1)
         elif isinstance(value, dict):
             for item in value.values():
-                _tensors(item, out, depth + 1)
+                collect_tensors(item, out, depth + 1)
 
 
 # ----------------------------------------------------------------------------- sweeping
@@ -487,7 +490,7 @@ def _leaves_of(func: Callable[..., Any], args: tuple[Any, ...],
     if inputs is None:
         return None
     tensors: list[torch.Tensor] = []
-    _tensors(inputs, tensors)
+    collect_tensors(inputs, tensors)
     return {id(t) for t in tensors}
 
 

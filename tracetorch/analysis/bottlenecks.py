@@ -1,0 +1,116 @@
+"""One profile's bottleneck analysis: every labelled layer, where to look first, utilization.
+
+:func:`analyze` is what ``prof.analyze(machine)`` returns; printing it gives the bottleneck
+report (:mod:`tracetorch.report.bottleneck`), which always starts with the peaks it used.
+
+Example:
+    >>> from tracetorch.analysis.machine import Machine
+    >>> from tracetorch.result import ProfileResult
+    >>> from tracetorch.tree import CallNode
+    >>> found = analyze(ProfileResult(CallNode.root()), Machine(1e12, 1e11))
+    >>> found.layers, found.look_first
+    ((), ())
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tracetorch.analysis.machine import Machine
+from tracetorch.analysis.roofline import (
+    LOOK_FIRST,
+    Bound,
+    ContainerSummary,
+    LayerBound,
+    container_summaries,
+    layer_bounds,
+    time_by_bound,
+    where_to_look_first,
+)
+from tracetorch.analysis.utilization import Utilization, utilization
+
+if TYPE_CHECKING:  # reports read results; tracetorch.result imports this package, not the reverse
+    from tracetorch.result import ProfileResult
+
+__all__ = ("Analysis", "analyze")
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The bottleneck analysis of one profile against one machine.
+
+    Attributes:
+        machine: the peaks used (printed first by every report).
+        layers: each labelled layer's evidence, in call order.
+        look_first: the layers with the most time above their ceiling, largest first.
+        containers: the unlabelled containers, with their labelled layers' time by bound.
+        utilization: MFU, HFU and the phases' FLOP/s.
+        total_ns: the profile's time (top-level calls), for shares.
+        unlabelled: layer calls that got no label, by reason.
+    """
+
+    machine: Machine
+    layers: tuple[LayerBound, ...]
+    look_first: tuple[LayerBound, ...]
+    containers: tuple[ContainerSummary, ...]
+    utilization: Utilization
+    total_ns: int
+    unlabelled: dict[str, int]
+
+    @property
+    def time_by_bound(self) -> dict[Bound, int]:
+        """Time of the outermost labelled layers, by bound."""
+        return time_by_bound(list(self.layers))
+
+    def find(self, path: str) -> LayerBound:
+        """The labelled layer at ``path``.
+
+        Raises:
+            KeyError: no labelled layer has that path.
+        """
+        for layer in self.layers:
+            if layer.path == path:
+                return layer
+        raise KeyError(f"no labelled layer at {path!r} (labelled: "
+                       f"{', '.join(repr(b.path) for b in self.layers) or 'none'})")
+
+    def __str__(self) -> str:
+        from tracetorch.report.bottleneck import render_analysis  # the report imports us
+
+        return render_analysis(self)
+
+
+def _unlabelled(result: ProfileResult, labelled: set[str]) -> dict[str, int]:
+    """Why the layer calls left without a label have none (leaves only: containers are
+    summarised, not labelled)."""
+    reasons: dict[str, int] = {}
+    for node in result.nodes():
+        if node.kind not in ("module", "function") or node.children or node.path in labelled:
+            continue
+        if node.total_ns <= 0:
+            why = "no time recorded"
+        elif node.flops_unknown:
+            why = "FLOPs unknown"
+        else:
+            why = "no bytes recorded"
+        reasons[why] = reasons.get(why, 0) + 1
+    return reasons
+
+
+def analyze(result: ProfileResult, machine: Machine, top: int = LOOK_FIRST) -> Analysis:
+    """Label ``result``'s layers against ``machine`` and measure its utilization.
+
+    Raises:
+        TypeError: ``machine`` is not a :class:`Machine`.
+        ValueError: ``top`` is not a positive int.
+    """
+    if not isinstance(machine, Machine):
+        raise TypeError(f"machine: expected a tracetorch.Machine, got {machine!r}")
+    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+        raise ValueError(f"top: expected a positive int, got {top!r}")
+    bounds = layer_bounds(result.root, machine)
+    return Analysis(
+        machine=machine, layers=tuple(bounds), look_first=tuple(where_to_look_first(bounds, top)),
+        containers=tuple(container_summaries(result.root, machine)),
+        utilization=utilization(result, machine), total_ns=result.total_time_ns,
+        unlabelled=_unlabelled(result, {b.path for b in bounds}))
