@@ -379,7 +379,8 @@ def measurement_lines(machine: Machine) -> list[str]:
     rates = facts.get("matmul_flops_by_size")
     if isinstance(rates, dict) and rates:
         lines.append("  matmul n x n: " + ", ".join(
-            f"n={n} {format_per_second(rate, 'FLOP')}" for n, rate in rates.items())
+            f"n={n} {format_per_second(rate, 'FLOP')}"
+            for n, rate in sorted(rates.items(), key=lambda item: int(item[0])))
             + " (peak: the best)")
     if "copy_bytes" in facts:
         lines.append(f"  copy of {facts['copy_bytes'] // 2**20} MiB: "
