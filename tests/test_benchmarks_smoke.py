@@ -2,6 +2,8 @@
 speed goals belong to the scripts, never to timed tests)."""
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -34,3 +36,34 @@ def test_peers_prints_the_overhead_table() -> None:
         assert all(number.fullmatch(cell) for cell in cells), row
     assert "% added to the plain step time" in out
     assert re.search(r"mlp-train: plain step [\d.]+ ms, 101 module calls", out)
+
+
+@pytest.mark.slow
+def test_roofline_labels_the_three_cases(tmp_path: Path) -> None:
+    # A fresh cache folder: the run calibrates for real (seconds), as a first run would.
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "roofline.py"), "--quick"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT, check=True, env=env).stdout
+    assert "numpy: peak " in out and (tmp_path / "tracetorch" / "machine.json").is_file()
+    rows = [line.split(" | ") for line in out.splitlines() if line.startswith("| Linear")
+            or line.startswith("| 100 x")]
+    assert [(row[0], row[1], row[2]) for row in rows] == [
+        ("| Linear(4096,4096) batch 1", "numpy", "memory-bound"),
+        ("| Linear(4096,4096) batch 2048", "numpy", "compute-bound"),
+        ("| 100 x Linear(4,4) batch 1", "numpy", "overhead-bound")]
+    assert [row[4] for row in rows] == ["0.5", "512", "0.286"]  # intensities are exact
+
+
+@pytest.mark.slow
+def test_html_load_prints_the_load_table() -> None:
+    if importlib.util.find_spec("playwright") is None or not Path("/usr/bin/chromium").exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI needs playwright and /usr/bin/chromium for benchmarks/html_load.py")
+        pytest.skip("playwright or /usr/bin/chromium is missing")
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "html_load.py"), "--quick"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, check=True).stdout
+    assert "| tree | file size | table + icicle drawn | page ready |" in out
+    assert re.search(r"\| 2,000 nodes \| [\d.]+ MB \| \d+ ms \| \d+ ms \|", out)
+    assert re.search(r"2,000 nodes: ready in \d+ ms, [\d.]+x the 10-node page", out)

@@ -21,7 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracetorch.report import chrome, jsonio
+from tracetorch.analysis.bottlenecks import Analysis, analyze
+from tracetorch.analysis.machine import Machine
+from tracetorch.analysis.roofline import LOOK_FIRST, LayerBound
+from tracetorch.report import chrome, jsonio, speedscope
+from tracetorch.report import rows as records
+from tracetorch.report.html import save_html
+from tracetorch.report.notebook import render_notebook
 from tracetorch.report.table import render_table
 from tracetorch.stats import TimeStats
 from tracetorch.tree import CallNode, Completeness, TimelineEvent
@@ -178,17 +184,27 @@ class ProfileResult:
 
     # ---------------------------------------------------------------- reports
     def table(self, sort_by: str = "total", depth: int | None = None,
-              row_limit: int | None = None, min_percent: float = 0.0) -> str:
+              row_limit: int | None = None, min_percent: float = 0.0,
+              columns: str | list[str] | None = None, width: int | None = None,
+              color: bool | None = None) -> str:
         """The call tree as text: calls, FLOPs, MACs, self/total time, % of time, GFLOP/s.
 
         ``sort_by`` is one of ``total``, ``self``, ``flops``, ``calls``, ``name``,
-        ``call_order`` (siblings are sorted, children stay under their parents).
+        ``call_order`` (siblings are sorted, children stay under their parents). The table fits
+        ``width`` (default: the terminal's, else ``COLUMNS``, else 120) by leaving out the least
+        important columns; ``columns=["calls", "total", ...]`` or ``"all"`` chooses them
+        (names in :func:`tracetorch.report.table.render_table`); ``color`` defaults to a
+        terminal without ``NO_COLOR``.
         """
         return render_table(self, sort_by=sort_by, depth=depth, row_limit=row_limit,
-                            min_percent=min_percent)
+                            min_percent=min_percent, columns=columns, width=width, color=color)
 
     def __str__(self) -> str:
         return self.table()
+
+    def _repr_html_(self) -> str:
+        # Jupyter's rich display: the summary and top rows as a small HTML table (print stays text).
+        return render_notebook(self)
 
     def to_dict(self) -> dict[str, Any]:
         """A versioned, JSON-ready form that :meth:`from_dict` and :func:`tracetorch.load`
@@ -202,6 +218,69 @@ class ProfileResult:
     def export_chrome_trace(self, path: str) -> None:
         """Write the per-call timeline (``profile(timeline=True)``) as Chrome/Perfetto JSON."""
         chrome.export_chrome_trace(self, path)
+
+    def export_speedscope(self, path: jsonio.PathLike) -> None:
+        """Write the tree for https://www.speedscope.app: a flame graph weighted by self time
+        (ns) and one by FLOPs; see :mod:`tracetorch.report.speedscope`."""
+        speedscope.export_speedscope(self, path)
+
+    def to_rows(self) -> list[dict[str, Any]]:
+        """One dict per node: path, type, depth, calls, FLOPs, times and their statistics,
+        backward, params, shapes (and memory when measured); see :mod:`tracetorch.report.rows`.
+        """
+        return records.to_rows(self)
+
+    def to_csv(self, path: jsonio.PathLike) -> None:
+        """Write :meth:`to_rows` as CSV, one header line then a line per node."""
+        records.write_csv(self, path)
+
+    def to_dataframe(self) -> Any:
+        """:meth:`to_rows` as a ``pandas.DataFrame`` (pandas is imported here, only here).
+
+        Raises:
+            ImportError: pandas is not installed; the message says ``pip install pandas``.
+        """
+        return records.to_dataframe(self)
+
+    def save_html(self, path: jsonio.PathLike, title: str | None = None) -> None:
+        """Write the interactive report (icicle, sortable table, summary) as one offline HTML
+        file; see :mod:`tracetorch.report.html`."""
+        save_html(self, path, title)
+
+    # ------------------------------------------------------------- bottlenecks
+    @property
+    def machine(self) -> Machine | None:
+        """The peaks this profile is measured against (``profile(machine=...)``, kept in
+        ``meta["machine"]`` and in saved files), else ``None``."""
+        data = self.meta.get("machine")
+        return None if data is None else Machine.from_dict(data, where='meta["machine"]')
+
+    def analyze(self, machine: Machine | str | None = None, top: int = LOOK_FIRST) -> Analysis:
+        """Each layer labelled compute-, memory- or overhead-bound against ``machine`` (default:
+        the profile's own; ``"calibrate"``: this machine's cached or measured numpy peaks), the
+        ``top`` layers to look at first, MFU/HFU; ``print()`` it for the report.
+
+        Raises:
+            ValueError: no machine given and the profile has none.
+        """
+        from tracetorch.analysis.calibrate import resolve_machine  # it runs a profile: lazily
+
+        peaks = resolve_machine(machine) if machine is not None else self.machine
+        if peaks is None:
+            raise ValueError("machine: this profile has no machine; pass machine=tracetorch."
+                             "calibrate(...), a tracetorch.Machine(...) or 'calibrate'")
+        return analyze(self, peaks, top)
+
+    def bottlenecks(self, machine: Machine | str | None = None,
+                    top: int = LOOK_FIRST) -> list[LayerBound]:
+        """The ``top`` layers with the most time above their roofline ceiling, largest first
+        ("Where to look first"; see :meth:`analyze`)."""
+        return list(self.analyze(machine, top).look_first)
+
+    def bottleneck_report(self, machine: Machine | str | None = None) -> str:
+        """The bottleneck report as text: the peaks used, the roofline table, where to look
+        first and utilization (see :meth:`analyze`)."""
+        return str(self.analyze(machine))
 
     # ------------------------------------------------------------- rebuilding
     # Static rather than class methods: ``profile`` extends this class with another constructor,

@@ -33,10 +33,9 @@ from __future__ import annotations
 import html
 import json
 import os
-from importlib import resources
+from importlib import metadata, resources
 from typing import TYPE_CHECKING, Any, Union
 
-import tracetorch
 from tracetorch.report.jsonio import deep_recursion, result_to_dict
 from tracetorch.report.summary import summary_lines
 
@@ -118,6 +117,14 @@ def script_json(value: Any) -> str:
     return text
 
 
+def _version() -> str:
+    # From the installed metadata: importing the package itself from a report is a cycle.
+    try:
+        return metadata.version("tracetorch")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
 def _title(result: ProfileResult) -> str:
     for key in ("name", "script"):
         value = result.meta.get(key)
@@ -148,7 +155,7 @@ def page_data(result: ProfileResult, title: str | None = None) -> tuple[dict[str
         label, _, value = line.partition(":")
         summary.append([label.strip(), value.strip()])
     report = {"title": title if title is not None else _title(result),
-              "version": tracetorch.__version__, "summary": summary}
+              "version": _version(), "summary": summary}
     return data, report
 
 
@@ -176,7 +183,7 @@ def render_html(result: ProfileResult, title: str | None = None) -> str:
         profile_json = script_json(data)
     scripts = "\n".join(_asset(name) for name in ASSETS if name.endswith(".js"))
     return _PAGE.format(
-        policy=_POLICY, version=html.escape(tracetorch.__version__), title=html.escape(
+        policy=_POLICY, version=html.escape(report["version"]), title=html.escape(
             report["title"]), css=_asset("report.css"), profile_id=PROFILE_ID,
         report_id=REPORT_ID, profile=profile_json, report=script_json(report),
         # One scope for both scripts: the chart functions stay out of the page's globals.

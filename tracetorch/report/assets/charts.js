@@ -191,7 +191,7 @@ function decades(lo, hi) { return [Math.floor(Math.log10(lo)), Math.ceil(Math.lo
 // Layers (leaves with FLOPs, bytes and time) as points: arithmetic intensity against achieved
 // FLOP/s, under the machine's bandwidth slope and compute ceiling. Null when the data lacks them.
 function rooflineSection(nodes, data) {
-  var machine = data.machine;
+  var machine = data.machine || data.meta.machine;   // the profile keeps its peaks in meta
   if (!machine || !(machine.peak_flops > 0) || !(machine.bandwidth_bytes_per_s > 0)) return null;
   var peak = machine.peak_flops, bw = machine.bandwidth_bytes_per_s, ridge = peak / bw;
   var points = nodes.filter(function (n) {

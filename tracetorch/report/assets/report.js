@@ -210,7 +210,7 @@ function tableColumns(data, nodes) {
     {key: "bwd_time", title: "Bwd time", show: hasBackward, value: function (n) { return isBwd(n) ? n.totalNs : n.bwdNs; },
      fmt: function (v) { return v === null ? MISSING : fmtTime(v); }},
     {key: "bwd_flops", title: "Bwd FLOPs", show: hasBackward, value: function (n) { return isBwd(n) ? n.flops : n.bwdFlops; }, fmt: fmtFlops},
-    memory("input_bytes", "Input"), memory("output_bytes", "Output"), memory("param_bytes", "Param mem"),
+    memory("input_bytes", "Input"), memory("output_bytes", "Output"), memory("param_bytes", "Params"),
     memory("saved_bytes", "Saved"), memory("device_peak_bytes", "Device peak"),
     {key: "bytes", title: "Bytes moved", show: hasMemory, value: function (n) { return n.bytes; }, fmt: fmtBytes},
     {key: "intensity", title: "FLOP/B", show: hasMemory, value: function (n) { return n.bytes ? n.flops / n.bytes : null; },
@@ -337,7 +337,8 @@ LayerTable.prototype.draw = function () {
 };
 
 LayerTable.prototype.row = function (n) {
-  var self = this, tr = el("tr", {"data-id": String(n.id), "data-path": n.path, "data-kind": n.kind});
+  var self = this, tr = el("tr", {"data-id": String(n.id), "data-path": n.path, "data-kind": n.kind,
+                                  "data-depth": String(n.depth)});
   this.columns.forEach(function (c) {
     var v = c.value(n);
     if (c.key === "name") {
@@ -369,6 +370,8 @@ LayerTable.prototype.row = function (n) {
 function main() {
   performance.mark("tt-start");
   var data = readJson("tt-profile"), report = readJson("tt-report");
+  // Labels the Python side derived (the bottleneck analysis), where the profile has them.
+  if (report.bottleneck && !data.bottleneck) data.bottleneck = report.bottleneck;
   var nodes = buildNodes(data.root);
   var app = document.getElementById("tt-app");
   var meta = data.meta, subtitle = [meta.date, meta.device, meta.framework].filter(Boolean).join(" \u00b7 ");
