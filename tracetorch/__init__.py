@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 from tracetorch.analysis.calibrate import calibrate
 from tracetorch.analysis.machine import Machine
 from tracetorch.bench import Measurement, benchmark, measure_latency
+from tracetorch.diff import ProfileDiff, diff
 from tracetorch.flop_count import count_flops
 from tracetorch.flops.registry import FlopCount, flop_rule
 from tracetorch.instrument import instrument
@@ -32,11 +33,13 @@ __all__ = (
     "FlopCount",
     "Machine",
     "Measurement",
+    "ProfileDiff",
     "ProfileResult",
     "benchmark",
     "calibrate",
     "count_flops",
     "count_parameters",
+    "diff",
     "flop_rule",
     "instrument",
     "load",
