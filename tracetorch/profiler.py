@@ -17,6 +17,8 @@ from contextvars import Token
 from typing import Any, Callable, TypeVar
 
 from tracetorch.adapters import AdapterSet
+from tracetorch.analysis.calibrate import resolve_machine
+from tracetorch.analysis.machine import Machine
 from tracetorch.engine.collector import Collector
 from tracetorch.engine.fold import merge_tree
 from tracetorch.engine.hotpath import (
@@ -71,6 +73,10 @@ class profile(ProfileResult):
             torch function mode is active inside layers (see ``benchmarks/overhead_torch.py``).
         memory: record each layer's bytes read, written and saved for backward (``node.memory``,
             :mod:`tracetorch.memory`); ``False`` skips it (no sizes, no graph reading).
+        machine: the peaks the bottleneck report measures layers against: a
+            :class:`tracetorch.Machine`, or ``"calibrate"`` for this machine's cached (else
+            measured, a few seconds) peaks for the model's framework, device and dtype. Kept in
+            ``meta["machine"]``, so a saved profile keeps the peaks it used.
 
     On exit every patched attribute is restored exactly, also when the block raises; the
     exception passes through unchanged and what ran before it stays recorded. A profile may be
@@ -91,7 +97,8 @@ class profile(ProfileResult):
                  clock: Callable[[], int] | None = None,
                  warn_unsupported: bool = True,
                  schedule: schedule | None = None, all_threads: bool = False,
-                 isolated: bool = False, ops: bool = True, memory: bool = True) -> None:
+                 isolated: bool = False, ops: bool = True, memory: bool = True,
+                 machine: Machine | str | None = None) -> None:
         if model is not None and not (is_layer(model) or callable(model)):
             raise TypeError(f"model must be a layer (an object with a forward method) or None, "
                             f"got {type(model).__name__}")
@@ -101,6 +108,9 @@ class profile(ProfileResult):
             raise TypeError(f"clock must be a callable returning nanoseconds, got {clock!r}")
         super().__init__(CallNode.root(), timeline=[] if timeline else None,
                          meta={"timing": bool(timing)})
+        peaks = resolve_machine(machine, model)
+        if peaks is not None:
+            self.meta["machine"] = peaks.to_dict()
         self.model = model
         self._collector = Collector(
             self.root, model, registry=_registry_with(flop_rules),

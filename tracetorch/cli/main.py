@@ -6,6 +6,7 @@
     tracetorch script.py [args...]                  the same: a first word that is no command
     tracetorch report run.json [options]            print a profile saved with -o
     tracetorch demo [--steps N] [options]           profile a small CNN training run
+    tracetorch calibrate [--framework F] [--refresh] measure this machine's roofline (cached)
 
 ``run`` prints its report to **stderr** once the script ends, so the script's stdout stays
 exactly its own and can be piped as usual; ``report`` and ``demo`` print to stdout, as the report
@@ -28,6 +29,11 @@ from typing import Callable, NoReturn, TextIO
 
 import tracetorch
 from tracetorch.cli.demo import run_demo
+from tracetorch.cli.machine import (
+    add_calibrate_command,
+    add_machine_options,
+    machine_from_options,
+)
 from tracetorch.cli.progress import ProgressLine
 from tracetorch.profiler import profile
 from tracetorch.report.chrome import export_chrome_trace
@@ -38,7 +44,7 @@ from tracetorch.result import ProfileResult
 __all__ = ("main", "run_script", "CliError", "COMMANDS")
 
 #: The subcommands; any other first argument is taken as the script to ``run``.
-COMMANDS = ("run", "report", "demo")
+COMMANDS = ("run", "report", "demo", "calibrate")
 
 #: Exit status of a script stopped with Ctrl-C, as a POSIX shell reports it (128 + SIGINT).
 EXIT_INTERRUPTED = 130
@@ -114,6 +120,7 @@ def _parser() -> _Parser:
     report.add_argument("profile", metavar="RUN.json", help="a profile saved with -o/--output")
     report.add_argument("--flat", choices=FLAT_VIEWS,
                         help="one row per layer type or per module instead of the tree")
+    add_machine_options(report)
     report.set_defaults(handler=_cmd_report)
 
     demo = commands.add_parser("demo", parents=[view, output],
@@ -123,6 +130,7 @@ def _parser() -> _Parser:
                       help="training steps, the first one a warm-up that is not recorded "
                            "(default: 20)")
     demo.set_defaults(handler=_cmd_demo)
+    add_calibrate_command(commands)
     return parser
 
 
@@ -314,6 +322,12 @@ def _cmd_report(opts: argparse.Namespace) -> int:
         raise CliError(f"cannot read {opts.profile!r}: {err.strerror}") from None
     except ValueError as err:
         raise CliError(str(err)) from None
+    try:
+        machine = machine_from_options(opts)
+    except ValueError as err:
+        raise CliError(str(err) if str(err).startswith("--") else f"--{err}") from None
+    if machine is not None:  # the summary then appends the bottleneck section
+        result.meta["machine"] = machine.to_dict()
     print(_render(result, opts))
     return 0
 
