@@ -152,8 +152,8 @@ def layer_bound(flops: int, bytes_moved: int, time_ns: int, calls: int, machine:
         else:
             why = (f"few FLOPs per byte: reading and writing activations dominates ({ridge})")
     if bound != "overhead-bound" and fraction < FAR_BELOW_CEILING:
-        why += (f"; at {fraction:.1%} of its ceiling, latency is out of proportion to its "
-                "FLOPs: overhead or poor memory access")
+        why += (f"; at {fraction:.1%} of its ceiling, though, its latency is out of "
+                "proportion to its FLOPs: overhead or poor memory access")
     return LayerBound(
         path=path, type_name=type_name, calls=calls, time_ns=time_ns, flops=flops,
         bytes_moved=bytes_moved, param_bytes=param_bytes * calls, bound=bound,

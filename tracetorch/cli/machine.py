@@ -24,8 +24,13 @@ import argparse
 import math
 from typing import Any
 
-from tracetorch.analysis.calibrate import DTYPES, FRAMEWORKS, cache_path, calibrate, \
-    measurement_lines
+from tracetorch.analysis.calibrate import (
+    DTYPES,
+    FRAMEWORKS,
+    cache_path,
+    calibrate,
+    measurement_lines,
+)
 from tracetorch.analysis.machine import Machine
 
 __all__ = ("add_calibrate_command", "add_machine_options", "machine_from_options")

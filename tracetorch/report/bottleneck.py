@@ -22,6 +22,7 @@ Example:
 """
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -41,10 +42,12 @@ from tracetorch.report.units import (
 if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
     from tracetorch.result import ProfileResult
 
-__all__ = ("render_analysis", "bottleneck_lines", "utilization_lines", "ROWS")
+__all__ = ("render_analysis", "bottleneck_lines", "utilization_lines", "ROWS", "WIDTH")
 
 #: Labelled layers the table shows, the longest first (every one is in ``Analysis.layers``).
 ROWS = 15
+#: Where the section's sentences wrap.
+WIDTH = 100
 
 _COLUMNS: list[Column[LayerBound]] = [
     Column("Layer", lambda b: b.label, right=False),
@@ -74,11 +77,18 @@ def _look_first(analysis: Analysis) -> list[str]:
     lines = ["Where to look first (the most time above the roofline):"]
     for rank, b in enumerate(analysis.look_first, 1):
         share = format_percent(b.excess_ns, analysis.total_ns)
-        lines.append(f"  {rank}. {b.label}: {b.bound}, {format_time_ns(b.excess_ns)} above its "
-                     f"ceiling ({share} of the profile's time; {format_time_ns(b.time_ns)} "
-                     f"measured, {format_time_ns(b.predicted_ns)} at the ceiling)")
-        lines.append(f"     {b.explanation}")
+        lines += _wrapped(f"{rank}. {b.label}: {b.bound}, {format_time_ns(b.excess_ns)} above "
+                          f"its ceiling ({share} of the profile's time; "
+                          f"{format_time_ns(b.time_ns)} measured, "
+                          f"{format_time_ns(b.predicted_ns)} at the ceiling)", "  ", "     ")
+        lines += _wrapped(b.explanation, "     ", "     ")
     return lines
+
+
+def _wrapped(text: str, first: str, rest: str) -> list[str]:
+    # Prose lines wrap at WIDTH; the table above them is as wide as its columns.
+    return textwrap.wrap(text, WIDTH, initial_indent=first, subsequent_indent=rest,
+                         break_on_hyphens=False)
 
 
 def utilization_lines(use: Utilization, machine: Machine) -> list[str]:
@@ -127,9 +137,10 @@ def render_analysis(analysis: Analysis, rows: int = ROWS) -> str:
         by_bound = analysis.time_by_bound
         labelled = sum(by_bound.values())
         lines.append("")
-        lines.append(f"Time by bound: {_shares(by_bound, labelled)} of the labelled "
-                     f"layers' {format_time_ns(labelled)} "
-                     f"({format_percent(labelled, analysis.total_ns)} of the profile's time)")
+        lines += _wrapped(f"Time by bound: {_shares(by_bound, labelled)} of the labelled "
+                          f"layers' {format_time_ns(labelled)} "
+                          f"({format_percent(labelled, analysis.total_ns)} of the profile's "
+                          "time)", "", "  ")
     else:
         lines.append("No layer labelled: a layer needs time, known FLOPs and recorded bytes "
                      "(profile(memory=True))")
