@@ -11,6 +11,8 @@ Example:
 """
 from __future__ import annotations
 
+from tracetorch.distributed.chrome import export_ranks_chrome_trace, ranks_chrome_trace
+from tracetorch.distributed.gather import gather_profiles, rank_file
 from tracetorch.distributed.merge import (
     CollectiveSite,
     NodeSpread,
@@ -23,7 +25,9 @@ from tracetorch.distributed.merge import (
 )
 from tracetorch.distributed.spread import EXACT_RANKS, Spread
 from tracetorch.distributed.straggler import LayerExcess, Straggler, find_straggler
+from tracetorch.distributed.summary import render_ranks
 
 __all__ = ("CollectiveSite", "EXACT_RANKS", "LayerExcess", "NodeSpread", "RankMerge", "Spread",
-           "Straggler", "collective_sites", "find_straggler", "merge_profiles", "node_spreads",
-           "rank_rows", "tree_merge")
+           "Straggler", "collective_sites", "export_ranks_chrome_trace", "find_straggler",
+           "gather_profiles", "merge_profiles", "node_spreads", "rank_file", "rank_rows",
+           "ranks_chrome_trace", "render_ranks", "tree_merge")

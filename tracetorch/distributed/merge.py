@@ -45,7 +45,8 @@ __all__ = ("RankMerge", "NodeSpread", "CollectiveSite", "merge_profiles", "tree_
 META_KEY = "distributed"
 
 #: Per-rank numbers copied from a rank's own facts into its row of the merge.
-_FACTS = ("host", "device", "backend", "local_rank", "pid", "aligned_by", "compute_ns",
+_FACTS = ("host", "device", "backend", "local_rank", "pid", "aligned_by", "aligned_at_ns",
+          "compute_ns",
           "collective_ns", "elapsed_ns")
 
 
@@ -171,8 +172,12 @@ class RankMerge:
         self.merge(RankMerge.of(result, rank))
 
     @classmethod
-    def of(cls, result: ProfileResult, rank: int | None = None) -> RankMerge:
+    def of(cls, result: ProfileResult, rank: int | None = None, *,
+           adopt: bool = False) -> RankMerge:
         """The merge state of one profile: a rank's own, or a merged one (which it restores).
+
+        ``adopt=True`` takes a rank's tree itself rather than a copy (half the work, for a
+        profile read only to be merged: the merge then changes it).
 
         Raises:
             ValueError: a rank's profile without a rank (``rank`` not given either).
@@ -194,7 +199,12 @@ class RankMerge:
                              f"meta['distributed']['rank']), got {rank!r}")
         state._meta_rank = rank
         state.world_size = max(int(facts.get("world_size", 0) or 0), rank + 1)
-        for node, source in _fold_tree(state.root, result.root):
+        if adopt:
+            state.root = result.root
+            pairs = [(node, node) for node in result.root.walk() if node is not result.root]
+        else:
+            pairs = _fold_tree(state.root, result.root)
+        for node, source in pairs:
             state.nodes[node] = spread = NodeSpread()
             spread.add(rank, source)
         state.ranks[rank] = _rank_row(result, facts)

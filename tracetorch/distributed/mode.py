@@ -1,0 +1,155 @@
+"""Seeing collectives without replacing anything of torch: a dispatch mode for c10d operations.
+
+Every ``torch.distributed`` collective, those a user calls (``dist.all_reduce``...) and those
+DDP's reducer issues from C++ during backward (its bucket all-reduces), goes through torch's
+dispatcher as a ``c10d`` operation (``torch.ops.c10d.allreduce_``...). :class:`CollectiveMode`,
+a ``TorchDispatchMode`` on the thread's dispatch-mode stack, is handed each of them: it records
+the call as a tree node (under the innermost open layer call or backward pass, named as users
+know it: ``all_reduce``), its bytes, and its time from issue to the completion of its ``Work``
+future (see :mod:`~tracetorch.distributed.collectives` for what that measures on each backend).
+Every other operation takes the fast path: one dictionary lookup, then the call.
+
+**Cost.** A dispatch mode costs every aten operation the Python dispatch round trip, several µs
+on CPU (``benchmarks/merge_ranks.py`` prints it), so the mode is pushed only while a profile is
+open in a distributed job (a process group is initialized, or a launcher set ``WORLD_SIZE``),
+and ``profile(collectives=False)`` keeps it off. It is popped on exit only while it is on top of
+the stack; under a user's own mode pushed later it is switched off instead.
+
+Example:
+    >>> import torch
+    >>> mode = CollectiveMode(lambda: 0)
+    >>> with mode:
+    ...     _ = torch.ones(2) + 1                 # not a collective: straight through
+    >>> mode.log.sites
+    {}
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+
+from tracetorch.adapters.torch.tracing import tracing
+from tracetorch.distributed.collectives import OPS, CollectiveLog
+from tracetorch.engine.hotpath import current_frame
+from tracetorch.engine.patches import recording_wrapper
+
+__all__ = ("CollectiveMode", "payload_bytes")
+
+_Work = torch._C._distributed_c10d.Work if torch.distributed.is_available() else None
+
+
+#: What the mode knows of one c10d operation: its name, the argument holding its bytes, the
+#: wrapper that records its calls as tree nodes and the position of its ``async_op`` argument.
+_Spec = tuple[str, Optional[int], Callable[..., Any], Optional[int]]
+
+
+def _specs() -> dict[Any, _Spec]:
+    """Each c10d operation's overload -> its :data:`_Spec`."""
+    specs: dict[Any, _Spec] = {}
+    for op_name, (label, index) in OPS.items():
+        packet = getattr(torch.ops.c10d, op_name, None)
+        overload = getattr(packet, "default", None)
+        if overload is None:
+            continue
+        names = [a.name for a in overload._schema.arguments]
+        flag = names.index("async_op") if "async_op" in names else None
+        wrapper = recording_wrapper(overload, "function", label=label, guard=tracing)
+        specs[overload] = (label, index, wrapper, flag)
+    return specs
+
+
+_SPECS: dict[Any, _Spec] = {}
+
+
+def payload_bytes(value: Any) -> int:
+    """Bytes of the tensors in ``value`` (a tensor, or lists of them, nested).
+
+    Example:
+        >>> import torch
+        >>> payload_bytes([torch.ones(3), [torch.ones(2, dtype=torch.float64)]])
+        28
+    """
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(payload_bytes(v) for v in value)
+    return 0
+
+
+def _work_of(output: Any) -> Any:
+    if isinstance(output, tuple) and output:
+        output = output[-1]
+    return output if isinstance(output, torch.ScriptObject) else None
+
+
+class CollectiveMode(TorchDispatchMode):
+    """Records the c10d collectives run while it is on the stack into :attr:`log`, timed with
+    ``clock`` (integer nanoseconds)."""
+
+    def __init__(self, clock: Callable[[], int], log: CollectiveLog | None = None,
+                 on_first: Callable[[], None] | None = None) -> None:
+        super().__init__()
+        #: Called at the first collective (the process group surely exists then).
+        self.on_first = on_first
+        if not _SPECS:
+            _SPECS.update(_specs())
+        self.clock = clock
+        self.log = log if log is not None else CollectiveLog()
+        self.on = True
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        spec = _SPECS.get(func)
+        if spec is None or not self.on:
+            return func(*args, **(kwargs or {}))
+        return self._collective(spec, args, kwargs or {})
+
+    def _collective(self, spec: _Spec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        label, index, wrapper, flag = spec
+        if self.on_first is not None:
+            first, self.on_first = self.on_first, None
+            first()
+        frame = current_frame()
+        path = frame.node.path if frame is not None else ""
+        nbytes = payload_bytes(args[index]) if index is not None and index < len(args) else 0
+        # async_op defaults to True in every c10d schema; a synchronous caller passes False.
+        asynchronous = flag is not None and bool(
+            kwargs.get("async_op", args[flag] if flag < len(args) else True))
+        log, clock = self.log, self.clock
+        issued = clock()
+        log.issued(issued)
+
+        def done(_: Any = None) -> None:
+            log.completed(path, label, nbytes, issued, clock(), asynchronous)
+
+        try:
+            output = wrapper(*args, **kwargs)
+        except BaseException:
+            done()
+            raise
+        work = _work_of(output)
+        future = None
+        if work is not None and _Work is not None:
+            try:
+                future = _Work.unbox(work).get_future()
+            except RuntimeError:  # a backend without futures: complete as it returns
+                future = None
+        if future is None:
+            done()
+        else:
+            future.add_done_callback(done)
+        return output
+
+    def push(self) -> None:
+        """Put the mode on this thread's dispatch-mode stack."""
+        self.on = True
+        self.__enter__()
+
+    def pop(self) -> None:
+        """Take the mode off the stack if it is on top; else switch it off where it is (a
+        user's mode pushed after it is never moved)."""
+        self.on = False
+        if _get_current_dispatch_mode() is self:
+            self.__exit__(None, None, None)
