@@ -87,6 +87,18 @@ def test_the_summary_is_the_text_reports() -> None:
     lines = summary_lines(result)
     assert [f"{label}: {value}" for label, value in report["summary"]] == [
         re.sub(r":\s+", ": ", line, count=1) for line in lines]
+    assert report["notes"] == ""
+
+
+def test_a_bottleneck_section_is_kept_verbatim_with_its_labels() -> None:
+    result = hand_made()
+    result.meta["machine"] = {"peak_flops": 1e11, "bandwidth_bytes_per_s": 1e10,
+                              "call_overhead_ns": 0.0, "source": "test", "facts": {}}
+    report = embedded(render_html(result), REPORT_ID)
+    text = "\n".join(summary_lines(result))
+    assert report["notes"] and report["notes"] in text
+    assert report["notes"].startswith("Bottlenecks")
+    assert report["bottleneck"]["labels"] == {b.path: b.bound for b in result.analyze().layers}
     assert report["title"] == "tracetorch profile: encoder run"
 
 

@@ -241,19 +241,26 @@ def test_the_filter_and_the_depth_control(browser: Any, tmp_path: Path) -> None:
     report.close()
 
 
-def test_the_roofline_has_a_point_per_layer(browser: Any, tmp_path: Path) -> None:
+def test_the_roofline_and_labels_are_the_bottleneck_analysis(browser: Any,
+                                                             tmp_path: Path) -> None:
     result = core_training()
     result.meta["machine"] = {"peak_flops": 2e11, "bandwidth_bytes_per_s": 2e10,
-                              "call_overhead_ns": 0.0, "source": "test peaks", "facts": {}}
-    leaves = [n for n in result.nodes() if not n.children and n.kind == "module"
-              and n.subtree_flops and n.memory.bytes_moved(n.calls) and n.total_ns]
-    assert leaves
+                              "call_overhead_ns": 5_000.0, "source": "test peaks", "facts": {}}
+    labelled = [b for b in result.analyze().layers if b.intensity > 0 and b.achieved_flops > 0]
+    assert labelled
     report = Report(browser, result, tmp_path / "report.html")
-    assert report.page.locator("#tt-roofline circle.tt-point").count() == len(leaves)
+    assert report.page.locator("#tt-roofline circle.tt-point").count() == len(labelled)
     assert "test peaks" in report.page.inner_text("#tt-roof")
+    shown = {r["id"]: r["cells"]["label"]["text"] for r in report.rows()}
+    nodes = list(result.root.walk())
+    for bound in result.analyze().layers:
+        node_id = next(i for i, n in enumerate(nodes) if n.path == bound.path and i)
+        assert shown[node_id] == bound.bound
+    assert "Where to look first" in report.page.inner_text("#tt-summary pre.tt-notes")
     report.close()
     plain = Report(browser, core_training(), tmp_path / "plain.html")
     assert plain.page.locator("#tt-roofline").count() == 0  # no machine: no view, no error
+    assert plain.page.locator("#tt-table th[data-key=label]").count() == 0
     plain.close()
 
 

@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import os
+import re
 from importlib import metadata, resources
 from typing import TYPE_CHECKING, Any, Union
 
@@ -136,7 +138,8 @@ def _title(result: ProfileResult) -> str:
 def page_data(result: ProfileResult, title: str | None = None) -> tuple[dict[str, Any],
                                                                          dict[str, Any]]:
     """The two JSON objects the page embeds: the profile (``result_to_dict`` without the
-    timeline) and the report extras (``title``, ``version``, ``summary`` as label/value pairs).
+    timeline) and the report extras (``title``, ``version``, ``summary`` as label/value pairs,
+    ``notes``: the rest of the text summary, verbatim; ``bottleneck`` with a machine).
 
     Example:
         >>> from tracetorch.result import ProfileResult
@@ -150,13 +153,50 @@ def page_data(result: ProfileResult, title: str | None = None) -> tuple[dict[str
         lines = summary_lines(result)
     # The page draws no timeline; the events would only make the file heavier.
     data["timeline"] = None
-    summary = []
-    for line in lines:
-        label, _, value = line.partition(":")
-        summary.append([label.strip(), value.strip()])
-    report = {"title": title if title is not None else _title(result),
-              "version": _version(), "summary": summary}
+    summary, rest = _label_lines(lines)
+    report: dict[str, Any] = {"title": title if title is not None else _title(result),
+                              "version": _version(), "summary": summary, "notes": rest}
+    bottleneck = _bottleneck(result)
+    if bottleneck is not None:
+        report["bottleneck"] = bottleneck
     return data, report
+
+
+#: A footer line "Label:  value" (a label of a few words, then the value).
+_LABELLED = re.compile(r"([A-Z][\w ()/+-]{0,40}):\s+(\S.*)")
+
+
+def _label_lines(lines: list[str]) -> tuple[list[list[str]], str]:
+    """The summary's ``Label: value`` lines as pairs (an indented line continues the value
+    above it), and what follows them (a section with its own layout, such as the bottleneck
+    report) as one text, verbatim."""
+    pairs: list[list[str]] = []
+    for i, line in enumerate(lines):
+        match = _LABELLED.fullmatch(line)
+        if match:
+            pairs.append([match.group(1), match.group(2).strip()])
+        elif pairs and line.startswith(" ") and line.strip():
+            pairs[-1][1] += " " + line.strip()
+        else:
+            return pairs, "\n".join(lines[i:]).strip("\n")
+    return pairs, ""
+
+
+def _bottleneck(result: ProfileResult) -> dict[str, Any] | None:
+    """The bottleneck analysis's labels and roofline points (the same as the text report's),
+    when the profile has a machine; the page draws its own estimate without them."""
+    if result.meta.get("machine") is None:
+        return None
+    try:
+        analysis = result.analyze()
+    except ValueError:  # a machine entry that does not parse: the page shows the rest
+        return None
+    # Points need finite numbers (JSON has no infinity): a layer that moved no bytes has none.
+    points = [{"path": b.path, "bound": b.bound, "intensity": b.intensity,
+               "achieved_flops": b.achieved_flops, "fraction_of_ceiling": b.fraction_of_ceiling}
+              for b in analysis.layers if all(math.isfinite(v) for v in (
+                  b.intensity, b.achieved_flops, b.fraction_of_ceiling))]
+    return {"labels": {b.path: b.bound for b in analysis.layers}, "layers": points}
 
 
 def render_html(result: ProfileResult, title: str | None = None) -> str:

@@ -194,11 +194,23 @@ function rooflineSection(nodes, data) {
   var machine = data.machine || data.meta.machine;   // the profile keeps its peaks in meta
   if (!machine || !(machine.peak_flops > 0) || !(machine.bandwidth_bytes_per_s > 0)) return null;
   var peak = machine.peak_flops, bw = machine.bandwidth_bytes_per_s, ridge = peak / bw;
-  var points = nodes.filter(function (n) {
-    return !n.kids.length && n.bytes > 0 && n.flops > 0 && n.totalNs > 0 && (n.kind === "module" || n.kind === "function");
-  });
+  var points, xs, ys, analysed = data.bottleneck && data.bottleneck.layers;
+  if (analysed) {
+    // The bottleneck analysis's own layers and numbers, as the text report prints them.
+    var byPath = {};
+    nodes.forEach(function (n) { if (!(n.path in byPath)) byPath[n.path] = n; });
+    analysed = analysed.filter(function (l) { return l.path in byPath && l.intensity > 0 && l.achieved_flops > 0; });
+    points = analysed.map(function (l) { return byPath[l.path]; });
+    xs = analysed.map(function (l) { return l.intensity; });
+    ys = analysed.map(function (l) { return l.achieved_flops; });
+  } else {
+    points = nodes.filter(function (n) {
+      return !n.kids.length && n.bytes > 0 && n.flops > 0 && n.totalNs > 0 && (n.kind === "module" || n.kind === "function");
+    });
+    xs = points.map(function (n) { return n.flops / n.bytes; });
+    ys = points.map(function (n) { return n.flops * 1e9 / n.totalNs; });
+  }
   if (!points.length) return null;
-  var xs = points.map(function (n) { return n.flops / n.bytes; }), ys = points.map(function (n) { return n.flops * 1e9 / n.totalNs; });
   var dx = decades(Math.min(ridge, Math.min.apply(null, xs)) / 2, Math.max(ridge, Math.max.apply(null, xs)) * 2);
   var dy = decades(Math.min.apply(null, ys) / 2, Math.max(peak, Math.max.apply(null, ys)) * 2);
   var W = 760, H = 420, L = 92, R = 20, T = 16, B = 46;
@@ -239,6 +251,6 @@ function rooflineSection(nodes, data) {
   });
   var caption = "Machine: peak " + withUnit(peak, "FLOP/s") + ", bandwidth " + withUnit(bw, "B/s") +
     (machine.source ? " (" + machine.source + ")" : "") + "; ridge at " + ridge.toPrecision(3) + " FLOP/B. " +
-    points.length + " layers (leaves with FLOPs, bytes and time).";
+    points.length + (analysed ? " layers labelled by the bottleneck analysis." : " layers (leaves with FLOPs, bytes and time).");
   return section("tt-roof", "Roofline", [el("div", {className: "tt-chart"}, [chart]), legend, el("p", {className: "tt-legend-text", text: caption})]);
 }

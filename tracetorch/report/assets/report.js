@@ -162,8 +162,10 @@ function renderSummary(data, report, nodes) {
     lines.appendChild(el("dt", {text: pair[0]}));
     lines.appendChild(el("dd", {text: pair[1]}));
   });
+  // What follows the labelled lines (the bottleneck report) keeps the text report's layout.
+  var notes = report.notes ? el("pre", {className: "tt-notes", text: report.notes}) : null;
   return section("tt-summary", "Summary", [tiles, whole ? el("h3", {text: "Where the time went"}) : null,
-    whole ? bar : null, whole ? legend : null, lines]);
+    whole ? bar : null, whole ? legend : null, lines, notes]);
 }
 
 function metaText(value) {
