@@ -67,3 +67,14 @@ def test_html_load_prints_the_load_table() -> None:
     assert "| tree | file size | table + icicle drawn | page ready |" in out
     assert re.search(r"\| 2,000 nodes \| [\d.]+ MB \| \d+ ms \| \d+ ms \|", out)
     assert re.search(r"2,000 nodes: ready in \d+ ms, [\d.]+x the 10-node page", out)
+
+
+@pytest.mark.slow
+def test_merge_ranks_prints_cost_per_rank_and_node() -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "merge_ranks.py"), "--quick"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, check=True).stdout
+    assert "merging 20 ranks' trees" in out
+    assert re.search(r"60 nodes: merge [\d.]+ ms per rank \([\d.]+ us per node per rank", out)
+    assert re.search(r"60 nodes, as a tree: peak [\d.]+ MiB traced", out)
+    assert re.search(r"gather payload per rank: [\d.]+ KiB pickled", out)

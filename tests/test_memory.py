@@ -192,3 +192,23 @@ def test_transformers_bert_saved_bytes_match_autograd(torch):
     with tracetorch.profile(model) as prof:
         model(ids).last_hidden_state.sum().backward()
     assert expected > 0 and prof.saved_bytes == expected
+
+
+@pytest.mark.parametrize("framework", ["core", "torch"])
+def test_the_facade_agrees_with_the_profile(framework, request):
+    from tracetorch.perf.profiling import Profiler
+
+    if framework == "torch":
+        torch = request.getfixturevalue("torch")
+        model = torch.nn.Sequential(torch.nn.Linear(20, 10), torch.nn.ReLU())
+        x = torch.randn(10, 20)
+    else:
+        model = Sequential(Linear(20, 10), ReLU())
+        x = Tensor(np.random.randn(10, 20).astype(np.float32))
+    facade = Profiler().measure_memory(model, (10, 20))
+    with tracetorch.profile(model) as prof:
+        model(x)
+    node = prof.find("")
+    assert facade["parameter_memory_mb"] * 2**20 == node.memory.param_bytes == 840
+    assert facade["activation_memory_mb"] * 2**20 == (
+        node.memory.input_bytes + node.memory.output_bytes) == (200 + 100) * F32

@@ -211,7 +211,7 @@ def test_training_step_shares_and_optimizer_node():
     assert shares["backward"] == prof.find("backward").total_ns > 0
     assert shares["optimizer"] == prof.find("SGD.step").total_ns > 0
     assert sum(shares.values()) == prof.total_time_ns
-    assert "Step shares:" in prof.table()
+    assert "Step phases:" in prof.table()
     # The backward row summarises its passes; totals count that work once, on the layers.
     assert prof.find("backward").flops == prof.backward_flops > 0
     assert prof.forward_flops == sum(n.flops for n in prof.nodes() if n.kind != "backward")

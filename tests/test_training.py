@@ -213,11 +213,31 @@ def test_step_shares_with_a_fake_clock() -> None:
             layer(weight).sum().backward()
             optimizer.step()
             prof.step()
-    assert prof.time_by_kind() == {"forward": 6_000, "backward": 0, "optimizer": 4_000}
-    shares = next(line for line in str(prof).splitlines() if line.startswith("Step shares:"))
-    assert "forward 60.0%" in shares and "backward 0.0%" in shares
-    assert "optimizer 40.0%" in shares
+    assert prof.time_by_kind() == {"data": 0, "forward": 6_000, "backward": 0,
+                                   "optimizer": 4_000}
+    # Per step: 3 us forward, 2 us optimizer, nothing outside the recorded calls.
+    assert {name: stats.total_ns for name, stats in prof.step_phases.items()} == {
+        "data": 0, "forward": 6_000, "backward": 0, "optimizer": 4_000, "other": 0}
+    assert prof.step_phases["forward"].count == 2
+    phases = next(line for line in str(prof).splitlines() if line.startswith("Step phases:"))
+    assert phases.endswith("forward 60.0% (mean 3.00 us), optimizer 40.0% (mean 2.00 us)")
+    assert "Bottleneck:" not in str(prof)
     assert prof.step_times.mean_ns == 5_000
+
+
+def test_a_loop_waiting_for_its_data_is_input_bound() -> None:
+    clock = FakeClock()
+    layer = _mlp()
+    x = Tensor(np.ones((ROWS, IN), dtype=np.float32))
+    with tracetorch.profile(layer, clock=clock) as prof:
+        for _ in range(3):
+            clock.advance(7_000)  # a hand-written loader, outside every recorded call
+            layer(x)
+            prof.step()
+    other = prof.step_phases["other"]
+    assert other.count == 3 and other.mean_ns == 7_000
+    bound = next(line for line in str(prof).splitlines() if line.startswith("Bottleneck:"))
+    assert "input-bound: 100% of the step is spent fetching data outside the model" in bound
 
 
 def test_forward_only_run_has_no_step_shares() -> None:
@@ -235,7 +255,8 @@ def test_demo_run_shows_forward_backward_and_optimizer() -> None:
     assert prof.find("layers.0").calls == 3
     assert prof.find("layers.0").backward_flops > 0
     assert {"backward", "SGD.step"} <= set(prof.root.children)
-    assert all(ns > 0 for ns in prof.time_by_kind().values())
+    shares = prof.time_by_kind()
+    assert shares.pop("data") == 0 and all(ns > 0 for ns in shares.values())
 
 
 # ------------------------------------------------------------------------------------ core FLOPs

@@ -32,7 +32,9 @@ from tracetorch.engine.hotpath import (
 from tracetorch.engine.patches import BOARD
 from tracetorch.flops.registry import FlopRegistry, default_registry
 from tracetorch.introspect import is_layer
+from tracetorch.phases import StepPhases
 from tracetorch.result import ProfileResult
+from tracetorch.runinfo import run_facts
 from tracetorch.schedule import Phase, schedule
 from tracetorch.tree import CallNode
 
@@ -73,10 +75,21 @@ class profile(ProfileResult):
             torch function mode is active inside layers (see ``benchmarks/overhead_torch.py``).
         memory: record each layer's bytes read, written and saved for backward (``node.memory``,
             :mod:`tracetorch.memory`); ``False`` skips it (no sizes, no graph reading).
+        op_timing: also time each tensor operation of the layers' op tables
+            (``prof.find(path).op_table()``; torch operations, in layers without a FLOP rule).
+        nvtx: on CUDA, push an NVTX range named by its call path around each layer call, so
+            Nsight Systems shows the layers (nothing without CUDA).
         machine: the peaks the bottleneck report measures layers against: a
             :class:`tracetorch.Machine`, or ``"calibrate"`` for this machine's cached (else
             measured, a few seconds) peaks for the model's framework, device and dtype. Kept in
             ``meta["machine"]``, so a saved profile keeps the peaks it used.
+        gather: in a ``torch.distributed`` job, merge every rank's profile on rank 0 when the
+            block exits (every rank must exit it): ``True`` over the process group, or a path
+            where rank 0 writes the merged profile and each rank its own beside it (the way
+            when the group is gone by then). The clocks are aligned by a barrier on entry.
+            The merged profile is ``prof.merged`` on rank 0; see :mod:`tracetorch.distributed`.
+        collectives: in a distributed job, record collectives (bytes, time, bandwidth) through
+            a dispatch mode, which costs every tensor operation microseconds; ``False`` skips it.
 
     On exit every patched attribute is restored exactly, also when the block raises; the
     exception passes through unchanged and what ran before it stays recorded. A profile may be
@@ -98,7 +111,9 @@ class profile(ProfileResult):
                  warn_unsupported: bool = True,
                  schedule: schedule | None = None, all_threads: bool = False,
                  isolated: bool = False, ops: bool = True, memory: bool = True,
-                 machine: Machine | str | None = None) -> None:
+                 op_timing: bool = False, nvtx: bool = False,
+                 machine: Machine | str | None = None, gather: bool | str | None = None,
+                 collectives: bool = True) -> None:
         if model is not None and not (is_layer(model) or callable(model)):
             raise TypeError(f"model must be a layer (an object with a forward method) or None, "
                             f"got {type(model).__name__}")
@@ -116,7 +131,8 @@ class profile(ProfileResult):
             self.root, model, registry=_registry_with(flop_rules),
             clock=(clock or time.perf_counter_ns) if timing else _zero_clock,
             timeline=timeline, max_events=max_events, warn_unsupported=warn_unsupported,
-            count_ops=bool(ops), memory=bool(memory))
+            count_ops=bool(ops), memory=bool(memory), op_timing=bool(op_timing),
+            nvtx=bool(nvtx))
         self.timeline = self._collector.events
         if schedule is not None and not callable(schedule):
             raise TypeError(f"schedule must be a tracetorch.schedule(...), got {schedule!r}")
@@ -127,9 +143,18 @@ class profile(ProfileResult):
         self._settings = dict(model=model, registry=self._collector.registry,
                               clock=self._collector.clock, timeline=timeline,
                               max_events=max_events, warn_unsupported=warn_unsupported,
-                              count_ops=bool(ops), memory=bool(memory))
+                              count_ops=bool(ops), memory=bool(memory),
+                              op_timing=bool(op_timing), nvtx=bool(nvtx))
         self._entries: list[_Entry] = []
+        self._phases = StepPhases()
         self._stale = False
+        if gather is not None and not isinstance(gather, (bool, str)):
+            raise TypeError(f"gather must be True, False or a path, got {gather!r}")
+        self._gather = gather
+        self._collectives = bool(collectives)
+        self._distributed: Any = None  # a tracetorch.distributed Session, in a distributed job
+        #: The job's merged profile, on rank 0 after a gather (``gather=`` or :meth:`gather`).
+        self.merged: ProfileResult | None = None
         self._step_start: int | None = None
 
     # ---------------------------------------------------------------- context manager
@@ -153,6 +178,7 @@ class profile(ProfileResult):
                 _ADAPTERS.configure(self._collector)
                 if self.all_threads:
                     self._watch_all_threads()
+                self._open_distributed()
             self._open_segment(entry)
         except BaseException:
             self._entries.remove(entry)
@@ -181,6 +207,10 @@ class profile(ProfileResult):
                     self.dropped_events = self._collector.dropped_events
                     if self._collector.thread_names:  # the trace's rows, by their names
                         self.meta["thread_names"] = dict(self._collector.thread_names)
+                    if "date" not in self.meta:  # when, how and on what it ran: once
+                        self.meta.update(run_facts())
+                    if self._distributed is not None:
+                        self._distributed.exit(self)
             finally:
                 BOARD.release()
 
@@ -250,13 +280,20 @@ class profile(ProfileResult):
         With a ``schedule``, only active steps count, and the next step's phase starts here.
         """
         now = self._collector.host_clock()
+        duration = None
         if self._step_start is not None and self.phase == "active":
-            self.step_times.add(now - self._step_start)
+            duration = now - self._step_start
+            self.step_times.add(duration)
         entry = self._recording_entry()
         if entry is not None:
             self._close_segment(entry)
         else:
             self._collector.fold()
+        if duration is not None:
+            self._phases.close_step(self.root, duration)
+        else:
+            self._phases.skip_step(self.root)
+        self.step_phases = self._phases.times
         self.step_count += 1
         if entry is not None:
             self._open_segment(entry)
@@ -272,6 +309,35 @@ class profile(ProfileResult):
     def phase(self) -> Phase:
         """The current step's phase: ``"active"`` unless a schedule says otherwise."""
         return self.schedule(self.step_count) if self.schedule is not None else "active"
+
+    def _open_distributed(self) -> None:
+        from tracetorch.distributed.session import Session, wanted
+
+        if self._distributed is None and wanted():
+            self._distributed = Session(self._gather, self._collectives)
+        if self._distributed is not None:
+            self._distributed.enter(self)
+
+    def gather(self, path: str | None = None, *, tree: bool | None = None,
+               timeout: float = 60.0) -> ProfileResult | None:
+        """Merge every rank's profile on rank 0 now (every rank must call it): the merged
+        profile on rank 0, ``None`` elsewhere; see
+        :func:`tracetorch.distributed.gather.gather_profiles` for ``path``, ``tree`` and
+        ``timeout``. Outside a distributed job, the merge of this one profile.
+
+        Example:
+            >>> import tracetorch
+            >>> with tracetorch.profile() as prof:
+            ...     pass
+            >>> list(prof.gather().meta["distributed"]["ranks"])
+            ['0']
+        """
+        from tracetorch.distributed.gather import gather_profiles
+
+        if self.running:
+            self._collector.fold()
+        self.merged = gather_profiles(self, path, tree=tree, timeout=timeout)
+        return self.merged
 
     def _watch_all_threads(self) -> None:
         watcher = all_threads_collector()

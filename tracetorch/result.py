@@ -24,6 +24,7 @@ from typing import Any
 from tracetorch.analysis.bottlenecks import Analysis, analyze
 from tracetorch.analysis.machine import Machine
 from tracetorch.analysis.roofline import LOOK_FIRST, LayerBound
+from tracetorch.phases import PHASES, top_level_totals
 from tracetorch.report import chrome, jsonio, speedscope
 from tracetorch.report import rows as records
 from tracetorch.report.html import save_html
@@ -73,19 +74,24 @@ class ProfileResult:
         timeline: per-call events when recorded with ``timeline=True`` (else ``None``).
         dropped_events: calls left out of the timeline because ``max_events`` was reached.
         step_times: :class:`TimeStats` of the steps marked with ``step()``.
+        step_phases: per-step :class:`TimeStats` of each phase of those steps.
         meta: free-form facts about the run (tracetorch version, clock, date).
     """
 
     def __init__(self, root: CallNode, unsupported: dict[str, int] | None = None,
                  timeline: list[TimelineEvent] | None = None, dropped_events: int = 0,
                  step_times: TimeStats | None = None,
-                 meta: dict[str, Any] | None = None) -> None:
+                 meta: dict[str, Any] | None = None,
+                 step_phases: dict[str, TimeStats] | None = None) -> None:
         self.root = root
         self.unsupported: dict[str, int] = dict(unsupported or {})
         self.timeline = timeline
         self.dropped_events = dropped_events
         self.step_times = step_times if step_times is not None else TimeStats(EXACT_STEPS)
         self.meta: dict[str, Any] = dict(meta or {})
+        #: Per-step time of each phase (data, forward, backward, optimizer, other), one sample
+        #: per step marked with ``step()``; see :mod:`tracetorch.phases`.
+        self.step_phases: dict[str, TimeStats] = dict(step_phases or {})
 
     # ---------------------------------------------------------------- totals
     def nodes(self) -> list[CallNode]:
@@ -174,13 +180,12 @@ class ProfileResult:
         return self.total_time_ns / 1e9
 
     def time_by_kind(self) -> dict[str, int]:
-        """Top-level time split into ``forward`` (layers and instrumented functions),
-        ``backward`` and ``optimizer``, in nanoseconds: the shares of a training step."""
-        shares = {"forward": 0, "backward": 0, "optimizer": 0}
-        for node in self.root.children.values():
-            kind = node.kind if node.kind in shares else "forward"
-            shares[kind] += node.total_ns
-        return shares
+        """Top-level time split into ``data`` (batches from a torch ``DataLoader``), ``forward``
+        (layers and instrumented functions), ``backward`` and ``optimizer``, in nanoseconds:
+        the shares of a training loop (per step, with the rest of each step, in
+        :attr:`step_phases`)."""
+        totals = top_level_totals(self.root)
+        return {phase: totals[phase] for phase in PHASES if phase != "other"}
 
     # ---------------------------------------------------------------- reports
     def table(self, sort_by: str = "total", depth: int | None = None,

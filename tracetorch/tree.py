@@ -13,17 +13,19 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Literal, Optional
+from typing import Any, Literal, NamedTuple, Optional
 
 from tracetorch.memory import MemoryStats
 from tracetorch.stats import TimeStats
 
-__all__ = ("CallNode", "Completeness", "MAX_SHAPES", "NodeKind", "RuleState", "Shape",
+__all__ = ("CallNode", "Completeness", "MAX_SHAPES", "NodeKind", "OpRow", "RuleState", "Shape",
            "ShapeSignature", "TimelineEvent")
 
 #: What a node stands for: a layer call, an instrumented function, a backward pass, an optimizer
-#: step, another thread's calls (``profile(all_threads=True)``) or the tree's root.
-NodeKind = Literal["root", "module", "function", "backward", "optimizer", "thread", "recompute"]
+#: step, another thread's calls (``profile(all_threads=True)``), a layer run again in backward,
+#: batches taken from a data loader, or the tree's root.
+NodeKind = Literal["root", "module", "function", "backward", "optimizer", "thread", "recompute",
+                   "data"]
 #: Where a node's FLOPs come from: a registered rule, ``instrument(flops=...)``, a rule of
 #: ``None`` (declared free) or no rule (its counted tensor operations).
 RuleState = Literal["rule", "user", "free", "none"]
@@ -60,6 +62,9 @@ class CallNode:
         errors: calls that raised.
         memory: bytes read, written, held as parameters and saved for backward
             (:class:`~tracetorch.memory.MemoryStats`).
+        ops: the tensor operations run directly in this node's calls (not in layers below):
+            ``{name: [calls, FLOPs, time ns]}`` (time with ``profile(op_timing=True)``); see
+            :meth:`op_table`.
     """
 
     __slots__ = (
@@ -67,7 +72,7 @@ class CallNode:
         "flops", "gemm_flops", "macs", "flops_source", "params", "input_shapes",
         "output_shapes", "backward_time", "backward_flops", "backward_gemm_flops", "errors",
         "flops_cache", "children_by_owner", "rule_state", "op_flops", "op_gemm", "frame",
-        "unfolded", "memory",
+        "unfolded", "memory", "ops",
     )
 
     def __init__(self, name: str, type_name: str, module_key: str, kind: NodeKind = "module",
@@ -91,6 +96,7 @@ class CallNode:
         self.backward_gemm_flops = 0
         self.errors = 0
         self.memory = MemoryStats()
+        self.ops: dict[str, list[int]] = {}
         # Transient, while recording (folded into the fields above by Collector.fold):
         # per input signature, [calls, inclusive FLOPs, GEMM FLOPs, MACs, input bytes, output
         # bytes] (the FLOPs of the rule), so a rule runs once per distinct shape and a call
@@ -245,8 +251,42 @@ class CallNode:
         if output not in self.output_shapes and len(self.output_shapes) < MAX_SHAPES:
             self.output_shapes.append(output)
 
+    def note_op(self, name: str, calls: int, flops: int = 0, elapsed_ns: int = 0) -> None:
+        """Add ``calls`` calls of the operation ``name`` to :attr:`ops`."""
+        row = self.ops.get(name)
+        if row is None:
+            self.ops[name] = [calls, flops, elapsed_ns]
+        else:
+            row[0] += calls
+            row[1] += flops
+            row[2] += elapsed_ns
+
+    def op_table(self) -> list[OpRow]:
+        """The operations run directly in this node's calls, most time (then FLOPs, calls)
+        first.
+
+        Example:
+            >>> node = CallNode.root().child("attn", "Attention", "m0")
+            >>> node.note_op("matmul", 2, 512); node.note_op("softmax", 1, 80)
+            >>> [(op.name, op.calls, op.flops) for op in node.op_table()]
+            [('matmul', 2, 512), ('softmax', 1, 80)]
+        """
+        rows = [OpRow(name, calls, flops, ns) for name, (calls, flops, ns) in self.ops.items()]
+        rows.sort(key=lambda op: (-op.time_ns, -op.flops, -op.calls, op.name))
+        return rows
+
     def __repr__(self) -> str:
         return f"CallNode({self.path or '<root>'!r}, {self.type_name}, calls={self.calls})"
+
+
+class OpRow(NamedTuple):
+    """One operation of :meth:`CallNode.op_table`: its name (``matmul``, ``__add__``...), calls,
+    FLOPs and time in nanoseconds (0 unless timed: ``profile(op_timing=True)``)."""
+
+    name: str
+    calls: int
+    flops: int
+    time_ns: int
 
 
 #: One recorded call of a per-call timeline (``profile(timeline=True)``): the node, its start and

@@ -6,6 +6,7 @@
     tracetorch script.py [args...]                  the same: a first word that is no command
     tracetorch report run.json [options]            print a profile saved with -o
     tracetorch demo [--steps N] [options]           profile a small CNN training run
+    tracetorch diff base.json new.json [--fail-above 10%]   compare two runs layer by layer
     tracetorch calibrate [--framework F] [--refresh] measure this machine's roofline (cached)
 
 ``run`` prints its report to **stderr** once the script ends, so the script's stdout stays
@@ -29,27 +30,49 @@ from typing import Callable, NoReturn, TextIO
 
 import tracetorch
 from tracetorch.cli.demo import run_demo
+from tracetorch.cli.diff_command import add_diff_command
 from tracetorch.cli.machine import (
     add_calibrate_command,
     add_machine_options,
     machine_from_options,
 )
 from tracetorch.cli.progress import ProgressLine
+from tracetorch.distributed.chrome import export_ranks_chrome_trace
+from tracetorch.distributed.cli import rank_profile, ranks_text, run_gather_path
+from tracetorch.distributed.gather import rank_file
 from tracetorch.profiler import profile
+from tracetorch.report._layout import color_enabled, terminal_width
 from tracetorch.report.chrome import export_chrome_trace
+from tracetorch.report.html import save_html
 from tracetorch.report.jsonio import save_result
-from tracetorch.report.table import FLAT_VIEWS, SORT_KEYS, render_flat, render_table
+from tracetorch.report.ops import render_op_table
+from tracetorch.report.rows import write_csv
+from tracetorch.report.speedscope import export_speedscope
+from tracetorch.report.table import (
+    FLAT_COLUMNS,
+    FLAT_VIEWS,
+    SORT_KEYS,
+    TREE_COLUMNS,
+    render_flat,
+    render_table,
+)
 from tracetorch.result import ProfileResult
 
 __all__ = ("main", "run_script", "CliError", "COMMANDS")
 
 #: The subcommands; any other first argument is taken as the script to ``run``.
-COMMANDS = ("run", "report", "demo", "calibrate")
+COMMANDS = ("run", "report", "demo", "calibrate", "diff")
 
 #: Exit status of a script stopped with Ctrl-C, as a POSIX shell reports it (128 + SIGINT).
 EXIT_INTERRUPTED = 130
 #: Exit status for errors of the command itself, as argparse uses.
 EXIT_USAGE = 2
+
+_SPEEDSCOPE_HELP = ("also write the tree for https://www.speedscope.app (flame graphs weighted by "
+                    "self time and by FLOPs)")
+_CSV_HELP = "also write one CSV line per call node (the columns of ProfileResult.to_rows())"
+_HTML_HELP = ("also write the interactive report as one offline HTML file (icicle chart, "
+              "sortable table, summary)")
 
 _RUN_EPILOG = """\
 The script runs as `python script.py args...` would run it (__name__ == "__main__", sys.argv,
@@ -91,11 +114,21 @@ def _parser() -> _Parser:
     view.add_argument("--sort", choices=SORT_KEYS, default="total",
                       help="order of sibling rows (default: total time)")
     view.add_argument("--top", type=_at_least(1), metavar="N", help="show at most N rows")
+    view.add_argument("--columns", type=_column_list, metavar="A,B,...",
+                      help="the table's columns, comma-separated, or 'all' (default: those that "
+                           "fit the width, by priority); names: "
+                           + ", ".join(s.key for s in TREE_COLUMNS))
+    view.add_argument("--width", type=_at_least(20), metavar="N",
+                      help="fit the table to N characters (default: the terminal's width, "
+                           "else $COLUMNS, else 120)")
     output = _Parser(add_help=False)
     output.add_argument("-o", "--output", metavar="RUN.json",
                         help="also save the profile as JSON (read it with `tracetorch report`)")
     output.add_argument("--chrome", metavar="TRACE.json",
                         help="also record every call and write a Chrome/Perfetto trace")
+    output.add_argument("--html", metavar="REPORT.html", help=_HTML_HELP)
+    output.add_argument("--speedscope", metavar="OUT.json", help=_SPEEDSCOPE_HELP)
+    output.add_argument("--csv", metavar="OUT.csv", help=_CSV_HELP)
 
     parser = _Parser(prog="tracetorch", description="Per-layer calls, FLOPs and time of "
                      "numpy (tracetorch.core), PyTorch and duck-typed models.",
@@ -120,8 +153,17 @@ def _parser() -> _Parser:
     report.add_argument("profile", metavar="RUN.json", help="a profile saved with -o/--output")
     report.add_argument("--flat", choices=FLAT_VIEWS,
                         help="one row per layer type or per module instead of the tree")
+    report.add_argument("--rank", type=_at_least(0), metavar="N",
+                        help="of a merged distributed profile: rank N's own profile")
+    report.add_argument("--ops", metavar="PATH",
+                        help="print the operations run directly in the layer at call path PATH "
+                             "(calls, FLOPs, time with profile(op_timing=True)); '' is the model")
+    report.add_argument("--html", metavar="REPORT.html", help=_HTML_HELP)
+    report.add_argument("--speedscope", metavar="OUT.json", help=_SPEEDSCOPE_HELP)
+    report.add_argument("--csv", metavar="OUT.csv", help=_CSV_HELP)
+    # The profile exists already: -o and --chrome (which needs a timeline) do not apply.
     add_machine_options(report)
-    report.set_defaults(handler=_cmd_report)
+    report.set_defaults(handler=_cmd_report, output=None, chrome=None)
 
     demo = commands.add_parser("demo", parents=[view, output],
                                help="train a small tracetorch.core CNN on synthetic data under "
@@ -131,6 +173,7 @@ def _parser() -> _Parser:
                            "(default: 20)")
     demo.set_defaults(handler=_cmd_demo)
     add_calibrate_command(commands)
+    add_diff_command(commands)
     return parser
 
 
@@ -163,16 +206,40 @@ def _script_args(argv: list[str], script: str, parsed: list[str]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------ report
-def _render(result: ProfileResult, opts: argparse.Namespace) -> str:
-    flat = getattr(opts, "flat", None)
-    if flat is not None:
-        return render_flat(result, view=flat, sort_by=opts.sort)
-    return render_table(result, sort_by=opts.sort, depth=opts.depth, row_limit=opts.top)
+def _column_list(text: str) -> str | list[str]:
+    # Checked here, before a run, against every view's names; each view checks its own later.
+    if text == "all":
+        return text
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    known = {s.key for s in TREE_COLUMNS} | {s.key for v in FLAT_COLUMNS.values() for s in v}
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown column {(unknown or [text])[0]!r}; choose from {', '.join(sorted(known))} "
+            "or 'all'")
+    return names
+
+
+def _render(result: ProfileResult, opts: argparse.Namespace, stream: TextIO | None = None) -> str:
+    # Width and colour follow the stream the report goes to (stderr for `run`).
+    stream = sys.stdout if stream is None else stream
+    shape = {"columns": opts.columns, "color": color_enabled(stream),
+             "width": opts.width or terminal_width(stream)}
+    try:
+        flat = getattr(opts, "flat", None)
+        if flat is not None:
+            return render_flat(result, view=flat, sort_by=opts.sort, **shape)
+        return render_table(result, sort_by=opts.sort, depth=opts.depth, row_limit=opts.top,
+                            **shape)
+    except ValueError as err:  # an unknown --columns name: the message lists the choices
+        raise CliError(f"--{err}") from None
 
 
 def _check_outputs(opts: argparse.Namespace) -> None:
     # Checked before anything runs, so a typo in a path does not cost the whole run.
-    for option, path in (("--output", opts.output), ("--chrome", opts.chrome)):
+    for option, path in (("--output", opts.output), ("--chrome", opts.chrome),
+                         ("--html", opts.html), ("--speedscope", opts.speedscope),
+                         ("--csv", opts.csv)):
         if path is None:
             continue
         folder = os.path.dirname(os.path.abspath(path))
@@ -185,7 +252,10 @@ def _check_outputs(opts: argparse.Namespace) -> None:
 def _write_outputs(result: ProfileResult, opts: argparse.Namespace,
                    stream: TextIO | None = None, folder: str = "") -> None:
     for option, path, write in (("--output", opts.output, save_result),
-                                ("--chrome", opts.chrome, export_chrome_trace)):
+                                ("--chrome", opts.chrome, export_chrome_trace),
+                                ("--html", opts.html, save_html),
+                                ("--speedscope", opts.speedscope, export_speedscope),
+                                ("--csv", opts.csv, write_csv)):
         if path is None:
             continue
         try:
@@ -206,23 +276,50 @@ def _cmd_run(opts: argparse.Namespace) -> int:
     folder = os.getcwd()  # -o and --chrome are relative to it, wherever the script goes
     report = _report_stream()  # the script may close or replace sys.stderr
     try:
-        prof = profile(timeline=opts.chrome is not None)
+        gather = run_gather_path(opts.output)  # one rank of a torchrun job: where ranks meet
+        prof = profile(timeline=opts.chrome is not None, gather=gather)
         started_in = os.getpid()
         status = run_script(prof, opts.script, opts.args)
         if os.getpid() != started_in:
             return status  # a child the script forked: the parent reports, once
+        if gather is not None:
+            return _report_job(prof, opts, status, report, folder, gather)
         _write_outputs(prof, opts, report, folder)
         _flush(sys.stdout)  # the script's output first, then the report
         lines = [f"\ntracetorch: {opts.script} exited with status {status}"]
         if not prof.root.children:
             lines.append("tracetorch: no layer call was recorded (tracetorch.core and torch.nn "
                          "layers are, and code decorated with @tracetorch.instrument)")
-        lines.append(_render(prof, opts))
+        lines.append(_render(prof, opts, report))
         _say("\n".join(lines), report)
         return status
     finally:
         if report is not sys.stderr:
             report.close()
+
+
+def _report_job(prof: profile, opts: argparse.Namespace, status: int, report: TextIO,
+                folder: str, gather: str) -> int:
+    """One rank of a torchrun job, after its script: rank 0 reports and writes the merged
+    profile (``-o`` is where the gather saved it; ``--chrome``: one process per rank), the
+    other ranks say where their own profile went."""
+    merged = prof.merged
+    if merged is None:
+        rank = prof.meta.get("distributed", {}).get("rank", "?")
+        _say(f"tracetorch: rank {rank}: profile saved to {rank_file(gather, int(rank))}"
+             if isinstance(rank, int) else "tracetorch: no merged profile", report)
+        return status
+    if opts.chrome is not None:
+        export_ranks_chrome_trace(gather, os.path.join(folder, opts.chrome))
+        _say(f"tracetorch: wrote {opts.chrome}", report)
+    _write_outputs(merged, argparse.Namespace(**{**vars(opts), "output": None, "chrome": None}),
+                   report, folder)
+    _flush(sys.stdout)
+    lines = [f"\ntracetorch: {opts.script} exited with status {status} on rank 0; "
+             f"merged profile of the job: {opts.output or gather}", _render(merged, opts, report)]
+    lines.append(ranks_text(merged) or "")
+    _say("\n".join(lines), report)
+    return status
 
 
 def _runnable(script: str) -> bool:
@@ -314,6 +411,7 @@ def _print_traceback(script: str) -> None:
 def _cmd_report(opts: argparse.Namespace) -> int:
     if opts.flat is not None and (opts.depth is not None or opts.top is not None):
         raise CliError("--depth and --top apply to the tree, not to --flat views")
+    _check_outputs(opts)
     try:
         result = ProfileResult.load(opts.profile)
     except FileNotFoundError:
@@ -322,13 +420,28 @@ def _cmd_report(opts: argparse.Namespace) -> int:
         raise CliError(f"cannot read {opts.profile!r}: {err.strerror}") from None
     except ValueError as err:
         raise CliError(str(err)) from None
+    merged = ranks_text(result) if opts.rank is None else None
+    if opts.rank is not None:
+        try:
+            result = rank_profile(result, opts.profile, opts.rank)
+        except (OSError, ValueError) as err:
+            raise CliError(str(err)) from None
     try:
         machine = machine_from_options(opts)
     except ValueError as err:
         raise CliError(str(err) if str(err).startswith("--") else f"--{err}") from None
     if machine is not None:  # the summary then appends the bottleneck section
         result.meta["machine"] = machine.to_dict()
+    if opts.ops is not None:
+        try:
+            print(render_op_table(result.find(opts.ops)))
+        except KeyError as err:
+            raise CliError(f"--ops: {err.args[0]}") from None
+        return 0
     print(_render(result, opts))
+    if merged is not None:
+        print("\n" + merged)
+    _write_outputs(result, opts)
     return 0
 
 

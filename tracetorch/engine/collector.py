@@ -20,6 +20,7 @@ import warnings
 import weakref
 from typing import Any, Callable
 
+from tracetorch.distributed.wrappers import wrapper_name
 from tracetorch.engine.fold import fold_touched, fold_tree, graft
 from tracetorch.engine.hotpath import Frame
 from tracetorch.engine.timing import CallTiming, Clock
@@ -60,7 +61,7 @@ _RULED_KINDS = frozenset({"module", "optimizer"})
 _RULED_STATES = frozenset({"rule", "user", "free"})
 
 # How a node is named when its parent holds no attribute naming it.
-_DEFAULT_NAMES = {"optimizer": "{}.step", "backward": "backward"}
+_DEFAULT_NAMES = {"optimizer": "{}.step", "backward": "backward", "data": "data"}
 
 # Marks a paused root frame (a schedule's wait steps): other threads are not recorded then.
 _PAUSED = object()
@@ -75,7 +76,8 @@ class Collector(CallTiming):
     def __init__(self, root: CallNode, model: Any, *, registry: FlopRegistry | None = None,
                  clock: Clock | None = None, timeline: bool = False,
                  max_events: int = 100_000, warn_unsupported: bool = True,
-                 count_ops: bool = True, memory: bool = True) -> None:
+                 count_ops: bool = True, memory: bool = True, op_timing: bool = False,
+                 nvtx: bool = False) -> None:
         super().__init__(clock, timeline, max_events)
         self.root = root
         self.model = model
@@ -85,6 +87,10 @@ class Collector(CallTiming):
         self.count_ops = count_ops
         #: Record bytes read, written and saved for backward (``profile(memory=...)``).
         self.memory = memory
+        #: Time each tensor operation in the layers' op tables (``profile(op_timing=...)``).
+        self.op_timing = op_timing
+        #: Push an NVTX range per layer call on CUDA (``profile(nvtx=...)``).
+        self.nvtx = nvtx
         self.active = False
         # Storages already charged as saved for backward since the last fold: each once.
         self._saved_storages: set[int] = set()
@@ -200,6 +206,8 @@ class Collector(CallTiming):
             name = "" if owner is self.model else default
         else:
             name = self._name_in(parent_owner, owner) or default
+        if kind == "module":  # through DDP/FSDP wrappers, the user's own module names
+            name = wrapper_name(name, owner, parent_owner, self.model)
         existing = parent_node.children.get(name)
         if existing is not None and existing.module_key != key:
             suffix = 2
@@ -520,6 +528,8 @@ def _remembered(node: CallNode, frame: Frame, registry: FlopRegistry) -> _Warm |
 def _type_name(owner: Any, kind: str, label: str | None) -> str:
     if kind == "backward":
         return "backward"
+    if kind == "data":
+        return "DataLoader"
     if kind == "function":
         return str(label or getattr(owner, "__qualname__", type(owner).__name__))
     return type(owner).__name__

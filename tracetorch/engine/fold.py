@@ -143,6 +143,8 @@ def _add_recorded(source: CallNode, target: CallNode) -> None:
     target.errors += source.errors
     target.params = max(target.params, source.params)
     target.memory.merge(source.memory)
+    for name, (calls, flops, elapsed) in source.ops.items():
+        target.note_op(name, calls, flops, elapsed)
     for inputs, output in zip(source.input_shapes, source.output_shapes):
         target.note_shapes(inputs, output)
 

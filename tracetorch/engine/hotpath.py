@@ -151,6 +151,11 @@ class OpCounter:
 
     def forward_op(self, name: str, flops: int, gemm: bool) -> Frame | None:
         """Charge a forward operation to the innermost open call."""
+        return self.charge(name, flops, gemm, 1)
+
+    def charge(self, name: str, flops: int, gemm: bool, calls: int) -> Frame | None:
+        """Charge ``flops`` of the operation ``name`` and ``calls`` calls of it (0: counted
+        elsewhere, as torch's function mode does) to the innermost open call."""
         frame = _FRAME.get()
         if frame is None or not frame.collector.active:
             return None
@@ -158,6 +163,12 @@ class OpCounter:
         node.op_flops += flops
         if gemm:
             node.op_gemm += flops
+        row = node.ops.get(name)  # CallNode.note_op, inlined: core runs it for every operation
+        if row is None:
+            node.ops[name] = [calls, flops, 0]
+        else:
+            row[0] += calls
+            row[1] += flops
         return frame
 
     def backward_op(self, tag: Frame | None, name: str, flops: int, gemm: bool,
@@ -195,7 +206,9 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
     tracer runs the code, which must see the model exactly as it is); ``owner``, when given,
     owns every call instead of the object called (a :class:`BackwardPassOwner`).
     """
-    shared_owner = BackwardPassOwner() if owner is None and kind == "backward" else owner
+    # Every backward pass (every batch of a data loader) is one node, whichever tensor (which
+    # iterator) it comes from.
+    shared_owner = BackwardPassOwner() if owner is None and kind in ("backward", "data") else owner
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:
@@ -220,17 +233,26 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
         switched = ops is not inner.ops and _op_switch is not None and _op_switch(inner.ops)
         token = _FRAME.set(inner)
         clock = collector.clock
+        hooks = collector.call_hooks
+        if hooks is not None:
+            hooks.enter(node)
         start = clock()
         try:
             output = wrapped(*args, **kwargs)
-        except BaseException:
+        except BaseException as error:
             end = clock()
+            if hooks is not None:
+                hooks.exit(node)
             _FRAME.reset(token)
             if switched:
                 _op_switch(ops)  # type: ignore[misc]
-            collector.record_failure(node, start, end)
+            if kind != "data" or not isinstance(error, StopIteration):
+                # (a data loader running out of batches is the loop's end, not a failed call)
+                collector.record_failure(node, start, end)
             raise
         end = clock()
+        if hooks is not None:
+            hooks.exit(node)
         _FRAME.reset(token)
         if output.__class__ is _Generator:
             # A generator forward runs while its consumer asks for items, not now: recorded when
@@ -288,6 +310,9 @@ def _resumed(generator: Generator[Any, Any, Any], frame: Frame, args: tuple[Any,
         while True:
             token = _FRAME.set(frame)
             switched = _op_switch is not None and _op_switch(frame.ops)
+            hooks = collector.call_hooks
+            if hooks is not None:
+                hooks.enter(node)
             resumed = clock()
             try:
                 item = generator.throw(thrown) if thrown is not None else generator.send(sent)
@@ -295,6 +320,8 @@ def _resumed(generator: Generator[Any, Any, Any], frame: Frame, args: tuple[Any,
                 return stop.value
             finally:
                 elapsed += clock() - resumed
+                if hooks is not None:
+                    hooks.exit(node)
                 _FRAME.reset(token)
                 if switched:
                     _op_switch(not frame.ops)  # type: ignore[misc]

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from tracetorch.tree import CallNode
 
-__all__ = ("CallTiming", "Clock")
+__all__ = ("CallTiming", "CallHooks", "Clock")
 
 #: An integer-nanosecond clock (``time.perf_counter_ns`` unless a profile is given another).
 Clock = Callable[[], int]
@@ -52,6 +52,17 @@ class CallTiming:
         self.dropped_events = 0
         #: The nodes that ran (or were charged backward work) since the last fold, each once.
         self.touched: list[CallNode] = []
+        #: What runs right before and after each layer call's clock readings (NVTX ranges,
+        #: device memory readings: :class:`CallHooks`); ``None`` costs the hot path one test.
+        self.call_hooks: CallHooks | None = None
+
+    def add_call_hook(self, enter: Callable[[CallNode], None],
+                      exit: Callable[[CallNode], None]) -> None:
+        """Run ``enter(node)`` before each layer call's start is read and ``exit(node)`` after
+        its end is read, so their own cost stays out of the call's time."""
+        if self.call_hooks is None:
+            self.call_hooks = CallHooks()
+        self.call_hooks.add(enter, exit)
 
     def use_device_clock(self, device_clock: Any) -> None:
         """Time calls with ``device_clock`` (see :mod:`tracetorch.adapters.torch.cuda`): its
@@ -115,3 +126,34 @@ class CallTiming:
         runs without an output)."""
         node.errors += 1
         self.add_duration(node, start, end)
+
+
+class CallHooks:
+    """Functions run at the start and end of every layer call of one profile, in order (their
+    ends in reverse), e.g. an NVTX range and a device memory reading.
+
+    Example:
+        >>> hooks, seen = CallHooks(), []
+        >>> hooks.add(lambda n: seen.append(("in", n)), lambda n: seen.append(("out", n)))
+        >>> hooks.enter("fc"); hooks.exit("fc"); seen
+        [('in', 'fc'), ('out', 'fc')]
+    """
+
+    def __init__(self) -> None:
+        self._enters: list[Callable[[Any], None]] = []
+        self._exits: list[Callable[[Any], None]] = []
+
+    def add(self, enter: Callable[[Any], None], exit: Callable[[Any], None]) -> None:
+        """Run ``enter`` at each call's start and ``exit`` at its end."""
+        self._enters.append(enter)
+        self._exits.insert(0, exit)
+
+    def enter(self, node: Any) -> None:
+        """A call of ``node`` starts."""
+        for enter in self._enters:
+            enter(node)
+
+    def exit(self, node: Any) -> None:
+        """A call of ``node`` ended (returned or raised)."""
+        for exit in self._exits:
+            exit(node)

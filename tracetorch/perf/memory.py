@@ -1,5 +1,9 @@
 """Bytes of tensors, and the Python/NumPy heap one forward pass allocates (tracemalloc).
 
+Sizes are those a profile records per layer (:func:`tracetorch.introspect.nbytes`,
+:mod:`tracetorch.memory`), so the facade's parameter and activation figures equal the profile's
+``param_bytes`` and ``input_bytes + output_bytes`` for the same call.
+
 ``tracemalloc`` sees allocations made through Python's allocators, which include NumPy arrays
 (and so ``tracetorch.core``) but not torch's own CPU or device allocator: for a torch model the
 traced figure is near zero and only the tensor sizes below are meaningful.
@@ -18,28 +22,13 @@ from typing import Any, Callable
 import numpy as np
 
 from tracetorch.bench import as_callable
-from tracetorch.introspect import numel
+from tracetorch.introspect import nbytes, numel
 from tracetorch.params import iter_parameters
 
-__all__ = ("nbytes", "parameter_bytes", "gradient_bytes", "activation_bytes",
+__all__ = ("parameter_bytes", "gradient_bytes", "activation_bytes",
            "traced_peak_bytes", "memory_report")
 
 _MIB = 1024 * 1024
-
-
-def nbytes(tensor: Any) -> int:
-    """Bytes of a torch tensor, a ``tracetorch.core`` Tensor or an ndarray (0 for others).
-
-    Example:
-        >>> import numpy as np
-        >>> nbytes(np.zeros(4, dtype=np.float32)), nbytes("text")
-        (16, 0)
-    """
-    element_size = getattr(tensor, "element_size", None)
-    if callable(element_size):  # torch
-        return int(element_size()) * numel(tensor)
-    data = _ndarray(tensor)
-    return 0 if data is None else int(data.nbytes)
 
 
 def _ndarray(tensor: Any) -> Any:

@@ -66,8 +66,11 @@ def _args(node: CallNode, subtree_flops: int) -> dict[str, Any]:
     }
 
 
-def chrome_trace_events(result: ProfileResult) -> dict[str, Any]:
+def chrome_trace_events(result: ProfileResult, origin: int | None = None) -> dict[str, Any]:
     """The trace-event document for ``result``'s timeline, ready for ``json.dump``.
+
+    ``origin`` is the clock reading shown as time 0 (default: the first call's start); traces
+    of several processes put side by side share one (``tracetorch.distributed``'s ranks).
 
     Raises:
         ValueError: the profile was recorded without a timeline.
@@ -108,7 +111,8 @@ def chrome_trace_events(result: ProfileResult) -> dict[str, Any]:
 
     # Same start and length: the shallower call is the parent, so it must come first.
     calls = sorted(result.timeline, key=lambda e: (e[1], -(e[2] - e[1]), depth_of(e[0])))
-    origin = calls[0][1] if calls else 0
+    if origin is None:
+        origin = calls[0][1] if calls else 0
     tids: dict[int, int] = {}
     for _, _, _, raw in calls:
         tids.setdefault(raw, len(tids) + 1)

@@ -4,12 +4,15 @@ The document is one object::
 
     {"format": "tracetorch-profile", "version": 1,
      "meta": {...}, "root": {node}, "unsupported": {"Type": calls},
-     "step_times": {TimeStats}, "dropped_events": 0, "timeline": null}
+     "step_times": {TimeStats}, "step_phases": {"data": {TimeStats}, ...},
+     "dropped_events": 0, "timeline": null}
 
 A node holds its fields under the names :class:`~tracetorch.tree.CallNode` uses (``type`` for
 ``type_name``), its two :class:`~tracetorch.stats.TimeStats` in their own ``to_dict`` form (so
-quantiles survive the trip exactly), shapes as lists (``null`` for a non-tensor argument) and
-``children`` as a list in call order. The transient FLOP-rule cache is not saved.
+quantiles survive the trip exactly), shapes as lists (``null`` for a non-tensor argument),
+``memory`` (:class:`~tracetorch.memory.MemoryStats` fields), ``ops`` as ``[name, calls, flops,
+time_ns]`` rows and ``children`` as a list in call order. The transient FLOP-rule cache is not
+saved. ``step_phases``, ``memory`` and ``ops`` may be absent (files of earlier releases).
 
 The timeline, when one was recorded, is saved as ``[node, start_ns, end_ns, thread_id]`` rows,
 where ``node`` is the node's position in a depth-first, call-order walk of the saved tree (the
@@ -125,6 +128,7 @@ def _node_to_dict(node: CallNode) -> dict[str, Any]:
         "backward_gemm_flops": _number(node.backward_gemm_flops),
         "errors": int(node.errors),
         "memory": node.memory.to_dict(),
+        "ops": [[name, *row] for name, row in node.ops.items()],
         "children": [_node_to_dict(c) for c in node.children.values()],
     }
 
@@ -157,6 +161,7 @@ def result_to_dict(result: ProfileResult) -> dict[str, Any]:
         "root": _node_to_dict(result.root),
         "unsupported": {str(k): int(v) for k, v in result.unsupported.items()},
         "step_times": result.step_times.to_dict(),
+        "step_phases": {name: stats.to_dict() for name, stats in result.step_phases.items()},
         "dropped_events": int(result.dropped_events),
         "timeline": timeline,
     }
@@ -208,6 +213,7 @@ class SavedProfile(NamedTuple):
     dropped_events: int
     step_times: TimeStats
     meta: dict[str, Any]
+    step_phases: dict[str, TimeStats]
 
 
 class _Reader:
@@ -335,6 +341,14 @@ class _Reader:
             memory = self.obj(memory, at("memory"))
             node.memory.update({key: self.integer(memory.get(key, 0), f"{at('memory')}.{key}",
                                                   minimum=0) for key in MEMORY_FIELDS})
+        for i, op in enumerate(self.lst(data.get("ops", []), at("ops"))):
+            where_op = f"{at('ops')}[{i}]"
+            op = self.lst(op, where_op)
+            if len(op) != 4:
+                self.fail(where_op, f"expected [name, calls, flops, time_ns], got {len(op)} items")
+            node.note_op(self.text(op[0], f"{where_op}[0]"),
+                         *(self.integer(v, f"{where_op}[{j}]", minimum=0)
+                           for j, v in enumerate(op[1:], 1)))
         for i, child in enumerate(self.lst(get("children"), at("children"))):
             self.node(child, f"{at('children')}[{i}]", node)
         return node
@@ -403,10 +417,12 @@ def parse_profile(data: Any, source: str = "<dict>") -> SavedProfile:
         for k, v in read.obj(read.field(data, "unsupported", ""), "unsupported").items()
     }
     step_times = read.stats(read.field(data, "step_times", ""), "step_times")
+    phases = {read.text(name, "step_phases"): read.stats(stats, f"step_phases.{name}")
+              for name, stats in read.obj(data.get("step_phases", {}), "step_phases").items()}
     dropped = read.integer(read.field(data, "dropped_events", ""), "dropped_events", minimum=0)
     timeline = read.timeline(data.get("timeline"), list(root.walk()))
     return SavedProfile(root, unsupported=unsupported, timeline=timeline, dropped_events=dropped,
-                        step_times=step_times, meta=dict(meta))
+                        step_times=step_times, meta=dict(meta), step_phases=phases)
 
 
 def read_profile(path: PathLike) -> SavedProfile:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tracetorch.phases import input_bound
 from tracetorch.report.units import format_bytes, format_count, format_flops, format_time_ns
 
 if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
@@ -39,6 +40,17 @@ def _split_flops(total: int, gemm: int) -> str:
             f"other {format_flops(total - gemm)})")
 
 
+def _phases_line(result: ProfileResult) -> str:
+    # Per step: each phase's share and mean time, where any step was split into phases.
+    phases = result.step_phases
+    whole = sum(stats.total_ns for stats in phases.values())
+    if not whole:
+        return ""
+    return ", ".join(f"{name} {100.0 * stats.total_ns / whole:.1f}% "
+                     f"(mean {format_time_ns(stats.mean_ns)})"
+                     for name, stats in phases.items() if stats.total_ns)
+
+
 def _memory_line(result: ProfileResult) -> str:
     parts = []
     saved = result.saved_bytes
@@ -55,7 +67,8 @@ def summary_lines(result: ProfileResult) -> list[str]:
     """Totals and notes for the end of a report, one ``"Label: value"`` line each.
 
     Always: forward FLOPs split into GEMM/conv and other, and the total time. When present:
-    backward and total FLOPs, the forward/backward/optimizer shares of the time, step statistics,
+    backward and total FLOPs, memory, the phases of the steps (with an input-bound label) or the
+    data/forward/backward/optimizer shares of the time, step statistics,
     unsupported types, calls that raised, a note when the timeline was capped, and the bottleneck
     section (:mod:`tracetorch.report.bottleneck`) when the profile has a machine.
 
@@ -90,8 +103,14 @@ def summary_lines(result: ProfileResult) -> list[str]:
     if memory:
         rows.append(("Memory", memory))
 
+    phases = _phases_line(result)
+    if phases:
+        rows.append(("Step phases", phases))
+        bound = input_bound(result.step_phases)
+        if bound:
+            rows.append(("Bottleneck", bound))
     shares = result.time_by_kind()
-    if shares["backward"] or shares["optimizer"]:
+    if (shares["backward"] or shares["optimizer"] or shares["data"]) and not phases:
         whole = sum(shares.values()) or 1
         rows.append(("Step shares", ", ".join(
             f"{kind} {100.0 * ns / whole:.1f}% ({format_time_ns(ns)})"

@@ -59,6 +59,7 @@ from typing import Any, Callable
 
 import torch
 
+from tracetorch.adapters.torch.call_hooks import configure_call_hooks
 from tracetorch.adapters.torch.cuda import configure as cuda_configure
 from tracetorch.adapters.torch.ops import start_op_counting
 from tracetorch.adapters.torch.saved import saved_bytes
@@ -185,12 +186,18 @@ class TorchAdapter:
 
     def patch_targets(self) -> Iterator[PatchTarget]:
         """What is wrapped on entry: ``__call__`` of scripted and compiled modules (layers are
-        wrapped at their first call; backward passes reach the function mode of .ops)."""
+        wrapped at their first call; backward passes reach the function mode of .ops) and the
+        ``DataLoader`` iterators' ``__next__``."""
         yield from targets_for(torch.jit.ScriptModule)
         eval_frame = sys.modules.get("torch._dynamo.eval_frame")
         compiled = getattr(eval_frame, "OptimizedModule", None)
         if compiled is not None:
             yield from targets_for(compiled)
+        loader = sys.modules.get("torch.utils.data.dataloader")
+        iterator = getattr(loader, "_BaseDataLoaderIter", None)
+        if iterator is not None and "__next__" in vars(iterator):
+            # Each batch a DataLoader hands out: the step's data phase (tracetorch.phases).
+            yield PatchTarget(iterator, "__next__", "data", tracing)
 
     def class_targets(self, cls: type) -> list[PatchTarget] | None:
         """For a class of the model given to ``profile(model)``: ``forward`` of it and of the
@@ -201,8 +208,10 @@ class TorchAdapter:
                 for target in targets_for(klass)]
 
     def configure(self, collector: Any) -> None:
-        """A profile is being entered: on CUDA, time its calls with events (see .cuda)."""
+        """A profile is being entered: on CUDA, time its calls with events (see .cuda), read
+        the allocator and push NVTX ranges around them (see .call_hooks)."""
         cuda_configure(collector)
+        configure_call_hooks(collector, collector.nvtx)
 
     def start(self, board: PatchBoard, counter: OpCounter) -> list[Callable[[], None]]:
         """Start counting operations and gradients, timing optimizer steps and watching for new

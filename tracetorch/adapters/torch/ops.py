@@ -95,7 +95,7 @@ def _moving_data(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[s
 
 
 def _counting(name: str, formula: CallFormula, gemm: bool,
-              forward_op: Callable[..., Any]) -> Entry:
+              charge: Callable[..., Any]) -> Entry:
     def count(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = func(*args, **kwargs)
         frame = current_frame()
@@ -106,7 +106,7 @@ def _counting(name: str, formula: CallFormula, gemm: bool,
             with _no_subclass_dispatch():  # a subclass's __torch_function__ sees no .shape read
                 flops = formula(args, kwargs, result)
                 if flops:
-                    forward_op(name, flops, gemm)
+                    charge(name, flops, gemm, 0)  # the mode counted the call itself
                     # Products carry their gradients' cost to the backward pass; elementwise
                     # gradients are not counted for torch.
                     if gemm and result.grad_fn is not None:
@@ -130,8 +130,12 @@ class OpCountingMode(TorchFunctionMode):
         entries: dict[Any, Entry] = {}
         for func in data_movement_functions():
             entries[func] = _moving_data
+        # What each function is called in a node's op table (a counted one: its formula's
+        # name, under which it reports its FLOPs).
+        self._names: dict[Any, str] = {}
         for func, (name, formula, gemm) in torch_function_formulas().items():
-            entries[func] = _counting(name, formula, gemm, counter.forward_op)
+            entries[func] = _counting(name, formula, gemm, counter.charge)
+            self._names[func] = name
         backward = pass_recorder()
         entries[torch.Tensor.backward] = backward
         entries[torch.autograd.backward] = backward
@@ -147,9 +151,26 @@ class OpCountingMode(TorchFunctionMode):
             entry = self._entries.get(func)
         except TypeError:  # an unhashable callable handed to modes: nothing to count in it
             entry = None
-        if entry is None:
-            return func(*args, **kwargs) if kwargs else func(*args)
-        return entry(func, args, kwargs or {})
+        frame = current_frame()
+        if frame is None or frame.owner is None or _current_node() is not None:
+            # Outside every layer, or inside a backward pass: in no layer's op table.
+            if entry is None:
+                return func(*args, **kwargs) if kwargs else func(*args)
+            return entry(func, args, kwargs or {})
+        name = self._names.get(func)
+        if name is None:
+            name = self._names[func] = getattr(func, "__name__", None) or repr(func)
+        collector = frame.collector
+        if not collector.op_timing:
+            frame.node.note_op(name, 1)
+            if entry is None:
+                return func(*args, **kwargs) if kwargs else func(*args)
+            return entry(func, args, kwargs or {})
+        clock = collector.host_clock
+        start = clock()
+        result = func(*args, **(kwargs or {})) if entry is None else entry(func, args, kwargs or {})
+        frame.node.note_op(name, 1, 0, clock() - start)
+        return result
 
     def retire(self) -> None:
         """Count and record nothing from now on: a mode left on a thread's stack by a profile
