@@ -212,3 +212,17 @@ def test_the_facade_agrees_with_the_profile(framework, request):
     assert facade["parameter_memory_mb"] * 2**20 == node.memory.param_bytes == 840
     assert facade["activation_memory_mb"] * 2**20 == (
         node.memory.input_bytes + node.memory.output_bytes) == (200 + 100) * F32
+
+
+def test_memory_columns_show_when_asked_for():
+    model = Sequential(Linear(1024, 1024), ReLU())
+    with tracetorch.profile(model) as prof:
+        model(Tensor(np.ones((64, 1024), dtype=np.float32))).sum().backward()
+    assert "Bytes moved" not in prof.table()  # the default table stays as it was
+    text = prof.table(columns=["bytes", "intensity", "saved", "param_bytes"])
+    header, _, model_row, linear, relu = text.splitlines()[:5]
+    assert header.split()[1:] == ["Bytes", "moved", "FLOPs/B", "Saved", "Param", "bytes"]
+    # Linear: 256 KiB in, 256 KiB out, 4 MiB (+4 KiB bias) of weights; it saved its input.
+    # Intensity: (2·64·1024·1024 + 64·1024 bias) FLOPs over 4,722,688 bytes.
+    assert linear.split()[2:] == ["4.50", "MiB", "28.4", "256", "KiB", "4.00", "MiB"]
+    assert relu.split()[2:] == ["512", "KiB", "0.125", "256", "KiB", "-"]

@@ -21,7 +21,7 @@ import pytest
 from tracetorch.cli.demo import run_demo
 from tracetorch.core import Linear, ReLU, Sequential, Tensor
 from tracetorch.profiler import profile
-from tracetorch.report.table import TREE_COLUMNS, TreeContext, _has_backward, _Inclusive
+from tracetorch.report.table import TREE_COLUMNS, tree_context
 from tracetorch.result import ProfileResult
 from tracetorch.tree import CallNode
 
@@ -129,9 +129,8 @@ def recorded(request: pytest.FixtureRequest) -> ProfileResult:
 
 def text_cells(result: ProfileResult) -> dict[int, dict[str, str]]:
     """The text report's cell for every node (by depth-first position) and column key."""
-    inc = _Inclusive(result.root)
-    ctx = TreeContext(result, inc, result.total_time_ns, _has_backward(result))
-    specs = [s for s in TREE_COLUMNS if s.applies(ctx) and s.key != "name"]
+    ctx = tree_context(result)
+    specs = [s for s in TREE_COLUMNS if s.applies(ctx) and not s.optional and s.key != "name"]
     return {i: {s.key: s.cell(ctx, (node, node.depth)) for s in specs}
             for i, node in enumerate(result.root.walk()) if i}
 

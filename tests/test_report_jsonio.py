@@ -20,6 +20,7 @@ from tracetorch.report.jsonio import (
     FORMAT_NAME,
     FORMAT_VERSION,
     SavedProfile,
+    deep_recursion,
     parse_profile,
     read_profile,
     result_to_dict,
@@ -330,14 +331,18 @@ def test_numbers_no_profile_holds_are_refused_naming_the_file(
 
 
 def test_a_deep_tree_saves_loads_and_renders(tmp_path: pathlib.Path) -> None:
+    # 2,000 levels: a walk, the completeness of every node and the JSON encoder all cost the
+    # tree's size, not its depth squared (this took minutes when they did).
     root = CallNode.root()
     node = root
-    for level in range(600):
+    for level in range(2_000):
         node = node.child(f"l{level}", "Block", f"m{level}")
         node.time.add(1000 + level)
     result = ProfileResult(root)
     path = tmp_path / "deep.json"
     save_result(result, path)
     loaded = tracetorch.load(path)
-    assert len(list(loaded.root.walk())) == 601
+    assert len(list(loaded.root.walk())) == 2_001
+    with deep_recursion():  # comparing two 4,000-level dicts recurses too
+        assert loaded.to_dict() == result.to_dict()
     assert "Block" in render_table(loaded, depth=3)

@@ -70,8 +70,10 @@ def test_named_columns_in_declared_order_whatever_the_width() -> None:
     text = render_table(build(), columns=["total", "calls"], width=20)
     assert headers(text) == ["Name", "Calls", "Total time"]
     assert "Left out" not in text
+    # "all": every column that applies (no backward, memory or machine in this profile).
     assert headers(render_table(build(), columns="all", width=20)) == [
-        c.header for c in TREE_COLUMNS if c.key not in ("bwd_time", "bwd_flops")]
+        c.header for c in TREE_COLUMNS if c.key not in (
+            "bwd_time", "bwd_flops", "bytes", "intensity", "saved", "param_bytes", "bound")]
     # A backward column asked for by name shows, with "-" where nothing was timed.
     text = render_table(build(), columns=["bwd_time"])
     assert headers(text) == ["Name", "Bwd time"] and {c["Bwd time"] for c in cells(text)} == {"-"}

@@ -232,9 +232,13 @@ class CallNode:
 
     def walk(self) -> Iterator[CallNode]:
         """This node and its descendants, depth first, in call order."""
-        yield self
-        for child in self.children.values():
-            yield from child.walk()
+        # A stack, not recursion: a deep tree (a 1,000-layer chain) costs its size, not its
+        # depth squared, and no recursion limit applies.
+        stack = [self]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(reversed(node.children.values()))
 
     def find(self, path: str) -> CallNode:
         """The first descendant (depth first) whose dotted path is ``path``; ``""`` is the

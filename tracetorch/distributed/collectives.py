@@ -22,8 +22,8 @@ The straggler analysis (:mod:`tracetorch.distributed.straggler`) compares it acr
 Example:
     >>> log = CollectiveLog()
     >>> log.align(0, "barrier")
-    >>> log.issued(100)                       # 100 ns of compute, then an all-reduce
-    >>> log.completed("backward", "all_reduce", 4096, 100, 150, asynchronous=True)
+    >>> log.issued(100, "backward", "all_reduce", 4096)  # 100 ns of compute, then an all-reduce
+    >>> log.completed("backward", "all_reduce", 100, 150)
     >>> log.stop(400)                         # 250 ns more compute
     >>> facts = log.facts()
     >>> facts["compute_ns"], facts["collective_ns"], facts["collectives"][0]["bytes"]
@@ -100,7 +100,7 @@ class CollectiveLog:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self.sites: dict[tuple[str, str], _Site] = {}
         self.aligned_at: int | None = None
         self.aligned_by = "none"
@@ -137,9 +137,18 @@ class CollectiveLog:
                 self.elapsed_ns += max(0, now - self._open_since)
                 self._open_since = None
 
-    def issued(self, now: int) -> None:
-        """A collective was issued at ``now``."""
+    def issued(self, now: int, path: str = "", op: str = "", nbytes: int = 0,
+               asynchronous: bool = False) -> None:
+        """A collective ``op`` of ``nbytes`` was issued at ``now`` under call path ``path``
+        (counted now: its completion may be seen later, on another thread)."""
         with self._lock:
+            if op:
+                site = self.sites.get((path, op))
+                if site is None:
+                    site = self.sites[(path, op)] = _Site()
+                site.calls += 1
+                site.bytes += int(nbytes)
+                site.async_calls += int(asynchronous)
             if self._in_flight == 0:
                 if self._idle_since is not None:
                     self.compute_ns += max(0, now - self._idle_since)
@@ -147,21 +156,17 @@ class CollectiveLog:
                 self._busy_since = now if self.aligned_at is not None else None
             self._in_flight += 1
 
-    def completed(self, path: str, op: str, nbytes: int, issued_ns: int, done_ns: int,
-                  asynchronous: bool) -> None:
+    def completed(self, path: str, op: str, issued_ns: int, done_ns: int) -> None:
         """The collective ``op`` issued at ``issued_ns`` under call path ``path`` completed at
         ``done_ns``; the first completion aligns the clocks if nothing did before."""
         with self._lock:
             site = self.sites.get((path, op))
-            if site is None:
-                site = self.sites[(path, op)] = _Site()
-            site.calls += 1
-            site.bytes += int(nbytes)
-            site.async_calls += int(asynchronous)
-            site.time.add(max(0, done_ns - issued_ns))
+            if site is not None:
+                site.time.add(max(0, done_ns - issued_ns))
             self._in_flight = max(0, self._in_flight - 1)
             if self._in_flight:
                 return
+            self._lock.notify_all()
             if self._busy_since is not None:
                 self.collective_ns += max(0, done_ns - self._busy_since)
                 self._busy_since = None
@@ -170,6 +175,12 @@ class CollectiveLog:
                 self._open_since = done_ns
             if self._open_since is not None:
                 self._idle_since = done_ns
+
+    def drain(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the completions still to be seen (a backend may
+        run a future's callbacks just after its waiter has returned); whether none is left."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self._in_flight == 0, timeout)
 
     def facts(self) -> dict[str, Any]:
         """The JSON-ready record a rank's ``meta["distributed"]`` holds."""

@@ -119,10 +119,10 @@ class CollectiveMode(TorchDispatchMode):
             kwargs.get("async_op", args[flag] if flag < len(args) else True))
         log, clock = self.log, self.clock
         issued = clock()
-        log.issued(issued)
+        log.issued(issued, path, label, nbytes, asynchronous)
 
         def done(_: Any = None) -> None:
-            log.completed(path, label, nbytes, issued, clock(), asynchronous)
+            log.completed(path, label, issued, clock())
 
         try:
             output = wrapper(*args, **kwargs)

@@ -36,7 +36,10 @@ if TYPE_CHECKING:
     from tracetorch.distributed.mode import CollectiveMode
     from tracetorch.profiler import profile
 
-__all__ = ("Session", "wanted")
+__all__ = ("DRAIN_S", "Session", "wanted")
+
+#: Seconds an exit waits for collectives' completions still to arrive.
+DRAIN_S = 1.0
 
 #: Sessions waiting for torch to be imported, to push their mode then.
 _WAITING: list[Session] = []
@@ -96,6 +99,7 @@ class Session:
         if self._mode is not None:
             self._mode.pop()
             self._mode = None
+        self.log.drain(DRAIN_S)
         if self._clock is not None:
             self.log.stop(self._clock())
         if group_alive():

@@ -65,6 +65,8 @@ class ColumnSpec(Generic[Ctx, Row]):
             first when the width is short.
         applies: whether the column belongs in this report by default (``Bwd time`` only with
             backward data); naming it in ``columns=`` shows it anyway.
+        optional: shown only when asked for, by name or with ``"all"`` (the memory columns:
+            the default table stays readable).
     """
 
     key: str
@@ -75,6 +77,7 @@ class ColumnSpec(Generic[Ctx, Row]):
     elide: bool = False
     applies: Callable[[Ctx], bool] = lambda ctx: True
     style: Callable[[Ctx, Row], str] | None = None
+    optional: bool = False
 
     def bind(self, ctx: Ctx) -> Column[Row]:
         """The column of one report, its cells reading ``ctx``."""
@@ -87,8 +90,9 @@ def pick_columns(specs: Sequence[ColumnSpec[Ctx, Row]], ctx: Ctx,
                  columns: ColumnChoice) -> tuple[list[ColumnSpec[Ctx, Row]], bool]:
     """The specs a report shows, in their declared order, and whether the user chose them.
 
-    ``None`` gives the applicable ones (to be fitted to the width); ``"all"`` every applicable
-    one, never dropped; a list of keys exactly those, plus the always-shown (priority 0) ones.
+    ``None`` gives the applicable ones but the optional ones (to be fitted to the width);
+    ``"all"`` every applicable one, never dropped; a list of keys exactly those, plus the
+    always-shown (priority 0) ones.
 
     Raises:
         ValueError: ``columns`` is not ``None``, ``"all"`` or a list of known keys.
@@ -99,8 +103,10 @@ def pick_columns(specs: Sequence[ColumnSpec[Ctx, Row]], ctx: Ctx,
         >>> [s.key for s in pick_columns(specs, None, ["n"])[0]]
         ['name', 'n']
     """
-    if columns is None or columns == "all":
-        return [s for s in specs if s.applies(ctx)], columns == "all"
+    if columns is None:
+        return [s for s in specs if s.applies(ctx) and not s.optional], False
+    if columns == "all":
+        return [s for s in specs if s.applies(ctx)], True
     keys = [s.key for s in specs]
     names = [columns] if isinstance(columns, str) else columns
     if not isinstance(names, Sequence) or not all(isinstance(n, str) for n in names):

@@ -107,7 +107,21 @@ def _signature_to_json(sig: ShapeSignature | None) -> list[list[Any] | None] | N
     return [None if shape is None else [_dim(d) for d in shape] for shape in sig]
 
 
-def _node_to_dict(node: CallNode) -> dict[str, Any]:
+def _completeness(root: CallNode) -> dict[int, str]:
+    """Every node's :attr:`~tracetorch.tree.CallNode.completeness` in one walk (asking each
+    node walks its subtree: quadratic on a deep tree)."""
+    found: dict[int, str] = {}
+    for node in reversed(list(root.walk())):  # children before their parents
+        if node.flops_unknown:
+            found[id(node)] = "unknown"
+        elif any(found[id(c)] != "complete" for c in node.children.values()):
+            found[id(node)] = "partial"
+        else:
+            found[id(node)] = "complete"
+    return found
+
+
+def _node_to_dict(node: CallNode, completeness: dict[int, str]) -> dict[str, Any]:
     return {
         "name": node.name,
         "type": node.type_name,
@@ -119,7 +133,7 @@ def _node_to_dict(node: CallNode) -> dict[str, Any]:
         "macs": None if node.macs is None else _number(node.macs),
         "flops_source": node.flops_source,
         # Derived (from flops_source and the tree), written for readers of the file itself.
-        "completeness": node.completeness,
+        "completeness": completeness[id(node)],
         "params": int(node.params),
         "input_shapes": [_signature_to_json(s) for s in node.input_shapes],
         "output_shapes": [_signature_to_json(s) for s in node.output_shapes],
@@ -129,7 +143,7 @@ def _node_to_dict(node: CallNode) -> dict[str, Any]:
         "errors": int(node.errors),
         "memory": node.memory.to_dict(),
         "ops": [[name, *row] for name, row in node.ops.items()],
-        "children": [_node_to_dict(c) for c in node.children.values()],
+        "children": [_node_to_dict(c, completeness) for c in node.children.values()],
     }
 
 
@@ -154,11 +168,13 @@ def result_to_dict(result: ProfileResult) -> dict[str, Any]:
             if id(node) not in index:
                 raise ValueError(f"timeline event for {node!r} refers to a node outside the tree")
             timeline.append([index[id(node)], int(start), int(end), int(tid)])
+    with deep_recursion():
+        root = _node_to_dict(result.root, _completeness(result.root))
     return {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
         "meta": _jsonable(result.meta),
-        "root": _node_to_dict(result.root),
+        "root": root,
         "unsupported": {str(k): int(v) for k, v in result.unsupported.items()},
         "step_times": result.step_times.to_dict(),
         "step_phases": {name: stats.to_dict() for name, stats in result.step_phases.items()},
@@ -181,9 +197,11 @@ def save_result(result: ProfileResult, path: PathLike) -> None:
     """
     with deep_recursion():
         data = result_to_dict(result)
+        # dumps, not dump: dump streams through Python generators, one per JSON level, which
+        # costs a deep tree its depth squared; dumps runs the C encoder.
+        text = json.dumps(data)
         with open(path, "w", encoding="utf-8") as f:
-            json.dump(data, f)
-            f.write("\n")
+            f.write(text + "\n")
 
 
 @contextlib.contextmanager
@@ -199,7 +217,7 @@ def deep_recursion() -> Iterator[None]:
 
 
 #: Enough for trees a few thousand levels deep.
-_DEEP_RECURSION_LIMIT = 20_000
+_DEEP_RECURSION_LIMIT = 50_000
 
 
 # ------------------------------------------------------------------------------------ reading
@@ -445,10 +463,11 @@ def read_profile(path: PathLike) -> SavedProfile:
     """
     source = os.fspath(path)
     try:
-        with deep_recursion(), open(path, encoding="utf-8") as f:
-            data = json.load(f, parse_constant=_no_constant, parse_float=_finite_float,
-                             parse_int=_bounded_int)
-        return parse_profile(data, source=source)
+        with deep_recursion():
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f, parse_constant=_no_constant, parse_float=_finite_float,
+                                 parse_int=_bounded_int)
+            return parse_profile(data, source=source)
     except UnicodeDecodeError as err:
         raise ValueError(f"{source}: not a tracetorch profile (not UTF-8 text: {err.reason} "
                          f"at byte {err.start})") from None

@@ -21,14 +21,7 @@ import html
 from typing import TYPE_CHECKING
 
 from tracetorch.report.summary import summary_lines
-from tracetorch.report.table import (
-    TREE_COLUMNS,
-    TreeContext,
-    _has_backward,
-    _Inclusive,
-    _select,
-    node_label,
-)
+from tracetorch.report.table import TREE_COLUMNS, node_label, tree_context, tree_rows
 
 if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
     from tracetorch.result import ProfileResult
@@ -58,10 +51,9 @@ def render_notebook(result: ProfileResult, rows: int = NOTEBOOK_ROWS) -> str:
     """
     if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
         raise ValueError(f"rows must be an integer >= 1; got {rows!r}")
-    inc = _Inclusive(result.root)
-    ctx = TreeContext(result, inc, result.total_time_ns, _has_backward(result))
-    specs = [s for s in TREE_COLUMNS if s.applies(ctx) and s.key != "name"]
-    tree, _, _ = _select(result, "total", None, 0.0, inc)
+    ctx = tree_context(result)
+    specs = [s for s in TREE_COLUMNS if s.applies(ctx) and not s.optional and s.key != "name"]
+    tree = tree_rows(result)
     head = "".join(f'<th style="{_HEAD}text-align:{"right" if s.right else "left"}">'
                    f"{html.escape(s.header)}</th>" for s in specs)
     body = []

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 import textwrap
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Union
 
 from tracetorch.report._layout import (
@@ -40,6 +40,7 @@ from tracetorch.report._layout import (
 from tracetorch.report.summary import summary_lines
 from tracetorch.report.units import (
     MISSING,
+    format_bytes,
     format_count,
     format_flops,
     format_macs,
@@ -53,6 +54,7 @@ if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report
     from tracetorch.result import AggregateRow, ProfileResult
 
 __all__ = ("SORT_KEYS", "FLAT_VIEWS", "TREE_COLUMNS", "FLAT_COLUMNS", "TreeContext", "FlatContext",
+           "tree_context", "tree_rows",
            "render_table", "render_flat", "node_label", "printable")
 
 _TreeRow = tuple[CallNode, int]  # a node and its depth
@@ -223,13 +225,41 @@ def _has_backward(result: ProfileResult) -> bool:
 
 @dataclass(frozen=True)
 class TreeContext:
-    """What the tree's cells read: the result, its subtree sums, the total time, and whether
-    the profile has backward data."""
+    """What the tree's cells read: the result, its subtree sums, the total time, whether the
+    profile has backward data and memory figures, and each labelled layer's roofline bound."""
 
     result: ProfileResult
     inc: _Inclusive
     total: int
     backward: bool
+    memory: bool = False
+    bounds: dict[str, str] = field(default_factory=dict)
+
+
+def tree_context(result: ProfileResult, show_backward: bool | None = None) -> TreeContext:
+    """What :data:`TREE_COLUMNS`' cells read for ``result`` (other views of the tree, the
+    notebook's and the HTML report's, render the same cells from it); ``show_backward``
+    ``None`` means "when the profile has backward data".
+
+    Example:
+        >>> from tracetorch.result import ProfileResult
+        >>> from tracetorch.tree import CallNode
+        >>> root = CallNode.root(); root.child("fc", "Linear", "m0").time.add(500)
+        >>> ctx = tree_context(ProfileResult(root))
+        >>> ctx.total, ctx.backward, [s.key for s in TREE_COLUMNS if s.applies(ctx)][:3]
+        (500, False, ['name', 'calls', 'flops'])
+    """
+    backward = _has_backward(result) if show_backward is None else show_backward
+    bounds: dict[str, str] = ({layer.path: layer.bound for layer in result.analyze().layers}
+                              if "machine" in result.meta else {})
+    return TreeContext(result, _Inclusive(result.root), result.total_time_ns, backward,
+                       any(n.memory for n in result.nodes()), bounds)
+
+
+def tree_rows(result: ProfileResult, sort_by: str = "total") -> list[tuple[CallNode, int]]:
+    """Every node with its depth, in the table's order (siblings sorted by ``sort_by``)."""
+    inc = _Inclusive(result.root)
+    return _select(result, _check_choice("sort_by", sort_by, SORT_KEYS), None, 0.0, inc)[0]
 
 
 def _bwd_time(c: TreeContext, r: _TreeRow) -> str:
@@ -272,7 +302,29 @@ TREE_COLUMNS: tuple[_Spec, ...] = (
     _Spec("bwd_flops", "Bwd FLOPs", lambda c, r: format_flops(
         r[0].flops if r[0].kind == "backward" else c.inc.backward_flops[id(r[0])]), priority=8,
         applies=lambda c: c.backward),
+    # Memory (tracetorch.memory), asked for by name: bytes the calls moved (inputs, outputs,
+    # parameters once per call), arithmetic intensity, activations saved for backward (the
+    # subtree's), parameter bytes; and the roofline label when the profile has a machine.
+    _Spec("bytes", "Bytes moved", lambda c, r: _bytes_or_missing(r[0].bytes_moved), priority=10,
+          applies=lambda c: c.memory, optional=True),
+    _Spec("intensity", "FLOPs/B", lambda c, r: _intensity(c.inc.flops[id(r[0])],
+                                                         r[0].bytes_moved), priority=11,
+          applies=lambda c: c.memory, optional=True),
+    _Spec("saved", "Saved", lambda c, r: _bytes_or_missing(r[0].subtree_saved_bytes),
+          priority=12, applies=lambda c: c.memory, optional=True),
+    _Spec("param_bytes", "Param bytes", lambda c, r: _bytes_or_missing(r[0].memory.param_bytes),
+          priority=13, applies=lambda c: c.memory, optional=True),
+    _Spec("bound", "Bound", lambda c, r: c.bounds.get(r[0].path, MISSING), priority=14,
+          right=False, applies=lambda c: bool(c.bounds), optional=True),
 )
+
+
+def _bytes_or_missing(n: int) -> str:
+    return format_bytes(n) if n else MISSING
+
+
+def _intensity(flops: int, moved: int) -> str:
+    return f"{flops / moved:.3g}" if moved and flops else MISSING
 
 
 def _dropped_note(headers: list[str], width: int) -> str:
@@ -320,15 +372,10 @@ def render_table(result: ProfileResult, sort_by: str = "total", depth: int | Non
     depth = _check_positive_int("depth", depth)
     row_limit = _check_positive_int("row_limit", row_limit)
     min_percent = _check_percent(min_percent)
-    if show_backward is None:
-        show_backward = _has_backward(result)
-
-    inc = _Inclusive(result.root)
+    ctx = tree_context(result, show_backward)
+    inc = ctx.inc
     rows, below_depth, below_percent = _select(result, sort_by, depth, min_percent, inc)
     shown = rows[:row_limit] if row_limit is not None else rows
-    total = result.total_time_ns
-
-    ctx = TreeContext(result, inc, total, show_backward)
     specs, chosen = pick_columns(TREE_COLUMNS, ctx, columns)
     width, color = _width_and_color(width, color)
     fitted, dropped = fit(specs, ctx, shown, width, chosen)
