@@ -6,7 +6,7 @@ import pytest
 
 import tracetorch
 from tracetorch.cli.main import main
-from tracetorch.core import Linear, Module, ReLU, Sequential, Tensor
+from tracetorch.core import Linear, Module, Tensor
 
 
 class CoreGate(Module):
@@ -80,40 +80,6 @@ def test_op_tables_survive_save_and_the_cli_prints_them(tmp_path, capsys):
     assert "sigmoid" in out and "relu" in out and "matmul" not in out
     assert main(["report", path, "--ops", "nope"]) == 2
     assert "no call path 'nope'" in capsys.readouterr().err
-
-
-def test_a_data_loader_is_the_data_phase(torch):
-    from torch.utils.data import DataLoader, TensorDataset
-
-    ticks = iter(range(0, 10**9, 1_000))
-    loader = DataLoader(TensorDataset(torch.ones(8, 2)), batch_size=2)
-    model = torch.nn.Linear(2, 1)
-    with tracetorch.profile(model, clock=lambda: next(ticks)) as prof:
-        for (x,) in loader:
-            model(x)
-            prof.step()
-    data = prof.find("data")
-    assert data.kind == "data" and data.type_name == "DataLoader"
-    assert data.calls == 4 and data.errors == 0  # the exhausted iterator is no failed call
-    assert prof.step_phases["data"].count == 4
-    assert prof.time_by_kind()["data"] == data.total_ns
-    assert "Step phases:" in str(prof)
-    assert vars(torch.utils.data.dataloader._BaseDataLoaderIter)["__next__"].__module__ == (
-        "torch.utils.data.dataloader")
-
-
-def test_step_phases_survive_save(tmp_path):
-    ticks = iter(range(0, 10**9, 1_000))
-    model = Sequential(Linear(2, 2), ReLU())
-    with tracetorch.profile(model, clock=lambda: next(ticks)) as prof:
-        for _ in range(3):
-            model(Tensor(np.ones((1, 2))))
-            prof.step()
-    prof.save(str(tmp_path / "run.json"))
-    again = tracetorch.load(str(tmp_path / "run.json"))
-    assert {k: v.to_dict() for k, v in again.step_phases.items()} == {
-        k: v.to_dict() for k, v in prof.step_phases.items()}
-    assert again.step_phases["forward"].count == 3
 
 
 @pytest.mark.parametrize("bad", [["x", 1, 2], ["x", -1, 0, 0]])
