@@ -5,9 +5,12 @@ import json
 import pathlib
 from typing import Any
 
+import numpy as np
 import pytest
 
+import tracetorch
 from support.trees import encoder_tree
+from tracetorch.core import Linear, ReLU, Sequential, Tensor
 from tracetorch.report.chrome import chrome_trace_events, export_chrome_trace
 from tracetorch.result import ProfileResult
 from tracetorch.tree import CallNode, TimelineEvent
@@ -220,3 +223,37 @@ def test_a_timeline_recorded_inside_another_profile_saves_and_exports(
         names = [e["name"] for e in chrome_trace_events(tracetorch.load(path))["traceEvents"]
                  if e["ph"] == "X"]
         assert names and set(names) == {"Linear"}
+
+
+def test_backward_spans_per_layer_nest_in_the_pass(torch: Any) -> None:
+    ticks = iter(range(0, 10**9, 1_000))
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(),
+                                torch.nn.Sequential(torch.nn.Linear(8, 2)))
+    with tracetorch.profile(model, timeline=True, clock=lambda: next(ticks)) as prof:
+        model(torch.ones(4, 8)).sum().backward()
+    spans = {event[0].path: event for event in prof.backward_timeline}
+    assert set(spans) == {"", "0", "1", "2", "2.0"}
+    passes = [e for e in prof.timeline if e[0].kind == "backward"]
+    assert len(passes) == 1
+    _, pass_start, pass_end, _ = passes[0]
+    for node, start, end, _ in prof.backward_timeline:
+        assert pass_start <= start < end <= pass_end  # inside the pass
+        parent = spans.get(node.parent.path) if node.parent.kind != "root" else None
+        if parent is not None:
+            assert parent[1] <= start and end <= parent[2]  # inside its parent's span
+    # Gradients flow from the last layer to the first.
+    assert spans["2.0"][1] < spans["1"][1] < spans["0"][1]
+    trace = chrome_trace_events(prof)
+    names = [e["name"] for e in trace["traceEvents"] if e.get("cat") == "backward"]
+    assert "0 (backward)" in names and "2.0 (backward)" in names
+
+
+def test_backward_spans_of_core_layers_survive_save(tmp_path: Any) -> None:
+    model = Sequential(Linear(4, 3), ReLU(), Linear(3, 2))
+    with tracetorch.profile(model, timeline=True) as prof:
+        model(Tensor(np.ones((2, 4)))).sum().backward()
+    assert {e[0].path for e in prof.backward_timeline} == {"layers.0", "layers.1", "layers.2"}
+    prof.save(str(tmp_path / "run.json"))
+    again = tracetorch.load(str(tmp_path / "run.json"))
+    assert [(e[0].path, e[1], e[2]) for e in again.backward_timeline] == [
+        (e[0].path, e[1], e[2]) for e in prof.backward_timeline]

@@ -116,8 +116,7 @@ def test_document_layout() -> None:
     assert data["format"] == FORMAT_NAME == "tracetorch-profile"
     assert data["version"] == FORMAT_VERSION == 1
     assert set(data) == {"format", "version", "meta", "root", "unsupported", "step_times",
-                         "step_phases",
-                         "dropped_events", "timeline"}
+                         "step_phases", "dropped_events", "timeline", "backward_timeline"}
     # Metadata is made JSON-safe rather than failing the save.
     assert data["meta"]["pid"] == 4242 and data["meta"]["shape"] == [1, 2]
     assert isinstance(data["meta"]["obj"], str)
@@ -164,7 +163,7 @@ def test_every_entry_point_reads_the_same_parts(tmp_path: pathlib.Path) -> None:
     parts = read_profile(tmp_path / "run.json")
     assert isinstance(parts, SavedProfile)
     assert parts._fields == ("root", "unsupported", "timeline", "dropped_events", "step_times",
-                             "meta", "step_phases")
+                             "meta", "step_phases", "backward_timeline")
     assert parts.unsupported == {"Dropout": 700} and parts.dropped_events == 3
     assert parse_profile(original.to_dict()).meta == parts.meta
     for loaded in (ProfileResult(*parts), ProfileResult.load(tmp_path / "run.json"),

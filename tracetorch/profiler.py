@@ -134,6 +134,7 @@ class profile(ProfileResult):
             count_ops=bool(ops), memory=bool(memory), op_timing=bool(op_timing),
             nvtx=bool(nvtx))
         self.timeline = self._collector.events
+        self.backward_timeline = self._collector.backward_events
         if schedule is not None and not callable(schedule):
             raise TypeError(f"schedule must be a tracetorch.schedule(...), got {schedule!r}")
         self.schedule = schedule
@@ -271,6 +272,7 @@ class profile(ProfileResult):
         # collector (same tree, same settings) keeps that frame from ever recording again.
         self._collector = Collector(self.root, **self._settings)
         self.timeline = self._collector.events
+        self.backward_timeline = self._collector.backward_events
         self._stale = False
 
     # ---------------------------------------------------------------- steps

@@ -82,7 +82,8 @@ class ProfileResult:
                  timeline: list[TimelineEvent] | None = None, dropped_events: int = 0,
                  step_times: TimeStats | None = None,
                  meta: dict[str, Any] | None = None,
-                 step_phases: dict[str, TimeStats] | None = None) -> None:
+                 step_phases: dict[str, TimeStats] | None = None,
+                 backward_timeline: list[TimelineEvent] | None = None) -> None:
         self.root = root
         self.unsupported: dict[str, int] = dict(unsupported or {})
         self.timeline = timeline
@@ -92,6 +93,9 @@ class ProfileResult:
         #: Per-step time of each phase (data, forward, backward, optimizer, other), one sample
         #: per step marked with ``step()``; see :mod:`tracetorch.phases`.
         self.step_phases: dict[str, TimeStats] = dict(step_phases or {})
+        #: With ``timeline=True``, the spans of each layer's backward work (events naming the
+        #: layer's node), for the Chrome trace.
+        self.backward_timeline = backward_timeline
 
     # ---------------------------------------------------------------- totals
     def nodes(self) -> list[CallNode]:

@@ -203,7 +203,12 @@ class Collector(CallTiming):
         type_name = _type_name(owner, kind, label)
         default = label or _DEFAULT_NAMES.get(kind, "{}").format(type_name)
         if parent_owner is None or parent_node.kind == "thread":
-            name = "" if owner is self.model else default
+            # One naming however the profile was opened: the model is "", as named_modules()
+            # names it; without one given, the first layer called at the top stands for it.
+            model = parent_node.children.get("")
+            first = self.model is None and kind == "module" and (
+                model is None or model.module_key == key)
+            name = "" if first or owner is self.model else default
         else:
             name = self._name_in(parent_owner, owner) or default
         if kind == "module":  # through DDP/FSDP wrappers, the user's own module names
@@ -479,18 +484,21 @@ class Collector(CallTiming):
         """Point the timeline events of the recording ``source`` at the nodes ``mapping`` merged
         them into, or drop them (``None``: the recording was not kept, a schedule's wait or
         warm-up step): every event of the profile's timeline names a node of its tree."""
-        if not self.events:
+        if not self.events and not self.backward_events:
             return
         moved = mapping if mapping is not None else dict.fromkeys(source.walk())
-        kept = []
-        for event in self.events:
-            if event[0] in moved:
-                target = moved[event[0]]
-                if target is not None:
-                    kept.append((target, event[1], event[2], event[3]))
-            else:
-                kept.append(event)
-        self.events[:] = kept  # in place: the profile holds this list as its timeline
+        for events in (self.events, self.backward_events):
+            if not events:
+                continue
+            kept = []
+            for event in events:
+                if event[0] in moved:
+                    target = moved[event[0]]
+                    if target is not None:
+                        kept.append((target, event[1], event[2], event[3]))
+                else:
+                    kept.append(event)
+            events[:] = kept  # in place: the profile holds these lists as its timelines
 
     def graft_into(self, source: CallNode, frame: Frame) -> None:
         """Hand the folded recording ``source`` to another profile, under its open call

@@ -176,7 +176,11 @@ class OpCounter:
         """Charge a gradient operation to the layer call whose forward created it."""
         frame = tag if tag is not None else _FRAME.get()
         if frame is not None:
-            frame.collector.add_backward(frame.node, flops, gemm, elapsed_ns)
+            collector = frame.collector
+            collector.add_backward(frame.node, flops, gemm, elapsed_ns)
+            if collector.backward_events is not None and frame.owner is not None:
+                end = collector.host_clock()  # (the root's own work is the pass's, no layer's)
+                collector.add_backward_span(frame.node, end - elapsed_ns, end)
 
     def backward_clock(self, tag: Frame | None) -> Callable[[], int]:
         """The clock that times gradient operations charged to ``tag``: the profile's own

@@ -44,6 +44,10 @@ class CallTiming:
         self.deferred: list[tuple[CallNode, int, int]] | None = None
         self.device_clock: Any = None
         self.events: list[tuple[CallNode, int, int, int]] | None = [] if timeline else None
+        #: With a timeline, the spans of backward work charged to each layer (host clock), in
+        #: the same form: the node is the layer whose forward made the gradients.
+        self.backward_events: list[tuple[CallNode, int, int, int]] | None = (
+            [] if timeline else None)
         #: The name of each thread whose calls are in :attr:`events`, by ident.
         self.thread_names: dict[int, str] = {}
         # Host clock and no timeline: the wrapper appends durations itself (the common case).
@@ -94,6 +98,24 @@ class CallTiming:
             events.append((node, start, end, thread))
             if thread not in self.thread_names:  # named as the trace's rows will be
                 self.thread_names[thread] = threading.current_thread().name
+        else:
+            self.dropped_events += 1
+
+    def add_backward_span(self, node: CallNode, start: int, end: int) -> None:
+        """Keep one span of ``node``'s backward work for the Chrome trace (with a timeline, up to
+        ``max_events`` with the calls); a span that continues the last one of the same layer in
+        this thread extends it."""
+        spans = self.backward_events
+        if spans is None or end <= start:
+            return
+        thread = threading.get_ident()
+        if spans:
+            last = spans[-1]
+            if last[0] is node and last[3] == thread and last[2] <= start:
+                spans[-1] = (node, last[1], end, thread)
+                return
+        if len(spans) + len(self.events or ()) < self.max_events:
+            spans.append((node, start, end, thread))
         else:
             self.dropped_events += 1
 

@@ -113,8 +113,9 @@ def chrome_trace_events(result: ProfileResult, origin: int | None = None) -> dic
     calls = sorted(result.timeline, key=lambda e: (e[1], -(e[2] - e[1]), depth_of(e[0])))
     if origin is None:
         origin = calls[0][1] if calls else 0
+    backward = list(getattr(result, "backward_timeline", None) or ())
     tids: dict[int, int] = {}
-    for _, _, _, raw in calls:
+    for _, _, _, raw in calls + backward:
         tids.setdefault(raw, len(tids) + 1)
 
     names = result.meta.get("thread_names")
@@ -134,6 +135,13 @@ def chrome_trace_events(result: ProfileResult, origin: int | None = None) -> dic
             "ph": "X", "name": node.path or node.type_name, "cat": node.kind,
             "ts": _us(start - origin), "dur": _us(end - start), "pid": pid, "tid": tids[raw],
             "args": args_of(node),
+        })
+    # Each layer's backward work, inside the backward pass's span on the same thread's row.
+    for node, start, end, raw in sorted(backward, key=lambda e: (e[1], -(e[2] - e[1]))):
+        events.append({
+            "ph": "X", "name": f"{node.path or node.type_name} (backward)", "cat": "backward",
+            "ts": _us(start - origin), "dur": _us(end - start), "pid": pid,
+            "tid": tids.setdefault(raw, len(tids) + 1), "args": args_of(node),
         })
     if result.dropped_events > 0:
         note = f"{result.dropped_events} events dropped (max_events reached)"

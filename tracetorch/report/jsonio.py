@@ -14,7 +14,8 @@ quantiles survive the trip exactly), shapes as lists (``null`` for a non-tensor 
 time_ns]`` rows and ``children`` as a list in call order. The transient FLOP-rule cache is not
 saved. ``step_phases``, ``memory`` and ``ops`` may be absent (files of earlier releases).
 
-The timeline, when one was recorded, is saved as ``[node, start_ns, end_ns, thread_id]`` rows,
+The timeline, when one was recorded, is saved as ``[node, start_ns, end_ns, thread_id]`` rows
+(and ``backward_timeline``, the spans of each layer's backward work, the same way),
 where ``node`` is the node's position in a depth-first, call-order walk of the saved tree (the
 root is 0). Indices rather than dotted paths, because a name may itself contain dots, and because
 the timeline is the bulky part of a file. It is capped when recorded, so the file stays bounded.
@@ -160,14 +161,9 @@ def result_to_dict(result: ProfileResult) -> dict[str, Any]:
         >>> data["format"], data["version"], data["timeline"]
         ('tracetorch-profile', 1, None)
     """
-    timeline: list[list[int]] | None = None
-    if result.timeline is not None:
-        index = {id(node): i for i, node in enumerate(result.root.walk())}
-        timeline = []
-        for node, start, end, tid in result.timeline:
-            if id(node) not in index:
-                raise ValueError(f"timeline event for {node!r} refers to a node outside the tree")
-            timeline.append([index[id(node)], int(start), int(end), int(tid)])
+    index = {id(node): i for i, node in enumerate(result.root.walk())}
+    timeline = _events_to_rows(result.timeline, index)
+    backward_timeline = _events_to_rows(getattr(result, "backward_timeline", None), index)
     with deep_recursion():
         root = _node_to_dict(result.root, _completeness(result.root))
     return {
@@ -180,7 +176,20 @@ def result_to_dict(result: ProfileResult) -> dict[str, Any]:
         "step_phases": {name: stats.to_dict() for name, stats in result.step_phases.items()},
         "dropped_events": int(result.dropped_events),
         "timeline": timeline,
+        "backward_timeline": backward_timeline,
     }
+
+
+def _events_to_rows(events: list[TimelineEvent] | None,
+                    index: dict[int, int]) -> list[list[int]] | None:
+    if events is None:
+        return None
+    rows = []
+    for node, start, end, tid in events:
+        if id(node) not in index:
+            raise ValueError(f"timeline event for {node!r} refers to a node outside the tree")
+        rows.append([index[id(node)], int(start), int(end), int(tid)])
+    return rows
 
 
 def save_result(result: ProfileResult, path: PathLike) -> None:
@@ -232,6 +241,7 @@ class SavedProfile(NamedTuple):
     step_times: TimeStats
     meta: dict[str, Any]
     step_phases: dict[str, TimeStats]
+    backward_timeline: list[TimelineEvent] | None
 
 
 class _Reader:
@@ -371,12 +381,13 @@ class _Reader:
             self.node(child, f"{at('children')}[{i}]", node)
         return node
 
-    def timeline(self, value: Any, nodes: list[CallNode]) -> list[TimelineEvent] | None:
+    def timeline(self, value: Any, nodes: list[CallNode],
+                 key: str = "timeline") -> list[TimelineEvent] | None:
         if value is None:
             return None
         events: list[TimelineEvent] = []
-        for i, row in enumerate(self.lst(value, "timeline")):
-            where = f"timeline[{i}]"
+        for i, row in enumerate(self.lst(value, key)):
+            where = f"{key}[{i}]"
             row = self.lst(row, where)
             if len(row) != 4:
                 self.fail(where, "expected [node, start_ns, end_ns, thread_id], "
@@ -438,9 +449,12 @@ def parse_profile(data: Any, source: str = "<dict>") -> SavedProfile:
     phases = {read.text(name, "step_phases"): read.stats(stats, f"step_phases.{name}")
               for name, stats in read.obj(data.get("step_phases", {}), "step_phases").items()}
     dropped = read.integer(read.field(data, "dropped_events", ""), "dropped_events", minimum=0)
-    timeline = read.timeline(data.get("timeline"), list(root.walk()))
+    nodes = list(root.walk())
+    timeline = read.timeline(data.get("timeline"), nodes)
+    backward_timeline = read.timeline(data.get("backward_timeline"), nodes, "backward_timeline")
     return SavedProfile(root, unsupported=unsupported, timeline=timeline, dropped_events=dropped,
-                        step_times=step_times, meta=dict(meta), step_phases=phases)
+                        step_times=step_times, meta=dict(meta), step_phases=phases,
+                        backward_timeline=backward_timeline)
 
 
 def read_profile(path: PathLike) -> SavedProfile:

@@ -284,6 +284,9 @@ class BackwardPass:
         self.clock = self.collector.host_clock
         self.open: list[CallNode] = []  # the innermost last
         self.spent: dict[CallNode, int] = {}  # every layer reached: its host ns so far
+        # With a timeline (host clock), when each open layer was entered: its span's start.
+        self.spans: dict[CallNode, int] | None = (
+            {} if self.collector.backward_events is not None and self.timer is None else None)
         self.flops: dict[CallNode, int] = {}
         self.last = self.clock()
         if self.timer is not None:
@@ -350,11 +353,11 @@ class BackwardPass:
                     self.flops[node] = self.flops.get(node, 0) + flops
             mark = mark.inner
         if innermost is not None and not (open_ and open_[-1] is innermost):
-            self._open(innermost)
+            self._open(innermost, now)
 
-    def _open(self, target: CallNode) -> None:
+    def _open(self, target: CallNode, now: int) -> None:
         # The target and its enclosing layers become the open ones; layers not enclosing it end.
-        open_, spent = self.open, self.spent
+        open_, spent, spans = self.open, self.spent, self.spans
         path = []
         node: CallNode | None = target
         while node is not None and node.parent is not None and node.kind != "thread" \
@@ -362,10 +365,14 @@ class BackwardPass:
             path.append(node)
             node = node.parent
         while open_ and open_[-1] is not node:
-            open_.pop()
+            ended = open_.pop()
+            if spans is not None:
+                self.collector.add_backward_span(ended, spans.pop(ended), now)
         for entered in reversed(path):
             open_.append(entered)
             spent.setdefault(entered, 0)
+            if spans is not None:
+                spans[entered] = now
         if self.timer is not None:
             self.timer.mark(open_[-1].frame if open_ else self.frame)
 
@@ -373,7 +380,11 @@ class BackwardPass:
         """End of the pass: the last open layer's time, device spans, one sample per layer."""
         spent = self.spent
         if self.open and self.timer is None:
-            spent[self.open[-1]] += self.clock() - self.last
+            now = self.clock()
+            spent[self.open[-1]] += now - self.last
+            if self.spans is not None:
+                for node in reversed(self.open):  # inner spans end first, as calls do
+                    self.collector.add_backward_span(node, self.spans.pop(node), now)
         self.open = []
         if self.timer is not None:
             for frame, elapsed in self.timer.resolve():
