@@ -129,8 +129,9 @@ def recorded(request: pytest.FixtureRequest) -> ProfileResult:
 
 def text_cells(result: ProfileResult) -> dict[int, dict[str, str]]:
     """The text report's cell for every node (by depth-first position) and column key."""
+    # Every column the text report can show for this profile, memory ones included.
     ctx = tree_context(result)
-    specs = [s for s in TREE_COLUMNS if s.applies(ctx) and not s.optional and s.key != "name"]
+    specs = [s for s in TREE_COLUMNS if s.applies(ctx) and s.key not in ("name", "bound")]
     return {i: {s.key: s.cell(ctx, (node, node.depth)) for s in specs}
             for i, node in enumerate(result.root.walk()) if i}
 

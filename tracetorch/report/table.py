@@ -324,7 +324,11 @@ def _bytes_or_missing(n: int) -> str:
 
 
 def _intensity(flops: int, moved: int) -> str:
-    return f"{flops / moved:.3g}" if moved and flops else MISSING
+    # Three significant figures (whole from 1000, never an exponent), as the HTML report shows.
+    if not (moved and flops):
+        return MISSING
+    value = flops / moved
+    return f"{value:.3g}" if value < 1000 else f"{value:.0f}"
 
 
 def _dropped_note(headers: list[str], width: int) -> str:

@@ -23,7 +23,23 @@ function withUnit(n, unit) { var s = split3(n, 7); return s[0] + " " + COUNT_PRE
 function fmtCount(n) { var s = split3(n, 7); return s[1] ? s[0] + " " + COUNT_PREFIXES[s[1]] : s[0]; }
 function fmtFlops(n) { return withUnit(n, "FLOPs"); }
 function fmtMacs(n) { return n === null ? MISSING : withUnit(n, "MACs"); }
-function fmtBytes(n) { return n === null ? MISSING : withUnit(n, "B"); }
+// Sizes in binary units (KiB = 1024 B), as units.format_bytes and allocators print them.
+var BYTE_UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+function fmtBytes(n) {
+  if (n === null) return MISSING;
+  if (Number.isInteger(n) && Math.abs(n) < 1024) return String(n) + " B";
+  var m = Math.abs(n), i = 0;
+  while (m >= 1024 && i < BYTE_UNITS.length - 1) { m /= 1024; i++; }
+  var r = Number(m.toPrecision(3));
+  if (r >= 1000 && i < BYTE_UNITS.length - 1) { r = Number((m / 1024).toPrecision(3)); i++; }
+  var text = r < 1 ? String(r) : r.toFixed(r < 10 ? 2 : r < 100 ? 1 : 0);
+  return (n < 0 ? "-" : "") + text + " " + BYTE_UNITS[i];
+}
+// FLOPs per byte as the text table prints it: three significant figures, whole above 1000.
+function fmtIntensity(v) {
+  if (v === null) return MISSING;
+  return v < 1000 ? String(Number(v.toPrecision(3))) : v.toFixed(0);
+}
 function fmtTime(ns) { var s = split3(ns, 4); return s[0] + " " + TIME_UNITS[s[1]]; }
 function fmtRate(flops, ns) { return ns > 0 ? withUnit(flops * 1e9 / ns, "FLOP/s") : MISSING; }
 function fmtPercent(part, whole) { return whole ? (100 * part / whole).toFixed(1) + "%" : MISSING; }
@@ -63,7 +79,10 @@ function buildNodes(root) {
     n.totalNs = r.kind === "thread" || r.kind === "root" ? kidsNs : r.time.total_ns;
     n.selfNs = Math.max(0, r.time.total_ns - kidsNs);
     n.completeness = r.completeness;  // saved with the node, as CallNode.completeness derives it
-    n.bytes = n.memory ? bytesMoved(n.memory, n.calls) : null;
+    n.bytes = n.memory ? bytesMoved(n.memory, n.calls) || null : null;
+    // Saved for backward: the subtree's, as the text table's Saved column (inclusive).
+    n.saved = n.memory ? n.memory.saved_bytes || 0 : 0;
+    n.kids.forEach(function (c) { n.saved += nodes[c].saved; });
   }
   return nodes;
 }
@@ -194,7 +213,7 @@ function tableColumns(data, nodes) {
   var hasField = function (key) { return nodes.some(function (n) { return n.memory && n.memory[key]; }); };
   var hasLabel = nodes.some(function (n) { return bottleneckOf(n, data) !== null; });
   function memory(key, title) {
-    return {key: key, title: title, show: hasField(key), value: function (n) { return n.memory ? n.memory[key] : null; }, fmt: fmtBytes};
+    return {key: key, title: title, show: hasField(key), value: function (n) { return n.memory && n.memory[key] ? n.memory[key] : null; }, fmt: fmtBytes};
   }
   var isBwd = function (n) { return n.kind === "backward"; };
   var columns = [
@@ -212,11 +231,13 @@ function tableColumns(data, nodes) {
     {key: "bwd_time", title: "Bwd time", show: hasBackward, value: function (n) { return isBwd(n) ? n.totalNs : n.bwdNs; },
      fmt: function (v) { return v === null ? MISSING : fmtTime(v); }},
     {key: "bwd_flops", title: "Bwd FLOPs", show: hasBackward, value: function (n) { return isBwd(n) ? n.flops : n.bwdFlops; }, fmt: fmtFlops},
-    memory("input_bytes", "Input"), memory("output_bytes", "Output"), memory("param_bytes", "Params"),
-    memory("saved_bytes", "Saved"), memory("device_peak_bytes", "Device peak"),
+    memory("input_bytes", "Input"), memory("output_bytes", "Output"),
+    memory("param_bytes", "Param bytes"),
+    {key: "saved", title: "Saved", show: hasField("saved_bytes"), value: function (n) { return n.saved || null; }, fmt: fmtBytes},
+    memory("device_peak_bytes", "Device peak"),
     {key: "bytes", title: "Bytes moved", show: hasMemory, value: function (n) { return n.bytes; }, fmt: fmtBytes},
-    {key: "intensity", title: "FLOP/B", show: hasMemory, value: function (n) { return n.bytes ? n.flops / n.bytes : null; },
-     fmt: function (v) { return v === null ? MISSING : v.toPrecision(3); }},
+    {key: "intensity", title: "FLOPs/B", show: hasMemory, value: function (n) { return n.bytes && n.flops ? n.flops / n.bytes : null; },
+     fmt: fmtIntensity},
     {key: "label", title: "Bottleneck", show: hasLabel, value: function (n) { return bottleneckOf(n, data); },
      fmt: function (v) { return v === null ? MISSING : v; }}
   ];
