@@ -20,10 +20,10 @@ import warnings
 import weakref
 from typing import Any, Callable
 
-from tracetorch.distributed.wrappers import wrapper_name
 from tracetorch.engine.fold import fold_touched, fold_tree, graft
 from tracetorch.engine.hotpath import Frame
 from tracetorch.engine.timing import CallTiming, Clock
+from tracetorch.engine.wrappers import wrapper_name
 from tracetorch.flops.registry import NO_RULE, FlopCount, FlopRegistry, default_registry
 from tracetorch.introspect import (
     bound_inputs,
