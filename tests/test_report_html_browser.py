@@ -286,3 +286,25 @@ def test_a_core_model_without_training(browser: Any, tmp_path: Path) -> None:
     keys = report.page.eval_on_selector_all("#tt-table th", "ths => ths.map(t => t.dataset.key)")
     assert "bwd_time" not in keys and {"calls", "flops", "macs", "self", "total"} <= set(keys)
     report.close()
+
+
+def test_a_merged_distributed_profile_shows_its_ranks(browser: Any, tmp_path: Path) -> None:
+    from tracetorch.distributed import merge_profiles
+
+    def rank_profile(rank: int, ns: int) -> ProfileResult:
+        root = CallNode.root()
+        fc = root.child("fc", "Linear", "m0")
+        fc.time.add(ns)
+        fc.flops_source = "rule"
+        return ProfileResult(root, meta={"distributed": {"rank": rank, "world_size": 3}})
+
+    merged = merge_profiles([rank_profile(0, 100), rank_profile(1, 300), rank_profile(2, 200)])
+    report = Report(browser, merged, tmp_path / "ranks.html")
+    (row,) = report.rows()
+    cells = {key: cell["text"] for key, cell in row["cells"].items()}
+    assert (cells["rank_min"], cells["rank_median"], cells["rank_max"],
+            cells["slowest_rank"]) == ("100 ns", "200 ns", "300 ns", "1")
+    ranks = report.page.inner_text("#tt-ranks pre")
+    assert ranks.startswith("Ranks: 3 of 3")
+    assert "distributed" not in report.page.inner_text("#tt-meta")  # shown above, not as a blob
+    report.close()

@@ -5,9 +5,9 @@ model as their attribute ``module``, so its layers would be ``module.fc1`` in th
 top-level wrapper would be named ``DistributedDataParallel``. The collector names through them
 instead: the wrapped model's node is unnamed (as a profiled model's own node is), and a
 top-level wrapper takes the wrapped model's name, so the paths are those of the same model run
-in one process (``fc1``, with or without ``profile(model)``: the wrapper is the model). The wrapper's
-own node stays, with its own time (bucket preparation and the like). Set the environment
-variable ``TRACETORCH_WRAPPER_NAMES=1`` to keep the wrappers' names as they are.
+in one process (``fc1``, with or without ``profile(model)``: the wrapper is the model). The
+wrapper's own node stays, with its own time (bucket preparation and the like). Set the
+environment variable ``TRACETORCH_WRAPPER_NAMES=1`` to keep the wrappers' names as they are.
 
 Recognised by class name and module, so torch is never imported here (the engine imports this
 module: it must stay light).

@@ -139,7 +139,8 @@ def page_data(result: ProfileResult, title: str | None = None) -> tuple[dict[str
                                                                          dict[str, Any]]:
     """The two JSON objects the page embeds: the profile (``result_to_dict`` without the
     timeline) and the report extras (``title``, ``version``, ``summary`` as label/value pairs,
-    ``notes``: the rest of the text summary, verbatim; ``bottleneck`` with a machine).
+    ``notes``: the rest of the text summary, verbatim; ``bottleneck`` with a machine; ``ranks``
+    for a merged distributed profile).
 
     Example:
         >>> from tracetorch.result import ProfileResult
@@ -159,7 +160,26 @@ def page_data(result: ProfileResult, title: str | None = None) -> tuple[dict[str
     bottleneck = _bottleneck(result)
     if bottleneck is not None:
         report["bottleneck"] = bottleneck
+    ranks = _ranks(result)
+    if ranks is not None:
+        report["ranks"] = ranks
     return data, report
+
+
+def _ranks(result: ProfileResult) -> dict[str, Any] | None:
+    """A merged distributed profile's ranks side by side (the text report's rank section) and
+    each layer's time across ranks: ``{path: [min, median, max ns, slowest rank]}``."""
+    facts = result.meta.get("distributed")
+    if not isinstance(facts, dict) or not facts.get("merged"):
+        return None
+    # Imported here: the merge reads results, which reports must not import at load time.
+    from tracetorch.distributed.merge import node_spreads
+    from tracetorch.distributed.summary import render_ranks
+
+    spreads = {node.path: [spread.total.min_ns, spread.total.median_ns, spread.total.max_ns,
+                           spread.total.slowest_rank]
+               for node, spread in node_spreads(result).items() if spread.total.ranks}
+    return {"text": render_ranks(result), "spreads": spreads}
 
 
 #: A footer line "Label:  value" (a label of a few words, then the value).

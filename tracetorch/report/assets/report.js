@@ -195,7 +195,8 @@ function metaText(value) {
 
 function renderMeta(data, report) {
   var rows = el("tbody"), meta = data.meta;
-  var keys = Object.keys(meta).sort();
+  // A merge's per-rank facts have their own section (Ranks); here they would be one huge line.
+  var keys = Object.keys(meta).sort().filter(function (k) { return !(k === "distributed" && data.ranks); });
   keys.forEach(function (k) {
     rows.appendChild(el("tr", {}, [el("th", {text: k}), el("td", {text: metaText(meta[k])})]));
   });
@@ -241,6 +242,17 @@ function tableColumns(data, nodes) {
     {key: "label", title: "Bottleneck", show: hasLabel, value: function (n) { return bottleneckOf(n, data); },
      fmt: function (v) { return v === null ? MISSING : v; }}
   ];
+  // A merged distributed profile: each layer's inclusive time across ranks, and the slowest.
+  var spreads = data.ranks ? data.ranks.spreads : null;
+  var spread = function (i) { return function (n) { var s = spreads[n.path]; return s ? s[i] : null; }; };
+  if (spreads) {
+    var time = function (v) { return v === null ? MISSING : fmtTime(v); };
+    columns.push({key: "rank_min", title: "Rank min", show: true, value: spread(0), fmt: time},
+                 {key: "rank_median", title: "Rank median", show: true, value: spread(1), fmt: time},
+                 {key: "rank_max", title: "Rank max", show: true, value: spread(2), fmt: time},
+                 {key: "slowest_rank", title: "Slowest rank", show: true, value: spread(3),
+                  fmt: function (v) { return v === null ? MISSING : String(v); }});
+  }
   return columns.filter(function (c) { return c.show; });
 }
 
@@ -395,6 +407,7 @@ function main() {
   var data = readJson("tt-profile"), report = readJson("tt-report");
   // Labels the Python side derived (the bottleneck analysis), where the profile has them.
   if (report.bottleneck && !data.bottleneck) data.bottleneck = report.bottleneck;
+  if (report.ranks) data.ranks = report.ranks;
   var nodes = buildNodes(data.root);
   var app = document.getElementById("tt-app");
   var meta = data.meta, subtitle = [meta.date, meta.device, meta.framework].filter(Boolean).join(" \u00b7 ");
@@ -409,6 +422,7 @@ function main() {
   performance.mark("tt-table-icicle");
   var roofline = rooflineSection(nodes, data);
   if (roofline) app.appendChild(roofline);
+  if (data.ranks) app.appendChild(section("tt-ranks", "Ranks", [el("pre", {className: "tt-notes", text: data.ranks.text})]));
   app.appendChild(renderMeta(data, report));
   window.addEventListener("resize", function () { icicle.draw(); });
   // For tests and scripts: what the page shows, without scraping pixels.
