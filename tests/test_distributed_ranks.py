@@ -75,11 +75,11 @@ def test_two_ranks_are_one_report_that_names_the_slowed_rank(ranks, tmp_path):
         assert (row["forward_flops"], row["backward_flops"]) == (
             reference.forward_flops, reference.backward_flops)
         assert row["steps"] == ranks.STEPS
-    # the layers keep the model's own names: no "module." level
-    assert {n.path for n in merged.nodes() if n.kind == "module"} >= {
-        "Sequential", "Sequential.0", "Sequential.1", "Sequential.2", "Sequential.3"}
+    # the layers keep the model's own names, the model "" as named_modules() has it: no
+    # "module." level
+    assert {n.path for n in merged.nodes() if n.kind == "module"} >= {"", "0", "1", "2", "3"}
     assert not any(".module" in n.path for n in merged.nodes())
-    layer = merged.find("Sequential.0")
+    layer = merged.find("0")
     assert layer.calls == 2 * ranks.STEPS
     assert node_spreads(merged)[layer].total.ranks == 2
     # DDP's default buckets: the whole model (far below 25 MiB) in one bucket per step
@@ -92,12 +92,19 @@ def test_two_ranks_are_one_report_that_names_the_slowed_rank(ranks, tmp_path):
     assert merged.find("backward.all_reduce").calls == 2 * ranks.STEPS
     straggler = facts["straggler"]
     assert straggler["rank"] == 1
-    assert straggler["layers"][0]["path"] == "Sequential.2"
+    assert straggler["layers"][0]["path"] == "2"
+    # The HTML report shows the ranks side by side and each layer across them.
+    from tracetorch.report.html import page_data
+
+    shown = page_data(merged)[1]["ranks"]
+    assert sorted(shown["ranks"]) == ["0", "1"] and shown["straggler"]["rank"] == 1
+    slowest = shown["spreads"]["2"]
+    assert slowest[3] == 1 and slowest[0] <= slowest[1] <= slowest[2]
     # each rank's own profile, beside the merge, for `report --rank N`
     assert facts["rank_files"] == {"0": "job.rank0.json", "1": "job.rank1.json"}
     one = tt.load(str(tmp_path / "job.rank1.json"))
     assert one.meta["distributed"]["rank"] == 1
-    assert one.find("Sequential.0").calls == ranks.STEPS
+    assert one.find("0").calls == ranks.STEPS
 
 
 def test_three_ranks_up_a_tree_with_a_bucket_per_parameter(ranks, tmp_path, capsys):
@@ -114,7 +121,7 @@ def test_three_ranks_up_a_tree_with_a_bucket_per_parameter(ranks, tmp_path, caps
     assert bucket.bytes == 3 * ranks.STEPS * sum(params)
     assert bucket.ranks.ranks == 3
     assert merged.meta["distributed"]["straggler"]["rank"] == 2
-    spread = node_spreads(merged)[merged.find("Sequential.2")]
+    spread = node_spreads(merged)[merged.find("2")]
     assert spread.self.slowest_rank == 2
     # the report: the merged tree and the ranks; --rank N: one rank's own profile
     assert main(["report", path]) == 0
@@ -165,5 +172,5 @@ def test_torchrun_runs_tracetorch_run_on_every_rank(ranks, tmp_path):
     assert "Ranks: 2 of 2" in done.stderr and "straggler: rank 1:" in done.stderr
     merged = tt.load(str(tmp_path / "job.json"))
     assert sorted(rank_rows(merged)) == [0, 1]
-    assert merged.find("Sequential.0").calls == 2 * 3
+    assert merged.find("0").calls == 2 * 3
     assert (tmp_path / "job.rank1.json").exists()

@@ -304,7 +304,9 @@ def test_a_merged_distributed_profile_shows_its_ranks(browser: Any, tmp_path: Pa
     cells = {key: cell["text"] for key, cell in row["cells"].items()}
     assert (cells["rank_min"], cells["rank_median"], cells["rank_max"],
             cells["slowest_rank"]) == ("100 ns", "200 ns", "300 ns", "1")
-    ranks = report.page.inner_text("#tt-ranks pre")
-    assert ranks.startswith("Ranks: 3 of 3")
+    ranks = report.page.eval_on_selector_all(
+        "#tt-ranks tbody tr", "rows => rows.map(r => r.cells[0].textContent)")
+    assert ranks == ["0", "1", "2"]
+    assert "3 of 3 ranks" in report.page.inner_text("#tt-ranks")
     assert "distributed" not in report.page.inner_text("#tt-meta")  # shown above, not as a blob
     report.close()

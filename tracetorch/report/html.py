@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from tracetorch.report.jsonio import deep_recursion, result_to_dict
 from tracetorch.report.summary import summary_lines
+from tracetorch.stats import TimeStats
 
 if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
     from tracetorch.result import ProfileResult
@@ -167,19 +168,24 @@ def page_data(result: ProfileResult, title: str | None = None) -> tuple[dict[str
 
 
 def _ranks(result: ProfileResult) -> dict[str, Any] | None:
-    """A merged distributed profile's ranks side by side (the text report's rank section) and
-    each layer's time across ranks: ``{path: [min, median, max ns, slowest rank]}``."""
+    """A merged distributed profile's rank rows and straggler (as the merge saved them) and
+    each layer's inclusive time across ranks, ``{path: [min, median, max ns, slowest rank]}``,
+    read from the merge's saved spreads (``tracetorch.distributed.merge``'s format: one per
+    node of a depth-first walk), so that no report module imports the distributed package."""
     facts = result.meta.get("distributed")
     if not isinstance(facts, dict) or not facts.get("merged"):
         return None
-    # Imported here: the merge reads results, which reports must not import at load time.
-    from tracetorch.distributed.merge import node_spreads
-    from tracetorch.distributed.summary import render_ranks
-
-    spreads = {node.path: [spread.total.min_ns, spread.total.median_ns, spread.total.max_ns,
-                           spread.total.slowest_rank]
-               for node, spread in node_spreads(result).items() if spread.total.ranks}
-    return {"text": render_ranks(result), "spreads": spreads}
+    spreads: dict[str, list[float]] = {}
+    for node, saved in zip(result.root.walk(), facts.get("nodes") or ()):
+        if not isinstance(saved, dict) or not isinstance(saved.get("total"), dict):
+            continue
+        total = saved["total"]
+        stats = TimeStats.from_dict(total["stats"])
+        if stats.count:
+            spreads[node.path] = [stats.min_ns, stats.quantile(0.5), stats.max_ns,
+                                  total["slowest"][0]]
+    return {"ranks": facts.get("ranks", {}), "straggler": facts.get("straggler"),
+            "world_size": facts.get("world_size"), "spreads": spreads}
 
 
 #: A footer line "Label:  value" (a label of a few words, then the value).

@@ -187,6 +187,39 @@ function renderSummary(data, report, nodes) {
     whole ? bar : null, whole ? legend : null, lines, notes]);
 }
 
+// A merged distributed profile: one row per rank, side by side, and the straggler's evidence.
+function ranksSection(ranks) {
+  var time = function (v) { return v === undefined || v === null ? MISSING : fmtTime(v); };
+  var heads = ["Rank", "Host", "Device", "Backend", "Steps", "Step p50", "Compute", "In collectives",
+    "Layer calls", "FLOPs"];
+  var body = el("tbody");
+  Object.keys(ranks.ranks).map(Number).sort(function (a, b) { return a - b; }).forEach(function (r) {
+    var row = ranks.ranks[r], slow = ranks.straggler && ranks.straggler.rank === r;
+    var cells = [String(r), row.host || MISSING, row.device || MISSING, row.backend || MISSING,
+      String(row.steps || 0), time(row.step_median_ns), time(row.compute_ns), time(row.collective_ns),
+      fmtCount(row.layer_calls || 0), fmtFlops(row.flops || 0)];
+    body.appendChild(el("tr", {className: slow ? "tt-straggler" : ""},
+      cells.map(function (c, i) { return el("td", {text: c, className: i > 3 ? "tt-num" : ""}); })));
+  });
+  var head = el("thead", {}, [el("tr", {}, heads.map(function (h) { return el("th", {text: h}); }))]);
+  var shown = Object.keys(ranks.ranks).length, parts = [
+    el("p", {text: shown + " of " + (ranks.world_size || shown) + " ranks"}),
+    el("table", {className: "tt-ranks-table"}, [head, body])];
+  var s = ranks.straggler;
+  if (s) {
+    parts.push(el("p", {className: "tt-straggler-note", text: "Straggler: rank " + s.rank + ", compute " +
+      time(s.compute_ns) + ", " + time(s.excess_ns) + " over the other ranks' median (" +
+      time(s.others_median_ns) + "); it waits " + time(s.wait_ns) + " in collectives, they wait " +
+      time(s.others_wait_median_ns) + "."}));
+    (s.layers || []).forEach(function (l) {
+      parts.push(el("p", {className: "tt-straggler-note", text: l.path + ": +" +
+        time(l.rank_ns - l.others_median_ns) + " self time (" + time(l.rank_ns) + " against " +
+        time(l.others_median_ns) + ")"}));
+    });
+  }
+  return section("tt-ranks", "Ranks", parts);
+}
+
 function metaText(value) {
   if (value === null || typeof value !== "object") return String(value);
   if (Array.isArray(value)) return value.map(metaText).join(" ");
@@ -422,7 +455,7 @@ function main() {
   performance.mark("tt-table-icicle");
   var roofline = rooflineSection(nodes, data);
   if (roofline) app.appendChild(roofline);
-  if (data.ranks) app.appendChild(section("tt-ranks", "Ranks", [el("pre", {className: "tt-notes", text: data.ranks.text})]));
+  if (data.ranks) app.appendChild(ranksSection(data.ranks));
   app.appendChild(renderMeta(data, report));
   window.addEventListener("resize", function () { icicle.draw(); });
   // For tests and scripts: what the page shows, without scraping pixels.
