@@ -34,9 +34,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tracetorch.distributed.spread import Spread
+from tracetorch.engine.fold import add_recorded
 from tracetorch.result import EXACT_STEPS, ProfileResult
 from tracetorch.stats import TimeStats
-from tracetorch.tree import MAX_SHAPES, CallNode
+from tracetorch.tree import CallNode
 
 __all__ = ("RankMerge", "NodeSpread", "CollectiveSite", "merge_profiles", "tree_merge",
            "node_spreads", "rank_rows", "collective_sites", "META_KEY")
@@ -388,27 +389,6 @@ def _copy_stats(stats: TimeStats) -> TimeStats:
     return copy
 
 
-def _add_fields(node: CallNode, source: CallNode) -> None:
-    """Add ``source``'s recorded quantities (one rank's, or a partial merge's) to ``node``."""
-    node.time.merge(source.time)
-    node.backward_time.merge(source.backward_time)
-    node.flops += source.flops
-    node.gemm_flops += source.gemm_flops
-    if source.macs is not None:
-        node.macs = (node.macs or 0) + source.macs
-    if node.flops_source == "none":
-        node.flops_source = source.flops_source
-    node.params = max(node.params, source.params)
-    for mine, theirs in ((node.input_shapes, source.input_shapes),
-                         (node.output_shapes, source.output_shapes)):
-        for sig in theirs:
-            if sig not in mine and len(mine) < MAX_SHAPES:
-                mine.append(sig)
-    node.backward_flops += source.backward_flops
-    node.backward_gemm_flops += source.backward_gemm_flops
-    node.errors += source.errors
-
-
 def _fold_tree(target: CallNode, source: CallNode) -> list[tuple[CallNode, CallNode]]:
     """Add every node of ``source`` into ``target``'s tree by call path (children matched by
     name, new ones appended in their call order); returns (target node, source node) pairs.
@@ -421,7 +401,7 @@ def _fold_tree(target: CallNode, source: CallNode) -> list[tuple[CallNode, CallN
             node = mine.children.get(name)
             if node is None:
                 node = mine.child(name, child.type_name, child.module_key, child.kind)
-            _add_fields(node, child)
+            add_recorded(child, node)
             pairs.append((node, child))
             stack.append((node, child))
     return pairs

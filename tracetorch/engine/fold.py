@@ -25,7 +25,7 @@ from tracetorch.tree import CallNode
 if TYPE_CHECKING:
     from tracetorch.engine.hotpath import Frame
 
-__all__ = ("fold_tree", "fold_touched", "merge_tree", "graft")
+__all__ = ("fold_tree", "fold_touched", "merge_tree", "graft", "add_recorded")
 
 #: The same node in the source tree and in the tree it was merged into.
 NodeMap = dict[CallNode, CallNode]
@@ -128,8 +128,10 @@ def _fold_node(node: CallNode, flops: int, gemm: int, macs: int) -> tuple[int, i
     return inclusive, inclusive_gemm, inclusive_macs
 
 
-def _add_recorded(source: CallNode, target: CallNode) -> None:
-    """Add what ``source`` itself recorded (not its children) to ``target``."""
+def add_recorded(source: CallNode, target: CallNode) -> None:
+    """Add what ``source`` itself recorded (not its children) to ``target``: its calls and
+    their times, FLOPs, backward work, errors, memory and operations (another recording of the
+    same call path: a nested profile's, another rank's)."""
     target.time.merge(source.time)
     target.backward_time.merge(source.backward_time)
     target.flops += source.flops
@@ -155,7 +157,7 @@ def merge_tree(source: CallNode, target: CallNode, mapping: NodeMap | None = Non
     to. Fold ``source`` first."""
     mapping = {} if mapping is None else mapping
     mapping[source] = target
-    _add_recorded(source, target)
+    add_recorded(source, target)
     for name, child in source.children.items():
         merged = target.child(name, child.type_name, child.module_key, child.kind)
         if merged.rule_state == "none":
@@ -190,7 +192,7 @@ def graft(source: CallNode, owners: dict[str, Any], frame: Frame) -> NodeMap:
 def _graft_subtree(source: CallNode, target: CallNode, owners: dict[str, Any], mapping: NodeMap,
                    outer: Any) -> None:
     mapping[source] = target
-    _add_recorded(source, target)
+    add_recorded(source, target)
     for name, child in source.children.items():
         owner = owners.get(child.module_key)
         key = outer.module_key(owner) if owner is not None else child.module_key
