@@ -99,7 +99,7 @@ def test_class_defined_inside_the_block_is_recorded_and_restored():
                 return x * 2
 
         Late()(Tensor(np.ones(3, dtype=np.float32)))
-    assert prof.find("Late").calls == 1 and prof.find("Late").flops == 3
+    assert prof.find("").calls == 1 and prof.find("").flops == 3
     assert "forward" in vars(Late)
     assert not tracetorch.engine.patches.is_instrumented(vars(Late)["forward"])
     after = forwards_of_every_core_class()
@@ -215,6 +215,55 @@ def test_training_step_shares_and_optimizer_node():
     # The backward row summarises its passes; totals count that work once, on the layers.
     assert prof.find("backward").flops == prof.backward_flops > 0
     assert prof.forward_flops == sum(n.flops for n in prof.nodes() if n.kind != "backward")
+
+
+def _training_step_parts(framework, request):
+    """A model, its loss, an SGD optimizer and a step running the three, in ``framework``."""
+    if framework == "torch":
+        torch = request.getfixturevalue("torch")
+        nn = torch.nn
+        model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+        criterion, optimizer = nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters(), lr=0.1)
+        x, y = torch.ones(16, 4), torch.zeros(16, dtype=torch.long)
+        layers = ["0", "1", "2"]
+    else:
+        from tracetorch.core import SGD, CrossEntropyLoss
+
+        model = Sequential(Linear(4, 8), ReLU(), Linear(8, 3))
+        criterion, optimizer = CrossEntropyLoss(), SGD(model.parameters(), lr=0.1)
+        x, y = Tensor(np.ones((16, 4), dtype=np.float32)), np.zeros(16, dtype=int)
+        layers = ["layers.0", "layers.1", "layers.2"]
+
+    def step():
+        optimizer.zero_grad()
+        criterion(model(x), y).backward()
+        optimizer.step()
+
+    return model, step, layers
+
+
+@pytest.mark.parametrize("framework", ["core", "torch"])
+def test_every_way_of_opening_a_profile_gives_the_same_call_paths(framework, request):
+    model, step, layers = _training_step_parts(framework, request)
+    with tracetorch.profile() as bare:  # no model: the first top-level layer stands for it
+        for _ in range(2):
+            step()
+    with tracetorch.profile(model) as given:
+        for _ in range(2):
+            step()
+    decorated = tracetorch.profile()(step)
+    for _ in range(2):
+        decorated()
+
+    def paths(prof):
+        return [(n.path, n.type_name, n.kind, n.calls) for n in prof.nodes()]
+
+    assert paths(bare) == paths(given) == paths(decorated.profile)
+    # The model is "" and its layers as named_modules() names them; the loss, called after
+    # it at the top level, by its type.
+    assert [n.path for n in given.nodes()] == [
+        "", *layers, "CrossEntropyLoss", "backward", "SGD.step"]
+    assert given.find("").type_name == "Sequential" and given.find("").calls == 2
 
 
 class _OpSum:

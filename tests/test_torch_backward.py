@@ -102,7 +102,7 @@ def test_loss_maths_outside_layers_lands_on_the_backward_node():
     back = prof.find("backward")
     assert back.calls == 1
     assert back.backward_flops == 2 * (2 * 3 * 4 * 4)  # both gradients of the root-level product
-    assert prof.find("Linear").backward_flops == 2 * 4 * 3 * 4
+    assert prof.find("").backward_flops == 2 * 4 * 3 * 4
 
 
 def test_autograd_grad_and_direct_backward_are_counted():
@@ -112,7 +112,7 @@ def test_autograd_grad_and_direct_backward_are_counted():
         (grad,) = torch.autograd.grad(lin(x).sum(), x)
         torch.autograd.backward(lin(x).sum())
     assert grad.shape == x.shape
-    node = prof.find("Linear")
+    node = prof.find("")
     assert node.calls == 2
     assert node.backward_flops == 2 * 3 * 4 * 4 + 2 * (2 * 3 * 4 * 4)
     assert node.backward_time.count == 2
@@ -237,14 +237,14 @@ def test_only_gradients_the_pass_computes_are_counted():
     product = 2 * 3 * 4 * 5
     with tracetorch.profile() as prof:
         torch.autograd.grad(lin(x).sum(), [lin.weight])   # the input's gradient is not needed
-    assert prof.find("Linear").backward_flops == product
+    assert prof.find("").backward_flops == product
     with tracetorch.profile() as prof:
         lin(x).sum().backward(inputs=[x])                 # nor the weight's here
-    assert prof.find("Linear").backward_flops == product
+    assert prof.find("").backward_flops == product
     lin.weight.requires_grad_(False)
     with tracetorch.profile() as prof:
         lin(x).sum().backward()                           # a frozen weight has no gradient
-    assert prof.find("Linear").backward_flops == product
+    assert prof.find("").backward_flops == product
 
 
 def test_a_graph_built_in_a_block_runs_no_tracetorch_work_after_it():
@@ -323,7 +323,7 @@ def test_a_pass_started_inside_a_layer_with_a_rule_is_recorded():
     (node,) = [n for n in prof.root.walk() if n.kind == "backward"]
     assert node.parent.type_name == "GradientPenalty"
     assert node.calls == 1
-    assert prof.find("Linear").backward_flops == 2 * 2 * 4 * 4
+    assert prof.find("").backward_flops == 2 * 2 * 4 * 4
 
 
 def test_a_pass_seen_only_by_its_nodes_charges_what_autograd_computes():

@@ -144,7 +144,7 @@ def test_host_override_and_injected_clocks_are_respected(fake_gpu, monkeypatch):
     with tracetorch.profile(clock=lambda: next(ticks)) as prof:
         Kernel(5_000)(torch.ones(1))
     assert prof._collector.device_clock is None
-    assert prof.find("Kernel").time.total_ns == 10
+    assert prof.find("").time.total_ns == 10
 
 
 def test_event_clock_resolves_only_its_spans():

@@ -37,7 +37,7 @@ with tracetorch.profile():
     model(x)                      # the class has been wrapped once before anything is compiled
 
 def rows(prof):
-    return [[n.path, n.calls, n.flops_source, n.flops] for n in prof.nodes()]
+    return [[n.path, n.calls, n.flops_source, n.flops, n.type_name] for n in prof.nodes()]
 
 def same(a, b):
     return bool(torch.allclose(a, b, atol=1e-6))
@@ -99,26 +99,28 @@ def test_compilers_give_the_same_results_inside_and_after_a_block(case, torch_in
     rows = result["rows"]
     if case == "jit.script":
         assert result["compiling"] == []
-        assert rows == [["RecursiveScriptModule", 1, "none", 0]]  # TorchScript runs unseen
+        # The module called first at the top is the model, "". TorchScript runs unseen.
+        assert rows == [["", 1, "none", 0, "RecursiveScriptModule"]]
         assert result["unsupported"] == {"RecursiveScriptModule": 1}  # its FLOPs: unknown
     elif case == "jit.trace":
         # The tracer's own check runs the model once more, for real; the traced module is one
-        # node whose graph runs unseen.
-        assert [row[:2] for row in rows] == [["Net", 1], ["Net.a", 1], ["Net.b", 1],
+        # node whose graph runs unseen. Net, called first, is the model: "".
+        assert [row[:2] for row in rows] == [["", 1], ["a", 1], ["b", 1],
                                              ["TopLevelTracedModule", 1]]
     elif case == "fx.symbolic_trace":
         assert result["compiling"] == []
-        # The GraphModule itself is not wrapped; the layers it calls are.
-        assert rows == [["Linear", 1, "rule", 2 * 3 * 4 * 8],
-                        ["Linear#2", 1, "rule", 2 * 3 * 8 * 2]]
+        # The GraphModule itself is not wrapped; the layers it calls are, at the top: the first
+        # stands for the model (""), the other is named by its type.
+        assert rows == [["", 1, "rule", 2 * 3 * 4 * 8, "Linear"],
+                        ["Linear", 1, "rule", 2 * 3 * 8 * 2, "Linear"]]
     elif case == "export":
         assert result["compiling"] == []
     elif case == "compile(fullgraph)":
         assert result["compiling"] == []
         # The eager graph's ops, seen: both products and the ReLU between them.
-        assert rows == [["OptimizedModule", 1, "ops", LINEARS + 3 * 8]]
+        assert rows == [["", 1, "ops", LINEARS + 3 * 8, "OptimizedModule"]]
     elif case == "compile(inductor)":
-        assert [row[:2] for row in rows] == [["OptimizedModule", 1]]
+        assert [[row[0], row[1], row[4]] for row in rows] == [["", 1, "OptimizedModule"]]
         assert rows[0][2] == "ops" or result["unsupported"] == {"OptimizedModule": 1}
     else:
         assert result["compiling"] == []
