@@ -212,12 +212,12 @@ def test_demo_shows_forward_backward_optimizer_and_steps(tmp_path: Path) -> None
         assert row in out
     steps = next(line for line in out.splitlines() if line.startswith("Steps:"))
     assert "3 steps" in steps and "p50" in steps and "p90" in steps and "spread" in steps
-    shares = next(line for line in out.splitlines() if line.startswith("Step shares:"))
-    assert "forward" in shares and "backward" in shares and "optimizer" in shares
+    phases = next(line for line in out.splitlines() if line.startswith("Step phases:"))
+    assert "forward" in phases and "backward" in phases and "optimizer" in phases
     # Not a terminal: no progress line, only the note about the saved file.
     assert result.stderr == "tracetorch: wrote demo.json\n"
     report = _tracetorch("report", "demo.json", "--sort", "call_order", cwd=tmp_path)
-    assert "Step shares:" in report.stdout
+    assert "Step phases:" in report.stdout
 
 
 # ------------------------------------------------------------------------------------ misc

@@ -47,7 +47,7 @@ def test_torch_cnn(tmp_path: Path, torch_installed: None) -> None:
     for row in ("0 (Conv2d)", "7 (Linear)", "SGD.step"):
         assert row in out
     assert "Steps:          2 steps" in out
-    assert "Step shares:" in out
+    assert "Step phases:" in out
     assert (tmp_path / "cnn.json").exists()
 
 
