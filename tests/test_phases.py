@@ -68,3 +68,54 @@ def test_a_loop_whose_data_loader_sleeps_is_input_bound(torch):
         stats.total_ns for stats in prof.step_phases.values())
     bound = next(line for line in str(prof).splitlines() if line.startswith("Bottleneck:"))
     assert "input-bound" in bound and "in the DataLoader" in bound
+
+
+def test_an_optimizer_step_running_the_model_splits_into_its_phases(torch):
+    # Lightning's automatic optimization: forward and backward inside optimizer.step(closure).
+    ticks = iter(range(0, 10**9, 1_000))
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def closure():
+        optimizer.zero_grad()
+        loss = model(torch.ones(2, 4)).sum()
+        loss.backward()
+        return loss
+
+    with tracetorch.profile(model, clock=lambda: next(ticks)) as prof:
+        for _ in range(2):
+            optimizer.step(closure)
+            prof.step()
+    step = prof.find("SGD.step")
+    inside = {child.kind: child.total_ns for child in step.children.values()}
+    assert set(inside) == {"module", "backward"}
+    phases = prof.time_by_kind()
+    assert phases["forward"] == inside["module"] and phases["backward"] == inside["backward"]
+    assert phases["optimizer"] == step.total_ns - inside["module"] - inside["backward"]
+    assert prof.step_phases["forward"].total_ns == inside["module"]
+
+
+def test_a_layer_made_afresh_at_each_call_is_one_node(torch):
+    # transformers makes a new CrossEntropyLoss at each call: one node, not one per step.
+    model = torch.nn.Linear(4, 3)
+    with tracetorch.profile(model) as prof:
+        for _ in range(5):
+            loss = torch.nn.CrossEntropyLoss()(model(torch.ones(2, 4)), torch.tensor([0, 1]))
+            loss.backward()
+            prof.step()
+    names = list(prof.root.children)
+    assert names == ["", "CrossEntropyLoss", "backward"]
+    assert prof.find("CrossEntropyLoss").calls == 5
+    assert prof.find("CrossEntropyLoss").flops == 5 * (5 * 2 * 3 + 2)  # 5NC + N per call
+    # A layer with weights of its own stays apart per instance.
+    with tracetorch.profile() as other:
+        for _ in range(2):
+            torch.nn.Linear(2, 2)(torch.ones(1, 2))
+    assert list(other.root.children) == ["", "Linear"]
+
+
+def test_a_core_layer_made_afresh_at_each_call_is_one_node():
+    with tracetorch.profile(Linear(2, 2)) as prof:
+        for _ in range(3):
+            ReLU()(Tensor(np.ones((1, 2))))
+    assert list(prof.root.children) == ["ReLU"] and prof.find("ReLU").calls == 3

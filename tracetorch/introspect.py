@@ -29,7 +29,8 @@ import numpy as np
 
 from tracetorch.tree import ShapeSignature
 
-__all__ = ("is_layer", "is_torch_module", "only_calls_children", "runs_compiled_graph",
+__all__ = ("is_layer", "is_torch_module", "is_stateless", "only_calls_children",
+           "runs_compiled_graph",
            "bound_inputs",
            "named_submodules", "named_children_of", "layer_classes", "shape_of", "signature",
            "numel", "nbytes", "tensor_bytes", "check_shape", "dummy_input")
@@ -55,6 +56,25 @@ def is_torch_module(obj: Any) -> bool:
     torch = sys.modules.get("torch")
     nn = getattr(torch, "nn", None)
     return nn is not None and isinstance(obj, nn.Module)
+
+
+def is_stateless(obj: Any) -> bool:
+    """Whether a torch or ``tracetorch.core`` module holds nothing of its own: no parameters,
+    buffers or submodules (a loss, an activation). Anything else is not.
+
+    Example:
+        >>> from tracetorch.core import Linear, ReLU
+        >>> is_stateless(ReLU()), is_stateless(Linear(2, 2)), is_stateless(object())
+        (True, False, False)
+    """
+    if is_torch_module(obj):
+        # (a loss keeps ``weight=None`` as a registered buffer: None holds nothing)
+        return not (obj._modules or any(t is not None for t in obj._parameters.values())
+                    or any(t is not None for t in obj._buffers.values()))
+    core = sys.modules.get("tracetorch.core.layers")
+    if core is not None and isinstance(obj, core.Module):
+        return not (list(obj.parameters()) or list(obj.children()))
+    return False
 
 
 def runs_compiled_graph(obj: Any) -> bool:

@@ -28,6 +28,7 @@ from tracetorch.flops.registry import NO_RULE, FlopCount, FlopRegistry, default_
 from tracetorch.introspect import (
     bound_inputs,
     is_layer,
+    is_stateless,
     is_torch_module,
     named_children_of,
     named_submodules,
@@ -199,7 +200,6 @@ class Collector(CallTiming):
             node = self._readopt(warm, parent_node, owner, kind, flops_fn)
             if node is not None:
                 return node
-        key = self.module_key(owner)
         type_name = _type_name(owner, kind, label)
         default = label or _DEFAULT_NAMES.get(kind, "{}").format(type_name)
         if parent_owner is None or parent_node.kind == "thread":
@@ -207,13 +207,23 @@ class Collector(CallTiming):
             # names it; without one given, the first layer called at the top stands for it.
             model = parent_node.children.get("")
             first = self.model is None and kind == "module" and (
-                model is None or model.module_key == key)
+                model is None or model.module_key == self._known_key(owner))
             name = "" if first or owner is self.model else default
         else:
             name = self._name_in(parent_owner, owner) or default
         if kind == "module":  # through DDP/FSDP wrappers, the user's own module names
             name = wrapper_name(name, owner, parent_owner, self.model)
         existing = parent_node.children.get(name)
+        if (existing is not None and name == default and kind == "module"
+                and existing.type_name == type_name and not existing.params
+                and existing.module_key != self._known_key(owner) and is_stateless(owner)):
+            # A layer made afresh at each call, with nothing of its own (transformers builds a
+            # new CrossEntropyLoss per step): one node for all of them, and no reference kept
+            # to each (nor a node per step). Each call finds it here again.
+            if existing.frame is None:
+                self.adopt(existing, owner, kind, flops_fn, frame.ops)
+            return existing
+        key = self.module_key(owner)
         if existing is not None and existing.module_key != key:
             suffix = 2
             while f"{name}#{suffix}" in parent_node.children:
@@ -286,15 +296,22 @@ class Collector(CallTiming):
             counts_ops = False
         self._install_frame(node, Frame(self, node, owner, counts_ops, torch_module))
 
+    def _known_key(self, owner: Any) -> str | None:
+        """``owner``'s key if this profile has given it one already (else ``None``)."""
+        known = self._keys.get(id(owner))
+        if known is None:
+            return None
+        known_ref, known_key, known_type = known
+        return known_key if ((known_ref() is owner) if known_ref is not None
+                             else type(owner) is known_type) else None
+
     def module_key(self, owner: Any) -> str:
         """The key naming ``owner`` in this profile (stable across entries of the profile)."""
-        known = self._keys.get(id(owner))
-        if known is not None:
-            known_ref, known_key, known_type = known
-            # Without a weak reference (``__slots__`` classes, builtins) the same id and type
-            # stand for the same owner: a profile entered again must find its nodes again.
-            if (known_ref() is owner) if known_ref is not None else type(owner) is known_type:
-                return known_key
+        # Without a weak reference (``__slots__`` classes, builtins) the same id and type stand
+        # for the same owner: a profile entered again must find its nodes again.
+        known_key = self._known_key(owner)
+        if known_key is not None:
+            return known_key
         # Keys outlive a recording (by_module folds call sites by them, and a profile entered
         # again must find the same module), so they are counters checked through weak refs.
         key = f"m{self._next_key}"
