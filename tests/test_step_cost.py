@@ -13,8 +13,7 @@ import pytest
 
 import tracetorch
 from tracetorch.core import Linear, Module, ReLU, Sequential, Tensor
-from tracetorch.engine import collector as collector_module
-from tracetorch.engine import fold
+from tracetorch.engine import fold, identities
 from tracetorch.params import count_parameters, subtree_parameter_counts
 from tracetorch.tree import CallNode
 
@@ -176,10 +175,10 @@ def walks(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
                 yield item
         return walk
 
-    monkeypatch.setattr(collector_module, "named_children_of",
-                        counted("children", collector_module.named_children_of))
-    monkeypatch.setattr(collector_module, "named_submodules",
-                        counted("subtree", collector_module.named_submodules))
+    monkeypatch.setattr(identities, "named_children_of",
+                        counted("children", identities.named_children_of))
+    monkeypatch.setattr(identities, "named_submodules",
+                        counted("subtree", identities.named_submodules))
     from tracetorch import params
 
     original = params._parts

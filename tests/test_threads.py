@@ -87,7 +87,7 @@ def test_owners_without_weak_references_reuse_their_node_on_every_entry():
             layer(np.ones((1, 2)))
     assert [n.name for n in prof.nodes()] == [""]
     assert prof.root.children[""].calls == 2_000
-    assert len(prof._collector._keys) == 1
+    assert len(prof._collector.ids._keys) == 1
 
 
 def test_instrumented_builtin_function_reuses_its_node():

@@ -22,23 +22,19 @@ from typing import Any, Callable
 
 from tracetorch.engine.fold import fold_touched, fold_tree, graft
 from tracetorch.engine.hotpath import Frame
+from tracetorch.engine.identities import Identities
 from tracetorch.engine.timing import CallTiming, Clock
 from tracetorch.engine.wrappers import wrapper_name
 from tracetorch.flops.registry import NO_RULE, FlopCount, FlopRegistry, default_registry
 from tracetorch.introspect import (
     bound_inputs,
-    is_layer,
     is_stateless,
     is_torch_module,
-    named_children_of,
-    named_submodules,
-    nbytes,
     only_calls_children,
     runs_compiled_graph,
     signature,
     tensor_bytes,
 )
-from tracetorch.params import subtree_parameter_counts
 from tracetorch.tree import CallNode, NodeKind
 
 __all__ = ("Collector", "register_saved_meter", "SavedMeter")
@@ -101,12 +97,8 @@ class Collector(CallTiming):
         self.owner_thread = threading.get_ident()
         self._lock = threading.Lock()
         self._user_rules: dict[CallNode, Callable[..., int]] = {}
-        self._names: dict[int, dict[int, str]] = {}
-        self._keys: dict[int, tuple[weakref.ref | None, str, type]] = {}
-        self._next_key = 0
-        self._owners: list[Any] = []  # strong references keep the ids above unambiguous
-        # id -> (module, parameters): the module itself proves the id is not a recycled one.
-        self._param_counts: dict[int, tuple[Any, int, int]] = {}
+        #: Keys, names and parameter counts of the objects called (see .identities).
+        self.ids = Identities(measure_bytes=memory)
         self._pending_backward: dict[CallNode, int] = {}
         # The nodes given a frame since the last stop, which drops their frames again; what
         # the next opening needs to take each up again without naming, counting or a rule's
@@ -186,9 +178,7 @@ class Collector(CallTiming):
         self.recompute_of.clear()
         self._other_threads = False
         self._user_rules.clear()
-        self._names.clear()
-        self._owners.clear()
-        self._param_counts.clear()
+        self.ids.forget()
 
     # ------------------------------------------------------------------ tree building
     def new_child(self, frame: Frame, owner: Any, kind: NodeKind, label: str | None,
@@ -207,16 +197,16 @@ class Collector(CallTiming):
             # names it; without one given, the first layer called at the top stands for it.
             model = parent_node.children.get("")
             first = self.model is None and kind == "module" and (
-                model is None or model.module_key == self._known_key(owner))
+                model is None or model.module_key == self.ids.known_key(owner))
             name = "" if first or owner is self.model else default
         else:
-            name = self._name_in(parent_owner, owner) or default
+            name = self.ids.name_in(parent_owner, owner) or default
         if kind == "module":  # through DDP/FSDP wrappers, the user's own module names
             name = wrapper_name(name, owner, parent_owner, self.model)
         existing = parent_node.children.get(name)
         if (existing is not None and name == default and kind == "module"
                 and existing.type_name == type_name and not existing.params
-                and existing.module_key != self._known_key(owner) and is_stateless(owner)):
+                and existing.module_key != self.ids.known_key(owner) and is_stateless(owner)):
             # A layer made afresh at each call, with nothing of its own (transformers builds a
             # new CrossEntropyLoss per step): one node for all of them, and no reference kept
             # to each (nor a node per step). Each call finds it here again.
@@ -273,7 +263,7 @@ class Collector(CallTiming):
         nothing where it gains nothing (a ``tracetorch.core`` layer runs no torch operations).
         """
         if kind == "module":
-            params = self._params_of(owner)
+            params = self.ids.params_of(owner)
             if params is None:
                 self._uncounted[node] = owner  # counted after its first call
             node.params, node.memory.param_bytes = params or (0, 0)
@@ -296,73 +286,9 @@ class Collector(CallTiming):
             counts_ops = False
         self._install_frame(node, Frame(self, node, owner, counts_ops, torch_module))
 
-    def _known_key(self, owner: Any) -> str | None:
-        """``owner``'s key if this profile has given it one already (else ``None``)."""
-        known = self._keys.get(id(owner))
-        if known is None:
-            return None
-        known_ref, known_key, known_type = known
-        return known_key if ((known_ref() is owner) if known_ref is not None
-                             else type(owner) is known_type) else None
-
     def module_key(self, owner: Any) -> str:
         """The key naming ``owner`` in this profile (stable across entries of the profile)."""
-        # Without a weak reference (``__slots__`` classes, builtins) the same id and type stand
-        # for the same owner: a profile entered again must find its nodes again.
-        known_key = self._known_key(owner)
-        if known_key is not None:
-            return known_key
-        # Keys outlive a recording (by_module folds call sites by them, and a profile entered
-        # again must find the same module), so they are counters checked through weak refs.
-        key = f"m{self._next_key}"
-        self._next_key += 1
-        try:
-            ref: weakref.ref | None = weakref.ref(owner)
-        except TypeError:
-            ref = None
-        self._keys[id(owner)] = (ref, key, type(owner))
-        self._owners.append(owner)
-        return key
-
-    def _name_in(self, parent: Any, child: Any) -> str | None:
-        names = self._names.get(id(parent))
-        if names is not None and id(child) in names:
-            return names[id(child)]
-        if not is_layer(child):
-            return None  # a function, an optimizer: no walk of a model finds one
-        if names is None:
-            self._owners.append(parent)
-        # The parent's direct children, scanned once per parent, name nearly every call: naming
-        # a whole model costs its size, not its size times its depth. Its whole subtree is
-        # walked only for a layer called through an attribute path (``self.block.conv(x)``), or
-        # added since the last scan.
-        names = {}
-        for path, module in named_children_of(parent):
-            names.setdefault(id(module), path)
-        if id(child) not in names:
-            for path, module in named_submodules(parent):
-                names.setdefault(id(module), path)
-        self._names[id(parent)] = names
-        return names.get(id(child))
-
-    def _params_of(self, owner: Any) -> tuple[int, int] | None:
-        """``owner``'s parameter count and bytes; ``None`` while they cannot be counted yet (a
-        lazy module, whose weights take their shape at its first call)."""
-        known = self._param_counts.get(id(owner))
-        if known is None or known[0] is not owner:
-            # Once per model: every module below ``owner`` is counted in the same pass.
-            try:
-                counts = subtree_parameter_counts(owner)
-                sizes = subtree_parameter_counts(owner, nbytes) if self.memory else []
-            except ValueError:  # torch's uninitialized parameters have no size yet
-                return None
-            except (TypeError, AttributeError):
-                counts, sizes = [(owner, 0)], []
-            size_of = {id(module): size for module, size in sizes}
-            for module, count in counts:
-                self._param_counts[id(module)] = (module, count, size_of.get(id(module), 0))
-            known = self._param_counts[id(owner)]
-        return known[1], known[2]
+        return self.ids.module_key(owner)
 
     # ------------------------------------------------------------------ FLOPs
     def first_call(self, node: CallNode, owner: Any, args: tuple[Any, ...],
@@ -377,7 +303,7 @@ class Collector(CallTiming):
         if self._uncounted and node in self._uncounted:
             del self._uncounted[node]
             # Its lazy weights have shapes now.
-            node.params, node.memory.param_bytes = self._params_of(owner) or (0, 0)
+            node.params, node.memory.param_bytes = self.ids.params_of(owner) or (0, 0)
         entry: list[Any] = [0, None, 0, 0, 0, 0, 0]
         if self.memory:
             entry[4] = tensor_bytes(args) + tensor_bytes(kwargs)
@@ -486,16 +412,7 @@ class Collector(CallTiming):
     # ------------------------------------------------------------------ nesting
     def owners_by_key(self) -> dict[str, Any]:
         """The objects called, by module key, as far as they are still known (for grafting)."""
-        found: dict[str, Any] = {}
-        for owner in self._owners:
-            known = self._keys.get(id(owner))
-            if known is not None:
-                found[known[1]] = owner
-        for ref, key, _ in list(self._keys.values()):
-            owner = ref() if ref is not None else None
-            if owner is not None:
-                found.setdefault(key, owner)
-        return found
+        return self.ids.owners_by_key()
 
     def move_events(self, source: CallNode, mapping: dict[CallNode, CallNode] | None) -> None:
         """Point the timeline events of the recording ``source`` at the nodes ``mapping`` merged
