@@ -25,6 +25,7 @@ Example:
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -76,8 +77,10 @@ def cache_path() -> Path:
     return Path(base) / "tracetorch" / "machine.json"
 
 
+@functools.lru_cache(maxsize=1)
 def _cpu_model() -> str:
-    # /proc/cpuinfo names the model on Linux; platform.processor() is often empty there.
+    # /proc/cpuinfo names the model on Linux; platform.processor() is often empty there. Read
+    # once per process: every profile notes it when it closes.
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as info:
             for line in info:

@@ -81,6 +81,6 @@ def step_flops(model: Any, step: Callable[[Any], None], x: Any) -> tuple[int, in
     """
     from tracetorch.profiler import profile
 
-    with profile(model, timing=False, isolated=True) as prof:
+    with profile(model, timing=False, isolated=True, memory=False) as prof:
         step(x)
     return prof.forward_flops, prof.backward_flops

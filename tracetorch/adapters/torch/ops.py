@@ -43,6 +43,7 @@ Example:
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -120,6 +121,25 @@ def _counting(name: str, formula: CallFormula, gemm: bool,
     return count
 
 
+#: Per counter, the entries of the counted and data-movement functions and what each function
+#: is called in a node's op table (a counted one: its formula's name, under which it reports its
+#: FLOPs): built once, not at every opening of the first profile (a few hundred closures).
+_COUNTING: weakref.WeakKeyDictionary[OpCounter, tuple[dict[Any, Entry], dict[Any, str]]] = (
+    weakref.WeakKeyDictionary())
+
+
+def _counting_entries(counter: OpCounter) -> tuple[dict[Any, Entry], dict[Any, str]]:
+    known = _COUNTING.get(counter)
+    if known is None:
+        entries: dict[Any, Entry] = dict.fromkeys(data_movement_functions(), _moving_data)
+        names: dict[Any, str] = {}
+        for func, (name, formula, gemm) in torch_function_formulas().items():
+            entries[func] = _counting(name, formula, gemm, counter.charge)
+            names[func] = name
+        known = _COUNTING[counter] = (entries, names)
+    return known
+
+
 class OpCountingMode(TorchFunctionMode):
     """The function mode of one profiling session: counts the functions of
     :func:`~tracetorch.flops.torch_functions.torch_function_formulas` and records backward
@@ -127,15 +147,8 @@ class OpCountingMode(TorchFunctionMode):
 
     def __init__(self, counter: OpCounter) -> None:
         super().__init__()
-        entries: dict[Any, Entry] = {}
-        for func in data_movement_functions():
-            entries[func] = _moving_data
-        # What each function is called in a node's op table (a counted one: its formula's
-        # name, under which it reports its FLOPs).
-        self._names: dict[Any, str] = {}
-        for func, (name, formula, gemm) in torch_function_formulas().items():
-            entries[func] = _counting(name, formula, gemm, counter.charge)
-            self._names[func] = name
+        counting, self._names = _counting_entries(counter)
+        entries = dict(counting)
         backward = pass_recorder()
         entries[torch.Tensor.backward] = backward
         entries[torch.autograd.backward] = backward
