@@ -492,3 +492,30 @@ def test_a_generator_forward_closed_early_or_thrown_into_behaves_as_without_the_
         stream.close()
         assert list(layer(2)) == [0, 1]
     assert prof.find("").calls == 2
+
+
+@pytest.mark.parametrize("with_model", [True, False])
+def test_a_shared_module_is_named_by_each_parents_attribute(torch, with_model):
+    shared = torch.nn.Linear(2, 2)
+
+    class Inner(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = shared
+
+        def forward(self, x):
+            return self.inner(x)
+
+    class Outer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.direct = Inner(), shared
+
+        def forward(self, x):
+            return self.direct(self.q(x))
+
+    model = Outer()
+    with tracetorch.profile(model if with_model else None) as prof:
+        model(torch.ones(1, 2))
+    assert [n.path for n in prof.nodes()] == ["", "q", "q.inner", "direct"]
+    assert prof.find("q.inner").module_key == prof.find("direct").module_key
