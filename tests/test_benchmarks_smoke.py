@@ -12,6 +12,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_benchmark(script: str, *args: str, timeout: int = 300,
+                  env: dict[str, str] | None = None) -> str:
+    """What ``benchmarks/<script>`` prints with ``args`` (it must succeed)."""
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          check=True, env=env).stdout
+
+
 HEADER = ("| work | bare wrapt | forward hooks | forward + full backward hooks | torch.profiler "
           "| DeepSpeed profiler | tracetorch | tracetorch ops=False |")
 
@@ -19,9 +29,7 @@ HEADER = ("| work | bare wrapt | forward hooks | forward + full backward hooks |
 @pytest.mark.slow
 @pytest.mark.usefixtures("torch_installed")
 def test_peers_prints_the_overhead_table() -> None:
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "peers.py"), "--quick", "--rows", "mlp"],
-        capture_output=True, text=True, timeout=600, cwd=ROOT, check=True).stdout
+    out = run_benchmark("peers.py", "--quick", "--rows", "mlp", timeout=600)
     lines = out.splitlines()
     start = lines.index(HEADER)
     rows = [line.split(" | ") for line in lines[start + 2:start + 5]]
@@ -42,9 +50,7 @@ def test_peers_prints_the_overhead_table() -> None:
 def test_roofline_labels_the_three_cases(tmp_path: Path) -> None:
     # A fresh cache folder: the run calibrates for real (seconds), as a first run would.
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "roofline.py"), "--quick"],
-        capture_output=True, text=True, timeout=600, cwd=ROOT, check=True, env=env).stdout
+    out = run_benchmark("roofline.py", "--quick", timeout=600, env=env)
     assert "numpy: peak " in out and (tmp_path / "tracetorch" / "machine.json").is_file()
     rows = [line.split(" | ") for line in out.splitlines() if line.startswith("| Linear")
             or line.startswith("| 100 x")]
@@ -61,9 +67,7 @@ def test_html_load_prints_the_load_table() -> None:
         if os.environ.get("CI") == "true":
             pytest.fail("CI needs playwright and /usr/bin/chromium for benchmarks/html_load.py")
         pytest.skip("playwright or /usr/bin/chromium is missing")
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "html_load.py"), "--quick"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT, check=True).stdout
+    out = run_benchmark("html_load.py", "--quick")
     assert "| tree | file size | table + icicle drawn | page ready |" in out
     assert re.search(r"\| 2,000 nodes \| [\d.]+ MB \| \d+ ms \| \d+ ms \|", out)
     assert re.search(r"2,000 nodes: ready in \d+ ms, [\d.]+x the 10-node page", out)
@@ -71,9 +75,7 @@ def test_html_load_prints_the_load_table() -> None:
 
 @pytest.mark.slow
 def test_merge_ranks_prints_cost_per_rank_and_node() -> None:
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "merge_ranks.py"), "--quick"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT, check=True).stdout
+    out = run_benchmark("merge_ranks.py", "--quick")
     assert "merging 20 ranks' trees" in out
     assert re.search(r"60 nodes: merge [\d.]+ ms per rank \([\d.]+ us per node per rank", out)
     assert re.search(r"60 nodes, as a tree: peak [\d.]+ MiB traced", out)

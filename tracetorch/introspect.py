@@ -33,7 +33,8 @@ __all__ = ("is_layer", "is_torch_module", "is_stateless", "only_calls_children",
            "runs_compiled_graph",
            "bound_inputs",
            "named_submodules", "named_children_of", "layer_classes", "shape_of", "signature",
-           "numel", "nbytes", "tensor_bytes", "check_shape", "dummy_input")
+           "numel", "ndarray_of", "nbytes", "tensors_in", "tensor_bytes", "check_shape",
+           "dummy_input")
 
 # Attributes never worth descending into when walking a duck-typed model.
 _SKIP_ATTRS = frozenset({"__dict__", "__weakref__", "__class__"})
@@ -230,6 +231,20 @@ def numel(tensor: Any) -> int:
     return int(np.size(tensor))
 
 
+def ndarray_of(value: Any) -> np.ndarray | None:
+    """The array holding ``value``'s data: an ndarray itself, a ``tracetorch.core`` Tensor's
+    ``.data`` (an ndarray's own ``.data`` is a memoryview), else ``None``.
+
+    Example:
+        >>> ndarray_of(np.zeros(2)).shape, ndarray_of("text")
+        ((2,), None)
+    """
+    if isinstance(value, np.ndarray):
+        return value
+    data = getattr(value, "data", None)
+    return data if isinstance(data, np.ndarray) else None
+
+
 def nbytes(tensor: Any) -> int:
     """Bytes of a torch tensor, a ``tracetorch.core`` Tensor or an ndarray (0 for anything
     else).
@@ -241,26 +256,36 @@ def nbytes(tensor: Any) -> int:
     size = getattr(tensor, "element_size", None)
     if callable(size):  # torch
         return int(size()) * int(tensor.numel())
-    if not isinstance(tensor, np.ndarray):  # a core Tensor keeps its array in .data
-        tensor = getattr(tensor, "data", None)
-    return int(tensor.nbytes) if isinstance(tensor, np.ndarray) else 0
+    array = ndarray_of(tensor)
+    return 0 if array is None else int(array.nbytes)
+
+
+def tensors_in(value: Any) -> Iterator[Any]:
+    """The tensors in ``value`` (anything with a shape), itself or inside tuples, lists and
+    dicts, in order: what :func:`signature` walks.
+
+    Example:
+        >>> [t.shape for t in tensors_in(((np.zeros(4), 3), {"mask": np.zeros(2)}))]
+        [(4,), (2,)]
+    """
+    if shape_of(value) is not None:
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from tensors_in(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from tensors_in(item)
 
 
 def tensor_bytes(value: Any) -> int:
-    """Bytes of the tensors in ``value``: a tensor, or tuples, lists and dicts of them (what
-    :func:`signature` walks).
+    """Bytes of the tensors in ``value`` (:func:`tensors_in`).
 
     Example:
         >>> tensor_bytes(((np.zeros(4), 3), {"mask": np.zeros(2, dtype=np.int8)}))
         34
     """
-    if shape_of(value) is not None:
-        return nbytes(value)
-    if isinstance(value, (list, tuple)):
-        return sum(tensor_bytes(item) for item in value)
-    if isinstance(value, dict):
-        return sum(tensor_bytes(item) for item in value.values())
-    return 0
+    return sum(nbytes(tensor) for tensor in tensors_in(value))
 
 
 def check_shape(input_shape: Any, name: str = "input_shape") -> tuple[int, ...]:

@@ -148,6 +148,7 @@ class profile(ProfileResult):
                               op_timing=bool(op_timing), nvtx=bool(nvtx))
         self._entries: list[_Entry] = []
         self._phases = StepPhases()
+        self.step_phases = self._phases.times  # filled step by step, in place
         self._stale = False
         if gather is not None and not isinstance(gather, (bool, str)):
             raise TypeError(f"gather must be True, False or a path, got {gather!r}")
@@ -295,7 +296,6 @@ class profile(ProfileResult):
             self._phases.close_step(self.root, duration)
         else:
             self._phases.skip_step(self.root)
-        self.step_phases = self._phases.times
         self.step_count += 1
         if entry is not None:
             self._open_segment(entry)

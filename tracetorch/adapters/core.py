@@ -22,6 +22,7 @@ from tracetorch.adapters.base import all_subclasses
 from tracetorch.engine.collector import register_saved_meter
 from tracetorch.engine.hotpath import OpCounter
 from tracetorch.engine.patches import PatchBoard, PatchTarget
+from tracetorch.introspect import ndarray_of, tensors_in
 from tracetorch.tree import NodeKind
 
 __all__ = ("CoreAdapter", "saved_bytes")
@@ -102,9 +103,7 @@ def saved_bytes(args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
                 value = cell.cell_contents
             except ValueError:  # a cell not filled yet
                 continue
-            if not isinstance(value, np.ndarray):  # a Tensor keeps its array in .data
-                value = getattr(value, "data", None)
-            array = _root(value)
+            array = _root(ndarray_of(value))
             if isinstance(array, np.ndarray) and id(array) not in held and id(array) not in seen:
                 seen.add(id(array))
                 total += array.nbytes
@@ -126,10 +125,4 @@ def _root(value: Any) -> Any:
 def _core_tensors(value: Any) -> list[Any]:
     from tracetorch.core.tensor import Tensor
 
-    if isinstance(value, Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for item in value for t in _core_tensors(item)]
-    if isinstance(value, dict):
-        return [t for item in value.values() for t in _core_tensors(item)]
-    return []
+    return [t for t in tensors_in(value) if isinstance(t, Tensor)]

@@ -29,7 +29,8 @@ from tracetorch.tree import CallNode, NodeKind
 if TYPE_CHECKING:
     from tracetorch.engine.collector import Collector
 
-__all__ = ("BackwardPassOwner", "Frame", "make_wrapper", "current_frame", "open_root", "close_root",
+__all__ = ("BackwardPassOwner", "Frame", "make_wrapper", "current_frame", "innermost_frame",
+           "open_root", "close_root",
            "OpCounter", "set_exit_observer", "set_op_switch", "record_all_threads",
            "all_threads_collector")
 
@@ -93,6 +94,11 @@ def set_op_switch(switch: Callable[[bool], bool] | None) -> Callable[[bool], boo
     global _op_switch
     previous, _op_switch = _op_switch, switch
     return previous
+
+
+#: The innermost open call of this context as it is held, with no check that its profile is
+#: still recording (a caller on a per-operation path checks ``frame.collector.active`` itself).
+innermost_frame = _FRAME.get
 
 
 def current_frame() -> Frame | None:
@@ -163,12 +169,7 @@ class OpCounter:
         node.op_flops += flops
         if gemm:
             node.op_gemm += flops
-        row = node.ops.get(name)  # CallNode.note_op, inlined: core runs it for every operation
-        if row is None:
-            node.ops[name] = [calls, flops, 0]
-        else:
-            row[0] += calls
-            row[1] += flops
+        node.note_op(name, calls, flops)
         return frame
 
     def backward_op(self, tag: Frame | None, name: str, flops: int, gemm: bool,

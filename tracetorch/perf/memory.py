@@ -22,21 +22,13 @@ from typing import Any, Callable
 import numpy as np
 
 from tracetorch.bench import as_callable
-from tracetorch.introspect import nbytes, numel
+from tracetorch.introspect import nbytes, ndarray_of, numel
 from tracetorch.params import iter_parameters
 
 __all__ = ("parameter_bytes", "gradient_bytes", "activation_bytes",
            "traced_peak_bytes", "memory_report")
 
 _MIB = 1024 * 1024
-
-
-def _ndarray(tensor: Any) -> Any:
-    # An ndarray's own ``.data`` is a memoryview; a core Tensor keeps its array in ``.data``.
-    if isinstance(tensor, np.ndarray):
-        return tensor
-    data = getattr(tensor, "data", None)
-    return data if isinstance(data, np.ndarray) else None
 
 
 def parameter_bytes(model: Any) -> int:
@@ -77,7 +69,7 @@ def activation_bytes(x: Any, out: Any) -> int:
         >>> activation_bytes(a, a), activation_bytes(a, a + 1)
         (80, 160)
     """
-    x_data, out_data = _ndarray(x), _ndarray(out)
+    x_data, out_data = ndarray_of(x), ndarray_of(out)
     shared = x_data is not None and out_data is not None and np.shares_memory(x_data, out_data)
     return nbytes(x) + (0 if shared or out is x else nbytes(out))
 

@@ -98,12 +98,17 @@ def format_count(n: float) -> str:
     return f"{text} {prefix}" if prefix else text
 
 
-def _with_unit(n: float, unit: str) -> str:
+def _scaled(n: float, units: Sequence[str], base: int = 1000) -> str:
+    # ``n`` in the unit of ``units`` (one per factor of ``base``) that gives three figures.
     odd = _not_finite(n)
     if odd is not None:
-        return f"{odd} {unit}"
-    text, index = _split(n, len(COUNT_PREFIXES))
-    return f"{text} {COUNT_PREFIXES[index]}{unit}"
+        return f"{odd} {units[0]}"
+    text, index = _split(n, len(units), base)
+    return f"{text} {units[index]}"
+
+
+def _with_unit(n: float, unit: str) -> str:
+    return _scaled(n, [prefix + unit for prefix in COUNT_PREFIXES])
 
 
 def format_flops(n: float) -> str:
@@ -135,11 +140,7 @@ def format_time_ns(ns: float) -> str:
         >>> format_time_ns(950), format_time_ns(12_345), format_time_ns(2_500_000_000)
         ('950 ns', '12.3 us', '2.50 s')
     """
-    odd = _not_finite(ns)
-    if odd is not None:
-        return f"{odd} ns"
-    text, index = _split(ns, len(TIME_UNITS))
-    return f"{text} {TIME_UNITS[index]}"
+    return _scaled(ns, TIME_UNITS)
 
 
 def format_rate(flops: float, ns: float) -> str:
@@ -171,11 +172,7 @@ def format_bytes(n: float) -> str:
         >>> format_bytes(262_144), format_bytes(1_395_864_371), format_bytes(512)
         ('256 KiB', '1.30 GiB', '512 B')
     """
-    odd = _not_finite(n)
-    if odd is not None:
-        return f"{odd} B"
-    text, index = _split(n, len(BYTE_UNITS), base=1024)
-    return f"{text} {BYTE_UNITS[index]}"
+    return _scaled(n, BYTE_UNITS, base=1024)
 
 
 def format_percent(part: float, whole: float) -> str:

@@ -59,6 +59,7 @@ from tracetorch.adapters.torch.tracing import tracing
 from tracetorch.engine.hotpath import (
     OpCounter,
     current_frame,
+    innermost_frame,
     set_exit_observer,
     set_op_switch,
 )
@@ -75,6 +76,7 @@ __all__ = ("OpCountingMode", "make_switch", "start_op_counting")
 Entry = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
 
 _is_compiling = torch.compiler.is_compiling
+_innermost = innermost_frame
 _current_node = torch._C._current_autograd_node
 _Tensor = torch.Tensor
 _no_subclass_dispatch = torch._C.DisableTorchFunctionSubclass
@@ -164,26 +166,24 @@ class OpCountingMode(TorchFunctionMode):
             entry = self._entries.get(func)
         except TypeError:  # an unhashable callable handed to modes: nothing to count in it
             entry = None
-        frame = current_frame()
-        if frame is None or frame.owner is None or _current_node() is not None:
-            # Outside every layer, or inside a backward pass: in no layer's op table.
-            if entry is None:
-                return func(*args, **kwargs) if kwargs else func(*args)
-            return entry(func, args, kwargs or {})
-        name = self._names.get(func)
-        if name is None:
-            name = self._names[func] = getattr(func, "__name__", None) or repr(func)
-        collector = frame.collector
-        if not collector.op_timing:
+        frame = _innermost()
+        # Inside a layer (not a backward pass, not a profile that ended): in its op table.
+        if (frame is not None and frame.owner is not None and frame.collector.active
+                and _current_node() is None):
+            name = self._names.get(func)
+            if name is None:
+                name = self._names[func] = getattr(func, "__name__", None) or repr(func)
+            if frame.collector.op_timing:
+                clock = frame.collector.host_clock
+                start = clock()
+                result = (func(*args, **(kwargs or {})) if entry is None
+                          else entry(func, args, kwargs or {}))
+                frame.node.note_op(name, 1, 0, clock() - start)
+                return result
             frame.node.note_op(name, 1)
-            if entry is None:
-                return func(*args, **kwargs) if kwargs else func(*args)
-            return entry(func, args, kwargs or {})
-        clock = collector.host_clock
-        start = clock()
-        result = func(*args, **(kwargs or {})) if entry is None else entry(func, args, kwargs or {})
-        frame.node.note_op(name, 1, 0, clock() - start)
-        return result
+        if entry is None:
+            return func(*args, **kwargs) if kwargs else func(*args)
+        return entry(func, args, kwargs or {})
 
     def retire(self) -> None:
         """Count and record nothing from now on: a mode left on a thread's stack by a profile
