@@ -18,7 +18,8 @@ from typing import Any, Literal, NamedTuple, Optional
 from tracetorch.memory import MemoryStats
 from tracetorch.stats import TimeStats
 
-__all__ = ("CallNode", "Completeness", "MAX_SHAPES", "NodeKind", "OpRow", "RuleState", "Shape",
+__all__ = ("CallNode", "Completeness", "ENTRY_FIELDS", "MAX_SHAPES", "NodeKind", "OpRow",
+           "RuleState", "Shape", "new_entry",
            "ShapeSignature", "TimelineEvent")
 
 #: What a node stands for: a layer call, an instrumented function, a backward pass, an optimizer
@@ -32,6 +33,24 @@ RuleState = Literal["rule", "user", "free", "none"]
 #: How much of a node's inclusive FLOPs is known: all of it; a lower bound (a layer below ran
 #: with no FLOP rule and no counted operation); or nothing (this layer itself is such a layer).
 Completeness = Literal["complete", "partial", "unknown"]
+
+#: The slots of a per-shape counter in ``CallNode.flops_cache``: calls since the last fold, the
+#: rule's inclusive FLOPs (``None``: the node's FLOPs come from counted operations), its GEMM
+#: FLOPs and MACs, and one call's input, output and saved-for-backward bytes. An adapter may keep
+#: what it derives once per shape after these (torch: the call's gradient parts).
+ENTRY_FIELDS = ("calls", "flops", "gemm_flops", "macs", "input_bytes", "output_bytes",
+                "saved_bytes")
+
+
+def new_entry() -> list[Any]:
+    """A per-shape counter with nothing counted yet (see :data:`ENTRY_FIELDS`).
+
+    Example:
+        >>> dict(zip(ENTRY_FIELDS, new_entry()))["flops"] is None
+        True
+    """
+    return [0, None, 0, 0, 0, 0, 0]
+
 
 #: How many distinct input/output shape signatures a node keeps.
 MAX_SHAPES = 4
@@ -98,9 +117,8 @@ class CallNode:
         self.memory = MemoryStats()
         self.ops: dict[str, list[int]] = {}
         # Transient, while recording (folded into the fields above by Collector.fold):
-        # per input signature, [calls, inclusive FLOPs, GEMM FLOPs, MACs, input bytes, output
-        # bytes] (the FLOPs of the rule), so a rule runs once per distinct shape and a call
-        # costs one counter increment;
+        # per input signature, a counter laid out as ENTRY_FIELDS (the rule's FLOPs, the call's
+        # sizes), so a rule runs once per distinct shape and a call costs one increment;
         self.flops_cache: dict[Any, list[Any]] = {}
         # id(instance) -> child node, so naming runs once per child;
         self.children_by_owner: dict[int, CallNode] = {}

@@ -35,7 +35,7 @@ from tracetorch.introspect import (
     signature,
     tensor_bytes,
 )
-from tracetorch.tree import CallNode, NodeKind
+from tracetorch.tree import CallNode, NodeKind, new_entry
 
 __all__ = ("Collector", "register_saved_meter", "SavedMeter")
 
@@ -295,16 +295,16 @@ class Collector(CallTiming):
                    kwargs: dict[str, Any], output: Any) -> list[Any]:
         """The first call of ``node`` with these input shapes: note the shapes, run the rule.
 
-        Returns the per-shape counter ``[calls, FLOPs, GEMM FLOPs, MACs, input bytes, output
-        bytes, bytes saved for backward]`` (``None`` FLOPs when the node's FLOPs come from
-        counted operations instead of a rule; bytes 0 with ``profile(memory=False)``).
+        Returns the per-shape counter (:data:`~tracetorch.tree.ENTRY_FIELDS`; ``None`` FLOPs
+        when the node's FLOPs come from counted operations instead of a rule; bytes 0 with
+        ``profile(memory=False)``).
         """
         node.note_shapes(signature(args, kwargs), signature((output,)))
         if self._uncounted and node in self._uncounted:
             del self._uncounted[node]
             # Its lazy weights have shapes now.
             node.params, node.memory.param_bytes = self.ids.params_of(owner) or (0, 0)
-        entry: list[Any] = [0, None, 0, 0, 0, 0, 0]
+        entry = new_entry()
         if self.memory:
             entry[4] = tensor_bytes(args) + tensor_bytes(kwargs)
             entry[5] = tensor_bytes(output)

@@ -100,6 +100,7 @@ def _fold_node(node: CallNode, flops: int, gemm: int, macs: int) -> tuple[int, i
         if not calls:
             continue
         entry[0] -= calls  # not "= 0": another thread may have counted a call meanwhile
+        # (the slots of tracetorch.tree.ENTRY_FIELDS)
         memory.input_bytes += calls * entry[4]
         memory.output_bytes += calls * entry[5]
         memory.saved_bytes += calls * entry[6]

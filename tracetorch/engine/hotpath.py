@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from tracetorch.introspect import signature
 from tracetorch.stats import FLUSH_EVERY
-from tracetorch.tree import CallNode, NodeKind
+from tracetorch.tree import CallNode, NodeKind, new_entry
 
 if TYPE_CHECKING:
     from tracetorch.engine.collector import Collector
@@ -347,7 +347,7 @@ def _resumed(generator: Generator[Any, Any, Any], frame: Frame, args: tuple[Any,
                 try:
                     entry = _first_entry(collector, node, frame.owner, key, args, kwargs, None)
                 except Exception:  # a rule that needs the output it never saw
-                    entry = node.flops_cache[key] = [0, None, 0, 0, 0, 0, 0]
+                    entry = node.flops_cache[key] = new_entry()
             entry[0] += 1
 
 

@@ -63,12 +63,16 @@ from tracetorch.adapters.torch.tracing import tracing
 from tracetorch.engine.hotpath import BackwardPassOwner, Frame, current_frame, make_wrapper
 from tracetorch.flops.gradients import GradientPart, layer_gradient_parts
 from tracetorch.introspect import bound_inputs
-from tracetorch.tree import CallNode
+from tracetorch.tree import ENTRY_FIELDS, CallNode
 
 __all__ = ("ASK_AUTOGRAD", "MARKS", "Mark", "tag_call", "mark_operation", "resolve_parts",
            "collect_tensors",
            "BackwardPass", "implicit_pass", "forget_passes", "pass_recorder",
            "PassRecorder")
+
+#: Where a call's symbolic gradient parts are kept in its per-shape counter, after the engine's
+#: own slots.
+_PARTS = len(ENTRY_FIELDS)
 
 #: The key under which a node's marks are kept in ``grad_fn.metadata``.
 MARKS = "tracetorch.marks"
@@ -173,7 +177,7 @@ def _layer_parts(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], ou
     # call: whether an input or weight needs a gradient may change between calls. Parts name
     # inputs by position, as rules read them: keyword arguments are bound to the forward's
     # signature, only for calls that have parts (most keyword-called layers have none).
-    if len(entry) < 8:
+    if len(entry) == _PARTS:
         symbolic = None
         if frame.node.rule_state == "rule":
             try:
@@ -182,7 +186,7 @@ def _layer_parts(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], ou
             except Exception:  # an unusual call is not worth breaking the model for
                 symbolic = None
         entry.append(symbolic or ())
-    symbolic = entry[7]
+    symbolic = entry[_PARTS]
     if not symbolic:
         return []
     if kwargs:
