@@ -113,7 +113,7 @@ def chrome_trace_events(result: ProfileResult, origin: int | None = None) -> dic
     calls = sorted(result.timeline, key=lambda e: (e[1], -(e[2] - e[1]), depth_of(e[0])))
     if origin is None:
         origin = calls[0][1] if calls else 0
-    backward = list(getattr(result, "backward_timeline", None) or ())
+    backward = list(result.backward_timeline or ())
     tids: dict[int, int] = {}
     for _, _, _, raw in calls + backward:
         tids.setdefault(raw, len(tids) + 1)

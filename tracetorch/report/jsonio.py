@@ -163,7 +163,7 @@ def result_to_dict(result: ProfileResult) -> dict[str, Any]:
     """
     index = {id(node): i for i, node in enumerate(result.root.walk())}
     timeline = _events_to_rows(result.timeline, index)
-    backward_timeline = _events_to_rows(getattr(result, "backward_timeline", None), index)
+    backward_timeline = _events_to_rows(result.backward_timeline, index)
     with deep_recursion():
         root = _node_to_dict(result.root, _completeness(result.root))
     return {
