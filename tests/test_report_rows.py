@@ -8,23 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from support.trees import encoder_tree
+from support.trees import add_flops, encoder_tree
 from tracetorch.report.rows import ROW_FIELDS, row_fields, to_rows
 from tracetorch.result import ProfileResult
 from tracetorch.tree import CallNode
 
 
 def built() -> ProfileResult:
-    root, model, encoder, fc, relu, head = encoder_tree()
+    tree = root, model, encoder, fc, relu, head = encoder_tree()
     for node, times in ((model, [1_000, 3_000]), (encoder, [600, 1_800]), (fc, [400, 1_200]),
                         (relu, [100, 300]), (head, [300, 900])):
         for ns in times:
             node.time.add(ns)
-    fc.flops = fc.gemm_flops = 2000
-    fc.macs = 1000
-    relu.flops = 100
-    head.flops = head.gemm_flops = 600
-    head.macs = 300
+    add_flops(tree)
     fc.params = 20
     fc.backward_time.add(800)
     fc.backward_flops = 4000

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from support.trees import encoder_tree
+from support.trees import add_flops, encoder_tree
 from tracetorch.report.table import node_label, render_flat, render_table
 from tracetorch.result import ProfileResult
 from tracetorch.stats import TimeStats
@@ -21,15 +21,11 @@ def build(steps: list[int] | None = None, **extra: object) -> ProfileResult:
         1 ReLU         0.1 ms   100 FLOPs
       head Linear      0.3 ms   600 FLOPs GEMM, 300 MACs
     """
-    root, model, encoder, fc, relu, head = encoder_tree()
+    tree = root, model, encoder, fc, relu, head = encoder_tree()
     for node, ns in ((model, 1_000_000), (encoder, 600_000), (fc, 400_000), (relu, 100_000),
                      (head, 300_000)):
         node.time.add(ns)
-    fc.flops = fc.gemm_flops = 2000
-    fc.macs = 1000
-    relu.flops = 100
-    head.flops = head.gemm_flops = 600
-    head.macs = 300
+    add_flops(tree)
     step_times = TimeStats()
     for ns in steps or []:
         step_times.add(ns)

@@ -18,7 +18,6 @@ import sys
 from typing import Any
 
 from tracetorch.diff import DEFAULT_SIGMAS, DIFF_SORT_KEYS, ProfileDiff, diff
-from tracetorch.report._layout import color_enabled, terminal_width
 from tracetorch.report.diff_report import DEFAULT_TOP
 from tracetorch.report.units import format_time_ns
 
@@ -105,8 +104,7 @@ def _cmd_diff(opts: argparse.Namespace) -> int:
         return _error(f"cannot read {err.filename!r}: {err.strerror}")
     except ValueError as err:
         return _error(str(err))
-    print(result.table(top=opts.top, width=opts.width or terminal_width(),
-                       color=color_enabled()))
+    print(result.table(top=opts.top, width=opts.width))  # None: the terminal's width and colour
     for option, path, write in (("--json", opts.json, ProfileDiff.save_json),
                                 ("--html", opts.html, ProfileDiff.save_html)):
         if path is None:

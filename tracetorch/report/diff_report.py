@@ -27,6 +27,7 @@ from tracetorch.report._layout import (
     color_enabled,
     fit,
     layout,
+    pick_columns,
     terminal_width,
 )
 from tracetorch.report.units import format_count, format_flops, format_time_ns
@@ -121,6 +122,17 @@ def _rule(diff: ProfileDiff) -> str:
             "standard error (std/sqrt(calls)) of the two runs.")
 
 
+def _header_lines(diff: ProfileDiff) -> list[str]:
+    """Where the runs came from and their totals: the text report's first lines."""
+    totals = diff.totals
+    lines = [f"Base: {diff.base_name}", f"New:  {diff.new_name}",
+             _total_line("Total time:", totals["time_ns"], format_time_ns),
+             _total_line("Forward FLOPs:", totals["forward_flops"], format_flops)]
+    if any(totals["backward_flops"]):
+        lines.append(_total_line("Backward FLOPs:", totals["backward_flops"], format_flops))
+    return lines
+
+
 def render_diff_text(diff: ProfileDiff, top: int | None = DEFAULT_TOP, width: int | None = None,
                      color: bool | None = None) -> str:
     """The text report of ``diff``: totals, the ``top`` layers (``None``: all), then the layers
@@ -129,16 +141,10 @@ def render_diff_text(diff: ProfileDiff, top: int | None = DEFAULT_TOP, width: in
         raise ValueError(f"top must be None or an integer >= 1; got {top!r}")
     width = terminal_width() if width is None else width
     color = color_enabled() if color is None else color
-    totals = diff.totals
-    lines = [f"Base: {diff.base_name}", f"New:  {diff.new_name}",
-             _total_line("Total time:", totals["time_ns"], format_time_ns),
-             _total_line("Forward FLOPs:", totals["forward_flops"], format_flops)]
-    if any(totals["backward_flops"]):
-        lines.append(_total_line("Backward FLOPs:", totals["backward_flops"], format_flops))
+    lines = _header_lines(diff) + [""]
     shown = diff.layers if top is None else diff.layers[:top]
-    lines.append("")
     if shown:
-        specs = [s for s in DIFF_COLUMNS if s.applies(diff)]
+        specs = pick_columns(DIFF_COLUMNS, diff, None)[0]
         columns, dropped = fit(specs, diff, shown, width, chosen=False)
         lines += layout(columns, shown, width, color)
         if len(shown) < len(diff.layers):
@@ -210,7 +216,7 @@ _STYLE = ("table.tt-diff{border-collapse:collapse;font:12px ui-monospace,monospa
 def render_diff_html(diff: ProfileDiff, top: int | None = DEFAULT_TOP) -> str:
     """A compact, static HTML fragment: the totals and a table of the ``top`` layers (every
     column of the text report; no script). Every name is escaped."""
-    specs = [s for s in DIFF_COLUMNS if s.applies(diff)]
+    specs = pick_columns(DIFF_COLUMNS, diff, None)[0]
     shown = diff.layers if top is None else diff.layers[:top]
     head = "".join(f"<th>{html.escape(s.header)}</th>" for s in specs)
     body = []
@@ -220,8 +226,7 @@ def render_diff_html(diff: ProfileDiff, top: int | None = DEFAULT_TOP) -> str:
         cells = [f"<td{mark if s.key == 'mean' else ''}>{html.escape(s.cell(diff, layer))}</td>"
                  for s in specs]
         body.append("<tr>" + "".join(cells) + "</tr>")
-    totals = "<br>".join(html.escape(line) for line in render_diff_text(
-        diff, top=1, width=10_000, color=False).splitlines()[:5] if line)
+    totals = "<br>".join(html.escape(line) for line in _header_lines(diff))
     notes = [f"{len(diff.layers) - len(shown)} more layers not shown."] \
         if len(shown) < len(diff.layers) else []
     for label, layers in (("Only in base", diff.only_base), ("Only in new", diff.only_new)):

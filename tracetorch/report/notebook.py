@@ -20,6 +20,7 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING
 
+from tracetorch.report._layout import pick_columns
 from tracetorch.report.summary import summary_lines
 from tracetorch.report.table import TREE_COLUMNS, node_label, tree_context, tree_rows
 
@@ -52,8 +53,9 @@ def render_notebook(result: ProfileResult, rows: int = NOTEBOOK_ROWS) -> str:
     if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
         raise ValueError(f"rows must be an integer >= 1; got {rows!r}")
     ctx = tree_context(result)
-    specs = [s for s in TREE_COLUMNS if s.applies(ctx) and not s.optional and s.key != "name"]
-    tree = tree_rows(result)
+    # The text table's default columns; the name is laid out apart (indented by padding).
+    specs = [s for s in pick_columns(TREE_COLUMNS, ctx, None)[0] if s.key != "name"]
+    tree = tree_rows(result, sums=ctx.inc)
     head = "".join(f'<th style="{_HEAD}text-align:{"right" if s.right else "left"}">'
                    f"{html.escape(s.header)}</th>" for s in specs)
     body = []

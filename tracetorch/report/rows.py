@@ -5,8 +5,8 @@ Times are integer nanoseconds (the time statistics are floats: means and quantil
 inclusive time), FLOPs and bytes plain integers, so a spreadsheet or a DataFrame computes with
 them directly. ``flops`` is the node's own share (children excluded), ``subtree_flops`` what the
 call cost with its children, as in the text table; ``macs`` is empty where a layer has none.
-Memory columns (``input_bytes``... from :mod:`tracetorch.memory`) come after the others when the
-nodes carry memory statistics.
+Memory columns (``input_bytes``... from :mod:`tracetorch.memory`, zeros where memory was not
+measured) come after the others.
 
 pandas is imported by :func:`to_dataframe` alone, never by ``import tracetorch``.
 
@@ -25,6 +25,7 @@ import importlib
 import os
 from typing import TYPE_CHECKING, Any, Union
 
+from tracetorch.report.table import SubtreeSums
 from tracetorch.report.units import format_shape
 from tracetorch.tree import CallNode
 
@@ -50,14 +51,10 @@ SHAPE_SEPARATOR = " | "
 
 
 def memory_fields(node: CallNode) -> dict[str, int]:
-    """The node's memory statistics as ``{field: bytes}`` plus ``bytes_moved``; ``{}`` when the
-    node carries none (a profile from before memory was measured)."""
-    memory = getattr(node, "memory", None)
-    if memory is None:
-        return {}
-    fields = {key: int(value) for key, value in memory.to_dict().items()}
-    moved = memory.bytes_moved
-    fields["bytes_moved"] = int(moved(node.calls) if callable(moved) else moved)
+    """The node's memory statistics as ``{field: bytes}`` plus ``bytes_moved`` (all zeros when
+    memory was not measured)."""
+    fields = {key: int(value) for key, value in node.memory.to_dict().items()}
+    fields["bytes_moved"] = int(node.bytes_moved)
     return fields
 
 
@@ -65,24 +62,25 @@ def _shapes(signatures: list[Any]) -> str:
     return SHAPE_SEPARATOR.join(format_shape(sig) for sig in signatures)
 
 
-def _row(node: CallNode, sums: dict[int, tuple[int, int, int]]) -> dict[str, Any]:
+def _row(node: CallNode, sums: SubtreeSums) -> dict[str, Any]:
     time = node.time
     parent = node.parent
-    flops, gemm, backward = sums[id(node)]
+    key = id(node)
     row: dict[str, Any] = {
         "path": node.path, "name": node.name, "type": node.type_name, "kind": node.kind,
         "depth": node.depth,
         "parent": parent.path if parent is not None and parent.kind != "root" else None,
-        "calls": node.calls, "flops": int(node.flops), "subtree_flops": flops,
-        "gemm_flops": int(node.gemm_flops), "subtree_gemm_flops": gemm,
+        "calls": node.calls, "flops": int(node.flops), "subtree_flops": sums.flops[key],
+        "gemm_flops": int(node.gemm_flops), "subtree_gemm_flops": sums.gemm_flops[key],
         "macs": None if node.macs is None else int(node.macs),
-        "flops_source": node.flops_source, "completeness": node.completeness,
+        "flops_source": node.flops_source, "completeness": sums.completeness[key],
         "self_ns": node.self_ns, "total_ns": node.total_ns,
         "mean_ns": time.mean_ns, "p50_ns": time.quantile(0.5), "p90_ns": time.quantile(0.9),
         "p99_ns": time.quantile(0.99), "min_ns": time.min_ns, "max_ns": time.max_ns,
         "std_ns": time.std_ns,
         "backward_calls": node.backward_time.count, "backward_ns": node.backward_time.total_ns,
-        "backward_flops": int(node.backward_flops), "subtree_backward_flops": backward,
+        "backward_flops": int(node.backward_flops),
+        "subtree_backward_flops": sums.backward_flops[key],
         "params": int(node.params), "errors": int(node.errors),
         "input_shapes": _shapes(node.input_shapes), "output_shapes": _shapes(node.output_shapes),
     }
@@ -93,15 +91,8 @@ def _row(node: CallNode, sums: dict[int, tuple[int, int, int]]) -> dict[str, Any
 def to_rows(result: ProfileResult) -> list[dict[str, Any]]:
     """One dict per node (root excepted), parents first, in call order; keys as
     :func:`row_fields` lists them."""
-    nodes = [n for n in result.root.walk() if n is not result.root]
-    # Subtree sums bottom up, once, rather than a walk per node.
-    sums: dict[int, tuple[int, int, int]] = {}
-    for node in reversed(nodes):
-        kids = [sums[id(c)] for c in node.children.values()]
-        sums[id(node)] = (int(node.flops) + sum(k[0] for k in kids),
-                          int(node.gemm_flops) + sum(k[1] for k in kids),
-                          int(node.backward_flops) + sum(k[2] for k in kids))
-    return [_row(node, sums) for node in nodes]
+    sums = SubtreeSums(result.root)  # one bottom-up pass, not a subtree walk per node
+    return [_row(node, sums) for node in result.nodes()]
 
 
 def row_fields(rows: list[dict[str, Any]]) -> list[str]:

@@ -54,7 +54,7 @@ if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report
     from tracetorch.result import AggregateRow, ProfileResult
 
 __all__ = ("SORT_KEYS", "FLAT_VIEWS", "TREE_COLUMNS", "FLAT_COLUMNS", "TreeContext", "FlatContext",
-           "tree_context", "tree_rows",
+           "SubtreeSums", "tree_context", "tree_rows",
            "render_table", "render_flat", "node_label", "printable")
 
 _TreeRow = tuple[CallNode, int]  # a node and its depth
@@ -133,11 +133,13 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-class _Inclusive:
-    """Subtree sums computed once, bottom up, instead of once per row per ancestor."""
+class SubtreeSums:
+    """Every node's subtree sums and completeness, keyed by ``id(node)``, computed once, bottom
+    up, instead of once per row per ancestor (``CallNode.subtree_flops`` walks the subtree)."""
 
     def __init__(self, root: CallNode) -> None:
         self.flops: dict[int, int] = {}
+        self.gemm_flops: dict[int, int] = {}
         self.macs: dict[int, int | None] = {}
         self.backward_flops: dict[int, int] = {}
         # Backward time of the subtree, or None where no backward pass was timed at all.
@@ -147,6 +149,8 @@ class _Inclusive:
         for node in reversed(order):
             kids = list(node.children.values())
             self.flops[id(node)] = int(node.flops) + sum(self.flops[id(c)] for c in kids)
+            self.gemm_flops[id(node)] = (int(node.gemm_flops)
+                                         + sum(self.gemm_flops[id(c)] for c in kids))
             self.backward_flops[id(node)] = (int(node.backward_flops)
                                              + sum(self.backward_flops[id(c)] for c in kids))
             timed = [node.backward_time.total_ns] if node.backward_time.count else []
@@ -172,7 +176,7 @@ def _marked(cell: str, completeness: Completeness) -> str:
     return "?" if mark == "?" else cell + mark
 
 
-def _sorted_children(node: CallNode, sort_by: str, inc: _Inclusive) -> list[CallNode]:
+def _sorted_children(node: CallNode, sort_by: str, inc: SubtreeSums) -> list[CallNode]:
     kids = list(node.children.values())
     keys: dict[str, Callable[[CallNode], _SortKey]] = {
         "total": lambda n: -n.total_ns,
@@ -188,7 +192,7 @@ def _sorted_children(node: CallNode, sort_by: str, inc: _Inclusive) -> list[Call
 
 
 def _select(result: ProfileResult, sort_by: str, depth: int | None, min_percent: float,
-            inc: _Inclusive) -> tuple[list[tuple[CallNode, int]], int, int]:
+            inc: SubtreeSums) -> tuple[list[tuple[CallNode, int]], int, int]:
     """Visible (node, level) pairs in display order; counts hidden by depth and min_percent."""
     total = result.total_time_ns
     rows: list[tuple[CallNode, int]] = []
@@ -229,7 +233,7 @@ class TreeContext:
     profile has backward data and memory figures, and each labelled layer's roofline bound."""
 
     result: ProfileResult
-    inc: _Inclusive
+    inc: SubtreeSums
     total: int
     backward: bool
     memory: bool = False
@@ -252,13 +256,15 @@ def tree_context(result: ProfileResult, show_backward: bool | None = None) -> Tr
     backward = _has_backward(result) if show_backward is None else show_backward
     bounds: dict[str, str] = ({layer.path: layer.bound for layer in result.analyze().layers}
                               if "machine" in result.meta else {})
-    return TreeContext(result, _Inclusive(result.root), result.total_time_ns, backward,
+    return TreeContext(result, SubtreeSums(result.root), result.total_time_ns, backward,
                        any(n.memory for n in result.nodes()), bounds)
 
 
-def tree_rows(result: ProfileResult, sort_by: str = "total") -> list[tuple[CallNode, int]]:
-    """Every node with its depth, in the table's order (siblings sorted by ``sort_by``)."""
-    inc = _Inclusive(result.root)
+def tree_rows(result: ProfileResult, sort_by: str = "total",
+              sums: SubtreeSums | None = None) -> list[tuple[CallNode, int]]:
+    """Every node with its depth, in the table's order (siblings sorted by ``sort_by``);
+    ``sums``, when the caller has them (``tree_context(result).inc``), are not computed again."""
+    inc = SubtreeSums(result.root) if sums is None else sums
     return _select(result, _check_choice("sort_by", sort_by, SORT_KEYS), None, 0.0, inc)[0]
 
 

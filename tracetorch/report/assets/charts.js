@@ -57,7 +57,7 @@ function colourOf(n) {
   return MODULE_COLOURS[h % MODULE_COLOURS.length];   // one colour per layer type
 }
 
-function Icicle(nodes, data) {
+function Icicle(nodes) {
   var self = this;
   this.nodes = nodes; this.zoomId = 0; this.boxes = [];
   this.metrics = METRICS.filter(function (m) { return !m.memory || nodes.some(function (n) { return n.memory; }); });

@@ -68,11 +68,12 @@ function buildNodes(root) {
   for (var k = nodes.length - 1; k >= 0; k--) {
     var n = nodes[k], r = n.raw, kidsNs = 0, bwd = r.backward_time.count ? r.backward_time.total_ns : null;
     n.flops = r.flops; n.macs = r.macs; n.bwdFlops = r.backward_flops; n.bwdNs = bwd;
-    n.subtreeCalls = n.calls;
+    // Saved for backward: the subtree's, as the text table's Saved column (inclusive).
+    n.saved = n.memory ? n.memory.saved_bytes || 0 : 0;
     n.kids.forEach(function (c) {
       var kid = nodes[c];
       kidsNs += kid.raw.time.total_ns;
-      n.flops += kid.flops; n.bwdFlops += kid.bwdFlops; n.subtreeCalls += kid.subtreeCalls;
+      n.flops += kid.flops; n.bwdFlops += kid.bwdFlops; n.saved += kid.saved;
       if (kid.macs !== null) n.macs = (n.macs || 0) + kid.macs;
       if (kid.bwdNs !== null) n.bwdNs = (n.bwdNs || 0) + kid.bwdNs;
     });
@@ -80,9 +81,6 @@ function buildNodes(root) {
     n.selfNs = Math.max(0, r.time.total_ns - kidsNs);
     n.completeness = r.completeness;  // saved with the node, as CallNode.completeness derives it
     n.bytes = n.memory ? bytesMoved(n.memory, n.calls) || null : null;
-    // Saved for backward: the subtree's, as the text table's Saved column (inclusive).
-    n.saved = n.memory ? n.memory.saved_bytes || 0 : 0;
-    n.kids.forEach(function (c) { n.saved += nodes[c].saved; });
   }
   return nodes;
 }
@@ -447,7 +445,7 @@ function main() {
   app.appendChild(el("header", {className: "tt-header"}, [el("h1", {text: report.title}),
     subtitle ? el("p", {className: "tt-subtitle", text: subtitle}) : null]));
   app.appendChild(renderSummary(data, report, nodes));
-  var icicle = new Icicle(nodes, data);
+  var icicle = new Icicle(nodes);
   var table = new LayerTable(data, nodes, function (id) { icicle.zoom(id); icicle.element.scrollIntoView({block: "nearest"}); });
   app.appendChild(icicle.element);
   app.appendChild(table.element);
