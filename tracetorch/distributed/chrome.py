@@ -21,10 +21,10 @@ Example:
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from typing import Any
 
+from tracetorch.distributed.gather import saved_rank_files
 from tracetorch.distributed.merge import META_KEY
 from tracetorch.report.chrome import chrome_trace_events
 from tracetorch.result import ProfileResult
@@ -70,13 +70,11 @@ def export_ranks_chrome_trace(merged: str, path: str) -> None:
     Raises:
         ValueError: ``merged`` is not a merged profile saved with its rank files.
     """
-    facts = ProfileResult.load(merged).meta.get(META_KEY) or {}
-    files = facts.get("rank_files")
-    if not facts.get("merged") or not files:
+    files = saved_rank_files(ProfileResult.load(merged), merged)
+    if not files:
         raise ValueError(f"{merged}: not a merged profile saved with its ranks' files "
                          f"(gather with a path: profile(gather='job.json'))")
-    folder = os.path.dirname(os.path.abspath(merged))
-    results = (ProfileResult.load(os.path.join(folder, name)) for name in files.values())
+    results = (ProfileResult.load(name) for name in files.values())
     document = ranks_chrome_trace(results)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(document, f, separators=(",", ":"))

@@ -17,6 +17,7 @@ import os
 import tempfile
 from collections.abc import Mapping
 
+from tracetorch.distributed.gather import saved_rank_files
 from tracetorch.distributed.merge import META_KEY
 from tracetorch.distributed.rank import launched_distributed
 from tracetorch.result import ProfileResult
@@ -49,14 +50,13 @@ def rank_profile(merged: ProfileResult, path: str, rank: int) -> ProfileResult:
     Raises:
         ValueError: ``merged`` is no merged profile, or has no file for that rank.
     """
-    facts = merged.meta.get(META_KEY) or {}
-    files = facts.get("rank_files") if facts.get("merged") else None
+    files = saved_rank_files(merged, path)
     if not files:
         raise ValueError(f"--rank: {path} is not a merged profile saved with its ranks' files")
     name = files.get(str(rank))
     if name is None:
         raise ValueError(f"--rank: no rank {rank} in {path} (ranks: {', '.join(files)})")
-    return ProfileResult.load(os.path.join(os.path.dirname(os.path.abspath(path)), name))
+    return ProfileResult.load(name)
 
 
 def ranks_text(result: ProfileResult) -> str | None:

@@ -115,17 +115,20 @@ class CollectiveLog:
         compute and collective time starts here."""
         with self._lock:
             self.aligned_at, self.aligned_by = now, how
-            self._open_since = now
-            if self._in_flight == 0:
-                self._idle_since = now
+            self._open(now)
 
     def start(self, now: int) -> None:
         """The profile is entered again: compute counts from ``now`` (once aligned)."""
         with self._lock:
             if self.aligned_at is not None:
-                self._open_since = now
-                if self._in_flight == 0:
-                    self._idle_since = now
+                self._open(now)
+
+    def _open(self, now: int) -> None:
+        # The profile is open (and the clocks aligned) from ``now``; compute runs from then
+        # unless a collective is in flight. Called with the lock held.
+        self._open_since = now
+        if self._in_flight == 0:
+            self._idle_since = now
 
     def stop(self, now: int) -> None:
         """The profile is exited: close the open compute span."""
@@ -172,8 +175,8 @@ class CollectiveLog:
                 self._busy_since = None
             if self.aligned_at is None:
                 self.aligned_at, self.aligned_by = done_ns, "first collective"
-                self._open_since = done_ns
-            if self._open_since is not None:
+                self._open(done_ns)
+            elif self._open_since is not None:
                 self._idle_since = done_ns
 
     def drain(self, timeout: float) -> bool:

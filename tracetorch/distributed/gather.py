@@ -28,7 +28,7 @@ from tracetorch.distributed.rank import group_alive, rank_facts
 from tracetorch.report.jsonio import deep_recursion, save_result
 from tracetorch.result import ProfileResult
 
-__all__ = ("gather_profiles", "rank_file", "TREE_FROM")
+__all__ = ("gather_profiles", "rank_file", "saved_rank_files", "TREE_FROM")
 
 #: World sizes from which ``gather_profiles`` reduces up a tree by default.
 TREE_FROM = 16
@@ -38,6 +38,24 @@ def rank_file(path: str, rank: int) -> str:
     """Where rank ``rank``'s own profile is written beside the merged profile at ``path``."""
     stem, ext = os.path.splitext(path)
     return f"{stem}.rank{rank}{ext or '.json'}"
+
+
+def saved_rank_files(merged: ProfileResult, path: str) -> dict[str, str]:
+    """The ranks' own files of the merged profile ``merged`` saved at ``path``, by rank (a
+    string, as saved), as paths; empty for any other profile.
+
+    Example:
+        >>> from tracetorch.distributed.merge import merge_profiles
+        >>> from tracetorch.tree import CallNode
+        >>> merged = merge_profiles([ProfileResult(CallNode.root())], ranks=[0])
+        >>> merged.meta["distributed"]["rank_files"] = {"0": "job.rank0.json"}
+        >>> saved_rank_files(merged, "out/job.json") == {"0": os.path.abspath("out/job.rank0.json")}
+        True
+    """
+    facts = merged.meta.get(META_KEY) or {}
+    files = facts.get("rank_files") if facts.get("merged") else None
+    folder = os.path.dirname(os.path.abspath(path))
+    return {rank: os.path.join(folder, name) for rank, name in (files or {}).items()}
 
 
 def gather_profiles(result: ProfileResult, path: str | None = None, *, tree: bool | None = None,

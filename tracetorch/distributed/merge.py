@@ -107,6 +107,12 @@ class CollectiveSite:
         self.time = TimeStats()
         self.ranks = Spread()
 
+    @property
+    def label(self) -> str:
+        """The site as its tree node is named: ``backward.all_reduce`` (the op alone at the
+        top level)."""
+        return f"{self.path}.{self.op}" if self.path else self.op
+
     def merge(self, other: CollectiveSite) -> None:
         """Fold ``other`` (the same site on other ranks) in."""
         self.calls += other.calls

@@ -34,8 +34,9 @@ from tracetorch.adapters.torch.tracing import tracing
 from tracetorch.distributed.collectives import OPS, CollectiveLog
 from tracetorch.engine.hotpath import current_frame
 from tracetorch.engine.patches import recording_wrapper
+from tracetorch.introspect import tensor_bytes
 
-__all__ = ("CollectiveMode", "payload_bytes")
+__all__ = ("CollectiveMode",)
 
 _Work = torch._C._distributed_c10d.Work if torch.distributed.is_available() else None
 
@@ -61,21 +62,6 @@ def _specs() -> dict[Any, _Spec]:
 
 
 _SPECS: dict[Any, _Spec] = {}
-
-
-def payload_bytes(value: Any) -> int:
-    """Bytes of the tensors in ``value`` (a tensor, or lists of them, nested).
-
-    Example:
-        >>> import torch
-        >>> payload_bytes([torch.ones(3), [torch.ones(2, dtype=torch.float64)]])
-        28
-    """
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if isinstance(value, (list, tuple)):
-        return sum(payload_bytes(v) for v in value)
-    return 0
 
 
 def _work_of(output: Any) -> Any:
@@ -113,7 +99,7 @@ class CollectiveMode(TorchDispatchMode):
             first()
         frame = current_frame()
         path = frame.node.path if frame is not None else ""
-        nbytes = payload_bytes(args[index]) if index is not None and index < len(args) else 0
+        nbytes = tensor_bytes(args[index]) if index is not None and index < len(args) else 0
         # async_op defaults to True in every c10d schema; a synchronous caller passes False.
         asynchronous = flag is not None and bool(
             kwargs.get("async_op", args[flag] if flag < len(args) else True))

@@ -15,16 +15,27 @@ Example:
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 from tracetorch.stats import TimeStats
 
-__all__ = ("EXACT_RANKS", "Spread")
+__all__ = ("EXACT_RANKS", "Spread", "median")
 
 #: Ranks whose values are kept exactly (exact medians) before a sketch (about 1%) takes over.
 EXACT_RANKS = 64
+
+
+def median(values: Iterable[int]) -> float:
+    """The exact median of a few ranks' values.
+
+    Example:
+        >>> median([30, 10, 20, 40])
+        25.0
+    """
+    return float(np.median(np.asarray(list(values), dtype=np.float64)))
 
 
 class Spread:
@@ -91,7 +102,7 @@ class Spread:
             return self.median_ns
         others = list(samples)
         others.remove(self.slowest_ns)
-        return float(np.median(np.asarray(others, dtype=np.float64)))
+        return median(others)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form :meth:`from_dict` restores exactly."""

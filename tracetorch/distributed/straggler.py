@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from tracetorch.distributed.spread import median
 
 if TYPE_CHECKING:
     from tracetorch.result import ProfileResult
@@ -97,10 +97,10 @@ def find_straggler(result: ProfileResult) -> Straggler | None:
     others = [row for r, row in rows.items() if r != rank]
     straggler = Straggler(
         rank=rank, compute_ns=int(rows[rank]["compute_ns"]),
-        others_median_ns=_median([int(row["compute_ns"]) for row in others]),
+        others_median_ns=median([int(row["compute_ns"]) for row in others]),
         wait_ns=int(rows[rank].get("collective_ns", 0)),
-        others_wait_median_ns=_median([int(row.get("collective_ns", 0)) for row in others]))
-    collectives = {f"{s.path}.{s.op}" if s.path else s.op for s in collective_sites(result)}
+        others_wait_median_ns=median([int(row.get("collective_ns", 0)) for row in others]))
+    collectives = {site.label for site in collective_sites(result)}
     evidence = []
     for node, spread in node_spreads(result).items():
         own = spread.self
@@ -113,7 +113,3 @@ def find_straggler(result: ProfileResult) -> Straggler | None:
     evidence.sort(key=lambda layer: -layer.excess_ns)
     straggler.layers = evidence[:MAX_LAYERS]
     return straggler
-
-
-def _median(values: list[int]) -> float:
-    return float(np.median(np.asarray(values, dtype=np.float64)))

@@ -12,10 +12,12 @@ Example:
 """
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from tracetorch.distributed.collectives import bus_factor
 from tracetorch.distributed.merge import collective_sites, node_spreads, rank_rows
+from tracetorch.report._layout import Column, layout
 from tracetorch.report.units import (
     format_bytes,
     format_count,
@@ -35,12 +37,9 @@ LAYER_ROWS = 10
 
 
 def _grid(header: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                       for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-             for r in [header, *rows]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return lines
+    # The reports' layout: the first column (a name) on the left, the numbers on the right.
+    columns = [Column(title, itemgetter(i), right=i > 0) for i, title in enumerate(header)]
+    return layout(columns, rows)
 
 
 def _label(node: CallNode) -> str:
@@ -102,7 +101,7 @@ def render_ranks(result: ProfileResult, layers: int = LAYER_ROWS) -> str:
         for site in sites:
             total = site.time.total_ns
             algbw = site.bytes * 1e9 / total if total else 0.0
-            table.append([f"{site.path}.{site.op}" if site.path else site.op,
+            table.append([site.label,
                           format_count(site.calls), format_bytes(site.bytes), _ns(total),
                           _ns(site.ranks.min_ns), _ns(site.ranks.max_ns),
                           format_per_second(algbw, "B"),
