@@ -182,6 +182,19 @@ def test_layers_without_bytes_time_or_flops_are_counted_not_labelled() -> None:
     assert "Not labelled: 1 layer (FLOPs unknown)" in str(found)
 
 
+def test_a_chain_deeper_than_the_recursion_limit_is_labelled() -> None:
+    import sys
+
+    root = parent = CallNode.root()
+    depth = sys.getrecursionlimit() + 100
+    for i in range(depth):
+        parent = _node(parent, f"b{i}", flops=0, time_ns=1_000, moved=8)
+    _node(parent, "leaf", flops=1_000, time_ns=1_000, moved=8)
+    found = analyze(tracetorch.ProfileResult(root), MACHINE)
+    assert [b.flops for b in found.layers] == [1_000]   # the containers do none themselves
+    assert found.layers[0].path.endswith(f"b{depth - 1}.leaf")
+
+
 def test_memory_false_leaves_nothing_to_label() -> None:
     prof = profiled(*core_linear(1), step=1_000, memory=False)
     assert prof.analyze().unlabelled == {"no bytes recorded": 1}

@@ -1,7 +1,8 @@
 """Bottleneck analysis: the machine's roofline, each layer's bound, the step's utilization.
 
 Modules by concern: :mod:`~tracetorch.analysis.machine` (the peaks, :class:`Machine`),
-:mod:`~tracetorch.analysis.calibrate` (measuring and caching them),
+:mod:`~tracetorch.analysis.calibrate` (measuring and caching them, with the kernels of
+:mod:`~tracetorch.analysis.kits`),
 :mod:`~tracetorch.analysis.roofline` (each layer labelled compute-, memory- or overhead-bound),
 :mod:`~tracetorch.analysis.utilization` (MFU, HFU, achieved FLOP/s by phase) and
 :mod:`~tracetorch.analysis.bottlenecks` (all of it for one profile).

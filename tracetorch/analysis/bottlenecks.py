@@ -23,8 +23,9 @@ from tracetorch.analysis.roofline import (
     ContainerSummary,
     LayerBound,
     container_summaries,
-    layer_bounds,
+    labelled_nodes,
     time_by_bound,
+    unlabelled_reasons,
     where_to_look_first,
 )
 from tracetorch.analysis.utilization import Utilization, utilization
@@ -80,23 +81,6 @@ class Analysis:
         return render_analysis(self)
 
 
-def _unlabelled(result: ProfileResult, labelled: set[str]) -> dict[str, int]:
-    """Why the layer calls left without a label have none (leaves only: containers are
-    summarised, not labelled)."""
-    reasons: dict[str, int] = {}
-    for node in result.nodes():
-        if node.kind not in ("module", "function") or node.children or node.path in labelled:
-            continue
-        if node.total_ns <= 0:
-            why = "no time recorded"
-        elif node.flops_unknown:
-            why = "FLOPs unknown"
-        else:
-            why = "no bytes recorded"
-        reasons[why] = reasons.get(why, 0) + 1
-    return reasons
-
-
 def analyze(result: ProfileResult, machine: Machine, top: int = LOOK_FIRST) -> Analysis:
     """Label ``result``'s layers against ``machine`` and measure its utilization.
 
@@ -108,9 +92,10 @@ def analyze(result: ProfileResult, machine: Machine, top: int = LOOK_FIRST) -> A
         raise TypeError(f"machine: expected a tracetorch.Machine, got {machine!r}")
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise ValueError(f"top: expected a positive int, got {top!r}")
-    bounds = layer_bounds(result.root, machine)
+    labelled = labelled_nodes(result.root, machine)
+    bounds = [bound for _, bound in labelled]
     return Analysis(
         machine=machine, layers=tuple(bounds), look_first=tuple(where_to_look_first(bounds, top)),
-        containers=tuple(container_summaries(result.root, machine)),
+        containers=tuple(container_summaries(result.root, labelled)),
         utilization=utilization(result, machine), total_ns=result.total_time_ns,
-        unlabelled=_unlabelled(result, {b.path for b in bounds}))
+        unlabelled=unlabelled_reasons(result.root))

@@ -34,12 +34,10 @@ import time
 import warnings
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-import numpy as np
-
+from tracetorch.analysis.kits import Kit, import_torch, kit_for
 from tracetorch.analysis.machine import Machine
-from tracetorch.bench import benchmark
 from tracetorch.introspect import is_torch_module
 from tracetorch.report.units import format_per_second, format_time_ns
 
@@ -100,14 +98,6 @@ def _blas_threads() -> int:
     return os.cpu_count() or 1
 
 
-def _torch() -> Any:
-    try:
-        import torch
-    except ImportError:
-        raise ValueError("framework: 'torch' needs PyTorch installed (pip install torch)") from None
-    return torch
-
-
 def machine_facts(framework: str = "numpy", device: str = "cpu", dtype: str = "float32",
                   threads: int | None = None) -> dict[str, Any]:
     """What a calibration is for, checked: host, cpu (and gpu), framework, device, dtype, threads.
@@ -145,7 +135,7 @@ def machine_facts(framework: str = "numpy", device: str = "cpu", dtype: str = "f
                              f"runs {running}, got {threads}")
         facts["threads"] = running
         return facts
-    torch = _torch()
+    torch = import_torch()
     if device != "cpu":
         if not torch.cuda.is_available():
             raise ValueError(f"device: {device!r} asked for, but torch.cuda.is_available() "
@@ -238,7 +228,7 @@ def measure(facts: dict[str, Any]) -> Machine:
         True
     """
     started = time.perf_counter()
-    kit = _NumpyKit(facts) if facts["framework"] == "numpy" else _TorchKit(facts)
+    kit = kit_for(facts)
     with kit:
         rates = {}
         for n in CUDA_SIZES if kit.cuda else CPU_SIZES:
@@ -254,7 +244,7 @@ def measure(facts: dict[str, Any]) -> Machine:
                    facts=facts)
 
 
-def _call_overhead(kit: _Kit) -> tuple[float, float]:
+def _call_overhead(kit: Kit) -> tuple[float, float]:
     """The median time a profile records for one trivial call, and what profiling adds to its
     wall time (both in ns)."""
     from tracetorch.profiler import profile  # the profiler imports this module for machine=
@@ -269,96 +259,6 @@ def _call_overhead(kit: _Kit) -> tuple[float, float]:
         profiled_ns = (time.perf_counter_ns() - start) / OVERHEAD_CALLS
     node = next(iter(prof.root.children.values()))
     return float(node.time.quantile(0.5)), max(0.0, profiled_ns - plain_ns)
-
-
-class _Kit:
-    """The kernels one framework is measured with: a matmul, a copy and a trivial layer."""
-
-    #: Whether the kernels run on a GPU (the sizes and the copy are then larger).
-    cuda = False
-
-    def __init__(self, facts: dict[str, Any]) -> None:
-        self.facts = facts
-
-    def __enter__(self) -> _Kit:
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        return None
-
-    def sync(self) -> None:
-        """Wait for queued device work (nothing to wait for on a CPU)."""
-
-    def time(self, fn: Callable[[], Any], seconds: float) -> float:
-        """Median seconds per call of ``fn``."""
-        return benchmark(fn, warmup=1, min_run_time=seconds, sync=self.sync).median
-
-    def matmul(self, n: int) -> Callable[[], Any]:
-        raise NotImplementedError
-
-    def copy(self, nbytes: int) -> Callable[[], Any]:
-        raise NotImplementedError
-
-    def trivial_layer(self) -> tuple[Any, Any]:
-        raise NotImplementedError
-
-
-class _NumpyKit(_Kit):
-    def matmul(self, n: int) -> Callable[[], Any]:
-        rng = np.random.default_rng(0)
-        a, b = (rng.standard_normal((n, n)).astype(self.facts["dtype"]) for _ in range(2))
-        out = np.empty_like(a)
-        return lambda: np.matmul(a, b, out=out)
-
-    def copy(self, nbytes: int) -> Callable[[], Any]:
-        src = np.ones(nbytes // np.dtype(self.facts["dtype"]).itemsize, self.facts["dtype"])
-        dst = np.empty_like(src)
-        return lambda: np.copyto(dst, src)
-
-    def trivial_layer(self) -> tuple[Any, Any]:
-        from tracetorch.core import Linear, Tensor
-
-        return Linear(1, 1), Tensor(np.ones((1, 1), dtype=self.facts["dtype"]))
-
-
-class _TorchKit(_Kit):
-    def __init__(self, facts: dict[str, Any]) -> None:
-        super().__init__(facts)
-        self.torch = _torch()
-        self.dtype = getattr(self.torch, facts["dtype"])
-        self.device = self.torch.device(facts["device"])
-        self.cuda = self.device.type == "cuda"
-        self._threads = self.torch.get_num_threads()
-
-    def __enter__(self) -> _Kit:
-        self.torch.set_num_threads(self.facts["threads"])
-        self._grad = self.torch.is_grad_enabled()
-        self.torch.set_grad_enabled(False)
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self.torch.set_num_threads(self._threads)
-        self.torch.set_grad_enabled(self._grad)
-
-    def sync(self) -> None:
-        if self.cuda:
-            self.torch.cuda.synchronize(self.device)
-
-    def _tensor(self, *shape: int) -> Any:
-        return self.torch.randn(*shape, dtype=self.dtype, device=self.device)
-
-    def matmul(self, n: int) -> Callable[[], Any]:
-        a, b, out = self._tensor(n, n), self._tensor(n, n), self._tensor(n, n)
-        return lambda: self.torch.matmul(a, b, out=out)
-
-    def copy(self, nbytes: int) -> Callable[[], Any]:
-        src = self._tensor(nbytes // self.torch.empty((), dtype=self.dtype).element_size())
-        dst = self.torch.empty_like(src)
-        return lambda: dst.copy_(src)
-
-    def trivial_layer(self) -> tuple[Any, Any]:
-        layer = self.torch.nn.Linear(1, 1).to(device=self.device, dtype=self.dtype)
-        return layer, self._tensor(1, 1)
 
 
 def measurement_lines(machine: Machine) -> list[str]:

@@ -50,9 +50,9 @@ from tracetorch.analysis.machine import Machine
 from tracetorch.report.units import format_percent, format_time_ns
 from tracetorch.tree import CallNode
 
-__all__ = ("Bound", "BOUNDS", "LayerBound", "ContainerSummary", "layer_bound", "layer_bounds",
-           "where_to_look_first", "time_by_bound", "container_summaries", "node_bytes",
-           "OWN_SHARE", "FAR_BELOW_CEILING", "LOOK_FIRST", "SUMMARY_DEPTH")
+__all__ = ("Bound", "BOUNDS", "LayerBound", "ContainerSummary", "layer_bound", "labelled_nodes",
+           "unlabelled_reasons", "where_to_look_first", "time_by_bound", "container_summaries",
+           "node_bytes", "OWN_SHARE", "FAR_BELOW_CEILING", "LOOK_FIRST", "SUMMARY_DEPTH")
 
 Bound = Literal["compute-bound", "memory-bound", "overhead-bound"]
 BOUNDS: tuple[Bound, ...] = ("compute-bound", "memory-bound", "overhead-bound")
@@ -65,6 +65,11 @@ FAR_BELOW_CEILING = 0.10
 LOOK_FIRST = 3
 #: Containers down to this depth are summarised (1 = top-level calls).
 SUMMARY_DEPTH = 2
+
+
+def _row_label(path: str, type_name: str) -> str:
+    name = path or "<model>"
+    return f"{name} ({type_name})" if type_name else name
 
 
 @dataclass(frozen=True)
@@ -97,8 +102,7 @@ class LayerBound:
     @property
     def label(self) -> str:
         """``"path (Type)"``, as the tree table names a row."""
-        name = self.path or "<model>"
-        return f"{name} ({self.type_name})" if self.type_name else name
+        return _row_label(self.path, self.type_name)
 
 
 def layer_bound(flops: int, bytes_moved: int, time_ns: int, calls: int, machine: Machine, *,
@@ -177,41 +181,60 @@ def node_bytes(node: CallNode) -> tuple[int, int]:
     return int(memory.bytes_moved(node.calls)), int(memory.param_bytes)
 
 
-def _labelled(node: CallNode) -> bool:
-    if node.kind not in ("module", "function") or node.calls < 1 or node.total_ns <= 0:
-        return False
-    if node.flops_unknown or not node_bytes(node)[0]:
-        return False
-    return not node.children or (node.flops > 0
-                                 and node.flops >= OWN_SHARE * node.subtree_flops)
+def _why_unlabelled(node: CallNode) -> str | None:
+    # The one labelling rule (see the module docstring): None when the node gets a label.
+    if node.kind not in ("module", "function"):
+        return "not a layer call"
+    if node.calls < 1 or node.total_ns <= 0:
+        return "no time recorded"
+    if node.flops_unknown:
+        return "FLOPs unknown"
+    if not node_bytes(node)[0]:
+        return "no bytes recorded"
+    if node.children and not (node.flops > 0 and node.flops >= OWN_SHARE * node.subtree_flops):
+        return "a container"
+    return None
 
 
-def layer_bounds(root: CallNode, machine: Machine) -> list[LayerBound]:
-    """Every labelled node under ``root`` (see the module docstring), in call order.
+def unlabelled_reasons(root: CallNode) -> dict[str, int]:
+    """Why the layer calls under ``root`` left without a label have none, counted by reason
+    (leaves only: containers are summarised, not labelled).
+
+    Example:
+        >>> root = CallNode.root(); root.child("fc", "Linear", "m0").time.add(1_000)
+        >>> unlabelled_reasons(root)
+        {'FLOPs unknown': 1}
+    """
+    reasons: dict[str, int] = {}
+    for node in root.walk():
+        if node.kind in ("module", "function") and not node.children:
+            why = _why_unlabelled(node)
+            if why is not None:
+                reasons[why] = reasons.get(why, 0) + 1
+    return reasons
+
+
+def labelled_nodes(root: CallNode, machine: Machine) -> list[tuple[CallNode, LayerBound]]:
+    """Every labelled node under ``root`` with its :class:`LayerBound`, in call order.
 
     Example:
         >>> from tracetorch.analysis.machine import Machine
-        >>> layer_bounds(CallNode.root(), Machine(1e12, 1e11))
+        >>> labelled_nodes(CallNode.root(), Machine(1e12, 1e11))
         []
     """
-    return [bound for _, bound in _bounds(root, machine)]
-
-
-def _bounds(root: CallNode, machine: Machine) -> list[tuple[CallNode, LayerBound]]:
     found: list[tuple[CallNode, LayerBound]] = []
-
-    def visit(node: CallNode, inside: bool) -> None:
-        here = _labelled(node)
+    # A stack, not recursion, as CallNode.walk: a 1,000-layer chain is within reach.
+    stack = [(root, False)]
+    while stack:
+        node, inside = stack.pop()
+        here = _why_unlabelled(node) is None
         if here:
             moved, params = node_bytes(node)
             found.append((node, layer_bound(
                 node.subtree_flops, moved, node.total_ns, node.calls, machine,
                 param_bytes=params, path=node.path, type_name=node.type_name,
                 complete=node.completeness == "complete", nested=inside)))
-        for child in node.children.values():
-            visit(child, inside or here)
-
-    visit(root, False)
+        stack.extend((child, inside or here) for child in reversed(node.children.values()))
     return found
 
 
@@ -253,20 +276,19 @@ class ContainerSummary:
     @property
     def label(self) -> str:
         """``"path (Type)"``."""
-        return f"{self.path or '<model>'} ({self.type_name})"
+        return _row_label(self.path, self.type_name)
 
 
-def container_summaries(root: CallNode, machine: Machine,
+def container_summaries(root: CallNode, labelled: list[tuple[CallNode, LayerBound]],
                         depth: int = SUMMARY_DEPTH) -> list[ContainerSummary]:
     """One summary per unlabelled container down to ``depth`` that holds labelled layers, in
-    call order.
+    call order; ``labelled`` is :func:`labelled_nodes` of ``root``.
 
     Example:
-        >>> from tracetorch.analysis.machine import Machine
-        >>> container_summaries(CallNode.root(), Machine(1e12, 1e11))
+        >>> container_summaries(CallNode.root(), [])
         []
     """
-    outer = {id(node): bound for node, bound in _bounds(root, machine) if not bound.nested}
+    outer = {id(node): bound for node, bound in labelled if not bound.nested}
     found = []
     for node in root.walk():
         if node.kind not in ("module", "function") or node.depth > depth \
