@@ -19,7 +19,7 @@ from tracetorch.memory import MemoryStats
 from tracetorch.stats import TimeStats
 
 __all__ = ("CallNode", "Completeness", "ENTRY_FIELDS", "MAX_SHAPES", "NodeKind", "OpRow",
-           "RuleState", "Shape", "new_entry",
+           "RuleState", "Shape", "SubtreeSums", "new_entry",
            "ShapeSignature", "TimelineEvent")
 
 #: What a node stands for: a layer call, an instrumented function, a backward pass, an optimizer
@@ -299,6 +299,51 @@ class CallNode:
 
     def __repr__(self) -> str:
         return f"CallNode({self.path or '<root>'!r}, {self.type_name}, calls={self.calls})"
+
+
+class SubtreeSums:
+    """Every node's subtree sums and completeness, keyed by ``id(node)``, computed once, bottom
+    up, instead of once per node per ancestor (``CallNode.subtree_flops`` and
+    ``CallNode.completeness`` each walk the subtree): what reports and files read.
+
+    Example:
+        >>> root = CallNode.root()
+        >>> block = root.child("block", "Block", "m0"); block.flops = 5
+        >>> fc = block.child("fc", "Linear", "m1"); fc.flops = 8; fc.flops_source = "rule"
+        >>> sums = SubtreeSums(root)
+        >>> sums.flops[id(block)], sums.completeness[id(block)]
+        (13, 'complete')
+    """
+
+    def __init__(self, root: CallNode) -> None:
+        self.flops: dict[int, int] = {}
+        self.gemm_flops: dict[int, int] = {}
+        self.macs: dict[int, int | None] = {}
+        self.backward_flops: dict[int, int] = {}
+        # Backward time of the subtree, or None where no backward pass was timed at all.
+        self.backward_ns: dict[int, int | None] = {}
+        self.completeness: dict[int, Completeness] = {}
+        order = list(root.walk())
+        for node in reversed(order):
+            kids = list(node.children.values())
+            self.flops[id(node)] = int(node.flops) + sum(self.flops[id(c)] for c in kids)
+            self.gemm_flops[id(node)] = (int(node.gemm_flops)
+                                         + sum(self.gemm_flops[id(c)] for c in kids))
+            self.backward_flops[id(node)] = (int(node.backward_flops)
+                                             + sum(self.backward_flops[id(c)] for c in kids))
+            timed = [node.backward_time.total_ns] if node.backward_time.count else []
+            timed += [t for t in (self.backward_ns[id(c)] for c in kids) if t is not None]
+            self.backward_ns[id(node)] = sum(timed) if timed else None
+            # MACs are only defined for some layers; a subtree has MACs if any part of it does.
+            parts = [node.macs] + [self.macs[id(c)] for c in kids]
+            known = [int(m) for m in parts if m is not None]
+            self.macs[id(node)] = sum(known) if known else None
+            # CallNode.completeness, for every node in one pass.
+            below = {self.completeness[id(c)] for c in kids}
+            self.completeness[id(node)] = (
+                "unknown" if node.flops_unknown
+                else "partial" if below & {"unknown", "partial"} else "complete")
+
 
 
 class OpRow(NamedTuple):

@@ -30,7 +30,7 @@ import os
 from typing import TYPE_CHECKING, Any, Union
 
 from tracetorch.report.units import format_shape
-from tracetorch.tree import CallNode
+from tracetorch.tree import CallNode, SubtreeSums
 
 if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
     from tracetorch.result import ProfileResult
@@ -92,9 +92,7 @@ def chrome_trace_events(result: ProfileResult, origin: int | None = None) -> dic
         meta_pid, bool) else 1
     # Depth, inclusive FLOPs and args once per node, not once per call.
     order = list(result.root.walk())
-    subtree: dict[int, int] = {}
-    for node in reversed(order):
-        subtree[id(node)] = int(node.flops) + sum(subtree[id(c)] for c in node.children.values())
+    subtree = SubtreeSums(result.root).flops
     depth: dict[int, int] = {id(result.root): 0}
     for node in order[1:]:
         depth[id(node)] = depth.get(id(node.parent), node.depth - 1) + 1

@@ -51,7 +51,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, Union, cast, get_ar
 
 from tracetorch.memory import FIELDS as MEMORY_FIELDS
 from tracetorch.stats import TimeStats
-from tracetorch.tree import CallNode, NodeKind, ShapeSignature, TimelineEvent
+from tracetorch.tree import (
+    CallNode,
+    Completeness,
+    NodeKind,
+    ShapeSignature,
+    SubtreeSums,
+    TimelineEvent,
+)
 
 if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
     from tracetorch.result import ProfileResult
@@ -108,21 +115,7 @@ def _signature_to_json(sig: ShapeSignature | None) -> list[list[Any] | None] | N
     return [None if shape is None else [_dim(d) for d in shape] for shape in sig]
 
 
-def _completeness(root: CallNode) -> dict[int, str]:
-    """Every node's :attr:`~tracetorch.tree.CallNode.completeness` in one walk (asking each
-    node walks its subtree: quadratic on a deep tree)."""
-    found: dict[int, str] = {}
-    for node in reversed(list(root.walk())):  # children before their parents
-        if node.flops_unknown:
-            found[id(node)] = "unknown"
-        elif any(found[id(c)] != "complete" for c in node.children.values()):
-            found[id(node)] = "partial"
-        else:
-            found[id(node)] = "complete"
-    return found
-
-
-def _node_to_dict(node: CallNode, completeness: dict[int, str]) -> dict[str, Any]:
+def _node_to_dict(node: CallNode, completeness: dict[int, Completeness]) -> dict[str, Any]:
     return {
         "name": node.name,
         "type": node.type_name,
@@ -165,7 +158,7 @@ def result_to_dict(result: ProfileResult) -> dict[str, Any]:
     timeline = _events_to_rows(result.timeline, index)
     backward_timeline = _events_to_rows(result.backward_timeline, index)
     with deep_recursion():
-        root = _node_to_dict(result.root, _completeness(result.root))
+        root = _node_to_dict(result.root, SubtreeSums(result.root).completeness)
     return {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,

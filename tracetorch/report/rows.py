@@ -25,9 +25,8 @@ import importlib
 import os
 from typing import TYPE_CHECKING, Any, Union
 
-from tracetorch.report.table import SubtreeSums
 from tracetorch.report.units import format_shape
-from tracetorch.tree import CallNode
+from tracetorch.tree import CallNode, SubtreeSums
 
 if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
     from tracetorch.result import ProfileResult

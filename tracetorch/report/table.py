@@ -48,7 +48,7 @@ from tracetorch.report.units import (
     format_rate,
     format_time_ns,
 )
-from tracetorch.tree import CallNode, Completeness
+from tracetorch.tree import CallNode, Completeness, SubtreeSums
 
 if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
     from tracetorch.result import AggregateRow, ProfileResult
@@ -131,40 +131,6 @@ def printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-class SubtreeSums:
-    """Every node's subtree sums and completeness, keyed by ``id(node)``, computed once, bottom
-    up, instead of once per row per ancestor (``CallNode.subtree_flops`` walks the subtree)."""
-
-    def __init__(self, root: CallNode) -> None:
-        self.flops: dict[int, int] = {}
-        self.gemm_flops: dict[int, int] = {}
-        self.macs: dict[int, int | None] = {}
-        self.backward_flops: dict[int, int] = {}
-        # Backward time of the subtree, or None where no backward pass was timed at all.
-        self.backward_ns: dict[int, int | None] = {}
-        self.completeness: dict[int, Completeness] = {}
-        order = list(root.walk())
-        for node in reversed(order):
-            kids = list(node.children.values())
-            self.flops[id(node)] = int(node.flops) + sum(self.flops[id(c)] for c in kids)
-            self.gemm_flops[id(node)] = (int(node.gemm_flops)
-                                         + sum(self.gemm_flops[id(c)] for c in kids))
-            self.backward_flops[id(node)] = (int(node.backward_flops)
-                                             + sum(self.backward_flops[id(c)] for c in kids))
-            timed = [node.backward_time.total_ns] if node.backward_time.count else []
-            timed += [t for t in (self.backward_ns[id(c)] for c in kids) if t is not None]
-            self.backward_ns[id(node)] = sum(timed) if timed else None
-            # MACs are only defined for some layers; a subtree has MACs if any part of it does.
-            parts = [node.macs] + [self.macs[id(c)] for c in kids]
-            known = [int(m) for m in parts if m is not None]
-            self.macs[id(node)] = sum(known) if known else None
-            # CallNode.completeness, for every node in one pass.
-            below = {self.completeness[id(c)] for c in kids}
-            self.completeness[id(node)] = (
-                "unknown" if node.flops_unknown
-                else "partial" if below & {"unknown", "partial"} else "complete")
 
 
 #: FLOPs cells of nodes whose count is not whole: ``+`` a lower bound, ``?`` unknown.
