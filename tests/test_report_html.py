@@ -206,5 +206,6 @@ def test_repr_html_shows_the_top_rows_and_escapes() -> None:
     snippet = render_notebook(ProfileResult(root), rows=10)
     assert snippet.count("<tr>") == 11 and "20 more rows" in snippet
     assert "&lt;layer29&gt; (Linear)" in snippet and "<layer" not in snippet
+    assert "1 more row:" in render_notebook(ProfileResult(root), rows=29)
     with pytest.raises(ValueError, match="rows must be an integer"):
         render_notebook(ProfileResult(root), rows=0)

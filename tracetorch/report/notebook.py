@@ -66,7 +66,8 @@ def render_notebook(result: ProfileResult, rows: int = NOTEBOOK_ROWS) -> str:
                         f"{html.escape(s.cell(ctx, (node, level)))}</td>" for s in specs)
         body.append(f"<tr>{name}{cells}</tr>")
     more = len(tree) - len(body)
-    note = (f"<p style=\"margin:4px 0;color:#5d6675\">{more} more rows: "
+    rows_left = f"{more} more {'row' if more == 1 else 'rows'}"
+    note = (f"<p style=\"margin:4px 0;color:#5d6675\">{rows_left}: "
             f"<code>prof.save_html(\"report.html\")</code> shows them all.</p>" if more > 0 else "")
     summary = "".join(f"<div>{html.escape(line)}</div>" for line in summary_lines(result))
     return ('<div class="tracetorch-profile" style="font-family:system-ui,sans-serif;'
