@@ -201,9 +201,9 @@ def test_graph_nodes_are_tagged_with_the_innermost_call_that_made_them():
 
     def calls(fn):  # the paths of the calls that marked fn, outermost first
         paths, mark = [], fn.metadata.get(MARKS)
-        while mark is not None:
-            paths.append(mark.frame.node.path)
-            mark = mark.inner
+        while mark is not None:  # (frame, parts, inner)
+            paths.append(mark[0].node.path)
+            mark = mark[2]
         return paths
 
     chain = []

@@ -3,7 +3,7 @@
 Nothing runs per operation of a backward pass. Instead:
 
 **Marking, during forward.** After each torch layer call returns (the engine's exit observer),
-the ``grad_fn`` of its output is marked, in ``node.metadata``, with a :class:`Mark`: the call's
+the ``grad_fn`` of its output is marked, in ``node.metadata``, with a :data:`Mark`: the call's
 frame and its *gradient parts* (:mod:`tracetorch.flops.gradients`: the GEMM work its gradient
 will take, each piece with the tensors that must need a gradient for the pass to do it, resolved
 for this call: an input's ``grad_fn``, or a leaf tensor such as a weight). A counted tensor
@@ -94,24 +94,19 @@ _Parameter = torch.nn.Parameter
 ResolvedPart = tuple[int, tuple[Any, ...]]
 
 
-class Mark:
-    """What one call left on an autograd node: its frame, its gradient parts (on one of its
-    output nodes only, so each call is charged once) and the mark of a call that returned the
-    same node earlier (a parent returning its child's output marks it after the child)."""
-
-    __slots__ = ("frame", "parts", "inner")
-
-    def __init__(self, frame: Frame, parts: Sequence[ResolvedPart], inner: Mark | None) -> None:
-        self.frame = frame
-        self.parts = parts
-        self.inner = inner
+#: What one call left on an autograd node, a plain tuple (made on every layer call that records
+#: autograd, so no class to construct): ``(frame, parts, inner)`` — the call's frame, its gradient
+#: parts (on one of its output nodes only, so each call is charged once) and the mark of a call
+#: that returned the same node earlier (a parent returning its child's output marks it after the
+#: child), or ``None``.
+Mark = tuple[Frame, Sequence[ResolvedPart], Any]
 
 
 # ----------------------------------------------------------------------------- marking
 def _mark(fn: Any, frame: Frame, parts: Sequence[ResolvedPart], output: Any = None) -> None:
     meta = fn.metadata
     inner = meta.get(MARKS)
-    meta[MARKS] = Mark(frame, parts, inner)
+    meta[MARKS] = (frame, parts, inner)
     if inner is not None:
         return  # the node's hook is there already
     if output is not None and output._backward_hooks is None:
@@ -171,24 +166,26 @@ def resolve_parts(parts: Sequence[GradientPart], tensor_of: Callable[[int | str]
     return resolved
 
 
-def _layer_parts(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
-                 entry: list[Any]) -> list[ResolvedPart]:
-    # Symbolic parts once per input shape (kept in the call's per-shape counter), resolved per
-    # call: whether an input or weight needs a gradient may change between calls. Parts name
-    # inputs by position, as rules read them: keyword arguments are bound to the forward's
-    # signature, only for calls that have parts (most keyword-called layers have none).
-    if len(entry) == _PARTS:
-        symbolic = None
-        if frame.node.rule_state == "rule":
-            try:
-                symbolic = layer_gradient_parts(
-                    frame.owner, bound_inputs(frame.owner, args, kwargs), output)
-            except Exception:  # an unusual call is not worth breaking the model for
-                symbolic = None
-        entry.append(symbolic or ())
-    symbolic = entry[_PARTS]
-    if not symbolic:
-        return []
+def _symbolic_parts(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
+                    entry: list[Any]) -> Sequence[GradientPart]:
+    # A call's symbolic parts, once per input shape, kept in its per-shape counter (``()``: its
+    # gradient is no product, or its type has no formula).
+    symbolic = None
+    if frame.node.rule_state == "rule":
+        try:
+            symbolic = layer_gradient_parts(
+                frame.owner, bound_inputs(frame.owner, args, kwargs), output)
+        except Exception:  # an unusual call is not worth breaking the model for
+            symbolic = None
+    entry.append(symbolic or ())
+    return entry[_PARTS]
+
+
+def _layer_parts(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 symbolic: Sequence[GradientPart]) -> list[ResolvedPart]:
+    # Resolved per call: whether an input or weight needs a gradient may change between calls.
+    # Parts name inputs by position, as rules read them: keyword arguments are bound to the
+    # forward's signature, only for calls that have parts (most keyword-called layers have none).
     if kwargs:
         args = bound_inputs(frame.owner, args, kwargs)
     layer = frame.owner
@@ -212,14 +209,22 @@ def _layer_parts(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], ou
 
 def tag_call(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
              entry: list[Any]) -> None:
-    """Exit observer: mark this call's output nodes with its frame and gradient parts."""
+    """Exit observer: mark this call's output nodes with its frame and gradient parts.
+
+    It runs on every torch layer call that records autograd: the one-tensor output of a layer
+    whose gradient is no product (an activation, a norm) costs a grad_fn read and a mark."""
     if not _grad_enabled():
         return
     try:
-        if isinstance(output, _Tensor):  # the common case: one tensor, one node
+        symbolic = entry[_PARTS] if len(entry) > _PARTS else None
+        if output.__class__ is _Tensor or isinstance(output, _Tensor):  # one tensor, one node
             fn = output.grad_fn
-            if fn is not None:
-                _mark(fn, frame, _layer_parts(frame, args, kwargs, output, entry), output)
+            if fn is None:
+                return
+            if symbolic is None:
+                symbolic = _symbolic_parts(frame, args, kwargs, output, entry)
+            _mark(fn, frame, _layer_parts(frame, args, kwargs, symbolic) if symbolic else (),
+                  output)
             return
         outputs: list[torch.Tensor] = []
         collect_tensors(output, outputs)  # a tuple, dict, dataclass... of outputs
@@ -229,7 +234,9 @@ def tag_call(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], output
             if fn is not None and not any(fn is known for known in fns):
                 fns.append(fn)
         if fns:
-            parts = _layer_parts(frame, args, kwargs, output, entry)
+            if symbolic is None:
+                symbolic = _symbolic_parts(frame, args, kwargs, output, entry)
+            parts = _layer_parts(frame, args, kwargs, symbolic) if symbolic else ()
             for fn in fns:  # the parts on one node only: each call is charged once
                 _mark(fn, frame, parts if fn is fns[0] else ())
     except Exception:  # marking must never break the user's model
@@ -270,12 +277,17 @@ def collect_tensors(value: Any, out: list[torch.Tensor], depth: int = 0) -> None
 
 # ----------------------------------------------------------------------------- sweeping
 class BackwardPass:
-    """One recorded backward pass: the layers open at the current boundary, and what each got.
+    """One recorded backward pass: the boundaries it crossed, and what each layer got.
 
     ``leaves`` is ``None`` when the pass accumulates into every leaf (``backward()`` without
     ``inputs``), the ids of the tensors it computes gradients for, or :data:`ASK_AUTOGRAD` for a
     pass no entry point announced (see :func:`implicit_pass`): each leaf is then asked of
     autograd once.
+
+    While the pass runs, each marked node only notes a boundary (which layer runs from now on,
+    and when) and charges its calls' gradient parts, which must be asked of autograd then; the
+    time between boundaries is shared out among the layers once, when the pass ends
+    (:meth:`finish`), in one loop rather than a method call per node.
     """
 
     def __init__(self, frame: Frame, leaves: set[int] | None | object) -> None:
@@ -286,13 +298,11 @@ class BackwardPass:
         self._asked: dict[int, bool] = {}
         self.timer = backward_timer(self.collector)
         self.clock = self.collector.host_clock
-        self.open: list[CallNode] = []  # the innermost last
-        self.spent: dict[CallNode, int] = {}  # every layer reached: its host ns so far
-        # With a timeline (host clock), when each open layer was entered: its span's start.
-        self.spans: dict[CallNode, int] | None = (
-            {} if self.collector.backward_events is not None and self.timer is None else None)
+        #: ``(layer, host ns)`` at each marked node: the layer whose work starts there (``None``:
+        #: a node of another profile's call, which moves no layer).
+        self.boundaries: list[tuple[CallNode | None, int]] = []
         self.flops: dict[CallNode, int] = {}
-        self.last = self.clock()
+        self.start = self.clock()
         if self.timer is not None:
             self.timer.mark(frame)
 
@@ -311,85 +321,97 @@ class BackwardPass:
         return answer
 
     def reach(self, mark: Mark | None) -> None:
-        """The pass reached a marked node: charge the calls' parts, move the open layers.
+        """The pass reached a marked node: charge the calls' parts, note the boundary.
 
-        This runs once per layer call of every backward pass: charging is inlined."""
+        This runs once per layer call of every backward pass, so it does only what cannot wait
+        for the end of the pass."""
         now = self.clock()
-        open_ = self.open
-        if open_ and self.timer is None:  # a device timer charges its spans at the end
-            self.spent[open_[-1]] += now - self.last
-        self.last = now
         collector = self.collector
         recompute_of = collector.recompute_of
-        leaves = self.leaves
         innermost = None
         while mark is not None:  # the outermost call heads the chain, the innermost ends it
-            frame = mark.frame
+            frame, parts, mark = mark
             if frame.collector is collector:
                 # A layer run again by activation checkpointing: its gradients are the layer's.
                 innermost = recompute_of.get(frame.node, frame.node) if recompute_of \
                     else frame.node
-                flops = 0
-                for part_flops, tensors in mark.parts:
-                    for tensor in tensors:
-                        # Does this pass compute the tensor's gradient? Named in ``inputs``;
-                        # a leaf, when it accumulates into every leaf; a node it will run.
-                        if leaves is not None and id(tensor) in leaves:
-                            break
-                        fn = tensor.grad_fn
-                        if fn is None:
-                            if leaves is None or (self.ask and self.accumulates(tensor)):
-                                break
-                            continue
-                        try:
-                            if _will_execute(fn):
-                                break
-                        except RuntimeError:  # not a node of this pass's graph
-                            pass
-                    else:
-                        continue
-                    flops += part_flops
-                if flops:
-                    # Products outside every layer (at the profile's root) are the pass's own.
-                    node = innermost
-                    if frame.owner is None or node.kind == "thread":
-                        node = self.frame.node
-                    self.flops[node] = self.flops.get(node, 0) + flops
-            mark = mark.inner
-        if innermost is not None and not (open_ and open_[-1] is innermost):
-            self._open(innermost, now)
+                if parts:
+                    self._charge(frame, innermost, parts)
+        self.boundaries.append((innermost, now))
+        if self.timer is not None and innermost is not None:
+            self.timer.mark(innermost.frame if _opens(innermost) else self.frame)
 
-    def _open(self, target: CallNode, now: int) -> None:
-        # The target and its enclosing layers become the open ones; layers not enclosing it end.
-        open_, spent, spans = self.open, self.spent, self.spans
-        path = []
-        node: CallNode | None = target
-        while node is not None and node.parent is not None and node.kind != "thread" \
-                and node not in open_:
-            path.append(node)
-            node = node.parent
-        while open_ and open_[-1] is not node:
-            ended = open_.pop()
-            if spans is not None:
-                self.collector.add_backward_span(ended, spans.pop(ended), now)
-        for entered in reversed(path):
-            open_.append(entered)
-            spent.setdefault(entered, 0)
-            if spans is not None:
-                spans[entered] = now
-        if self.timer is not None:
-            self.timer.mark(open_[-1].frame if open_ else self.frame)
+    def _charge(self, frame: Frame, node: CallNode, parts: Sequence[ResolvedPart]) -> None:
+        # Each part's FLOPs count if this pass computes a gradient of one of its tensors.
+        leaves = self.leaves
+        flops = 0
+        for part_flops, tensors in parts:
+            for tensor in tensors:
+                # Named in ``inputs``; a leaf, when it accumulates into every leaf; a node the
+                # pass will run.
+                if leaves is not None and id(tensor) in leaves:
+                    break
+                fn = tensor.grad_fn
+                if fn is None:
+                    if leaves is None or (self.ask and self.accumulates(tensor)):
+                        break
+                    continue
+                try:
+                    if _will_execute(fn):
+                        break
+                except RuntimeError:  # not a node of this pass's graph
+                    pass
+            else:
+                continue
+            flops += part_flops
+        if flops:
+            # Products outside every layer (at the profile's root) are the pass's own.
+            if frame.owner is None or node.kind == "thread":
+                node = self.frame.node
+            self.flops[node] = self.flops.get(node, 0) + flops
 
     def finish(self) -> None:
-        """End of the pass: the last open layer's time, device spans, one sample per layer."""
-        spent = self.spent
-        if self.open and self.timer is None:
+        """End of the pass: share the time between boundaries out to the layers open in each
+        stretch (the innermost one), with device spans or a timeline's spans, then one sample
+        per layer reached.
+
+        Autograd runs a layer's nodes together, so a boundary usually moves to a sibling of the
+        layer open before it: that case is handled inline."""
+        spent: dict[CallNode, int] = {}  # every layer reached: its host ns
+        # With a timeline (host clock), when each open layer was entered: its span's start.
+        spans: dict[CallNode, int] | None = (
+            {} if self.collector.backward_events is not None and self.timer is None else None)
+        add_span = self.collector.add_backward_span
+        host = self.timer is None  # a device timer charges its spans below
+        open_: list[CallNode] = []  # the innermost last
+        last = self.start
+        for target, now in self.boundaries:
+            if open_:
+                top = open_[-1]
+                if host:
+                    spent[top] += now - last
+                if target is None or target is top:
+                    last = now
+                    continue
+                if target.parent is top.parent and target.kind != "thread":
+                    open_[-1] = target
+                    if target not in spent:
+                        spent[target] = 0
+                    if spans is not None:
+                        add_span(top, spans.pop(top), now)
+                        spans[target] = now
+                    last = now
+                    continue
+            last = now
+            if target is not None:
+                _open(open_, target, now, spent, spans, add_span)
+        self.boundaries = []
+        if open_ and host:
             now = self.clock()
-            spent[self.open[-1]] += now - self.last
-            if self.spans is not None:
-                for node in reversed(self.open):  # inner spans end first, as calls do
-                    self.collector.add_backward_span(node, self.spans.pop(node), now)
-        self.open = []
+            spent[open_[-1]] += now - last
+            if spans is not None:
+                for node in reversed(open_):  # inner spans end first, as calls do
+                    add_span(node, spans.pop(node), now)
         if self.timer is not None:
             for frame, elapsed in self.timer.resolve():
                 if frame is not None and frame.node in spent:
@@ -400,6 +422,32 @@ class BackwardPass:
         for node, flops in self.flops.items():  # the pass's own node
             add(node, flops, True, 0)
         self.collector.flush_backward()
+
+
+def _opens(node: CallNode) -> bool:
+    # Whether a boundary at ``node`` opens it (a layer), or closes every layer (the root, a
+    # thread's node: the profile's own work).
+    return node.parent is not None and node.kind != "thread"
+
+
+def _open(open_: list[CallNode], target: CallNode, now: int, spent: dict[CallNode, int],
+          spans: dict[CallNode, int] | None, add_span: Callable[[CallNode, int, int], None]
+          ) -> None:
+    # The target and its enclosing layers become the open ones; layers not enclosing it end.
+    path = []
+    node: CallNode | None = target
+    while node is not None and _opens(node) and node not in open_:
+        path.append(node)
+        node = node.parent
+    while open_ and open_[-1] is not node:
+        ended = open_.pop()
+        if spans is not None:
+            add_span(ended, spans.pop(ended), now)
+    for entered in reversed(path):
+        open_.append(entered)
+        spent.setdefault(entered, 0)
+        if spans is not None:
+            spans[entered] = now
 
 
 #: Each leaf's gradient accumulator, found once (``get_gradient_edge`` builds a view to find it)
@@ -437,7 +485,7 @@ def _on_marked_node(grad_outputs: Any) -> None:
         if state is None:
             if len(_PASSES) == 1:  # autograd's device threads run the hooks
                 state = next(iter(_PASSES.values()))
-            elif mark.frame.collector.active:  # else: a graph that outlived its profile
+            elif mark[0].collector.active:  # else: a graph that outlived its profile
                 state = implicit_pass(mark)
             if state is None:
                 return
@@ -461,7 +509,7 @@ def implicit_pass(mark: Mark) -> BackwardPass | None:
         >>> prof.find("backward").calls, prof.find("").backward_flops
         (1, 48)
     """
-    collector = mark.frame.collector
+    collector = mark[0].collector
     if not collector.active or tracing():
         return None
     parent = current_frame()

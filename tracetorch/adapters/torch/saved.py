@@ -60,7 +60,7 @@ def saved_bytes(args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
     while pending:
         fn = pending.pop()
         mark = fn.metadata.get(MARKS)
-        if mark is not None and mark.frame.node is not node:
+        if mark is not None and mark[0].node is not node:
             continue  # a layer called inside this one made it: measured at that layer's call
         for tensor in _saved_tensors(fn):
             total += _new_storage(tensor, seen)
