@@ -63,6 +63,14 @@ _FRAME: ContextVar[Frame | None] = ContextVar("tracetorch_frame", default=None)
 _exit_observer: Callable[[Frame, tuple[Any, ...], dict[str, Any], Any, list[Any]], None] | None = (
     None)
 
+#: Whether the exit observer has anything to do now, asked before calling it: a builtin such as
+#: ``torch.is_grad_enabled`` costs less than a Python call that returns at once.
+def _always() -> bool:
+    return True
+
+
+_observe_now: Callable[[], bool] = _always
+
 #: ``switch(on) -> changed``: turns a framework's operation counting on or off in this thread,
 #: returning whether it changed anything (then the wrapper switches back when the call ends).
 _op_switch: Callable[[bool], bool] | None = None
@@ -82,10 +90,15 @@ def record_all_threads(collector: Collector | None) -> None:
     _all_threads = collector
 
 
-def set_exit_observer(observer: Callable[..., None] | None) -> Callable[..., None] | None:
-    """Install (or with ``None`` remove) the exit observer; returns the previous one."""
-    global _exit_observer
-    previous, _exit_observer = _exit_observer, observer
+def set_exit_observer(observer: Callable[..., None] | None,
+                      when: Callable[[], bool] | None = None
+                      ) -> tuple[Callable[..., None] | None, Callable[[], bool] | None]:
+    """Install (or with ``None`` remove) the exit observer, called after a call only while
+    ``when()`` is true (by default: always); returns the previous ``(observer, when)``, which
+    ``set_exit_observer(*previous)`` puts back."""
+    global _exit_observer, _observe_now
+    previous = (_exit_observer, _observe_now)
+    _exit_observer, _observe_now = observer, when or _always
     return previous
 
 
@@ -290,7 +303,7 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
         if entry is None:
             entry = _first_entry(collector, node, owner, key, args, kwargs, output)
         entry[0] += 1
-        if inner.observe and _exit_observer is not None:
+        if inner.observe and _exit_observer is not None and _observe_now():
             _exit_observer(inner, args, kwargs, output, entry)
         if kind == "backward":
             collector.flush_backward(node)

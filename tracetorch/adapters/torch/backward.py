@@ -10,7 +10,8 @@ for this call: an input's ``grad_fn``, or a leaf tensor such as a weight). A cou
 operation inside a layer without a rule (``x @ w`` in a custom layer) marks its own output the
 same way. A node marked for the first time gets one pre-hook (``register_prehook``); nothing is
 added to modules or tensors, and the marks live and die with the graph. Under
-``torch.no_grad()``/inference mode this costs one ``is_grad_enabled()`` check.
+``torch.no_grad()``/inference mode this costs one ``is_grad_enabled()`` check, made by the
+engine before it calls the observer.
 
 **Sweeping, during backward.** ``Tensor.backward``, ``torch.autograd.backward`` and
 ``torch.autograd.grad`` reach the operation-counting function mode of
@@ -211,10 +212,9 @@ def tag_call(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], output
              entry: list[Any]) -> None:
     """Exit observer: mark this call's output nodes with its frame and gradient parts.
 
-    It runs on every torch layer call that records autograd: the one-tensor output of a layer
-    whose gradient is no product (an activation, a norm) costs a grad_fn read and a mark."""
-    if not _grad_enabled():
-        return
+    It runs on every torch layer call that records autograd (the engine asks
+    ``torch.is_grad_enabled()`` first): the one-tensor output of a layer whose gradient is no
+    product (an activation, a norm) costs a grad_fn read and a mark."""
     try:
         symbolic = entry[_PARTS] if len(entry) > _PARTS else None
         if output.__class__ is _Tensor or isinstance(output, _Tensor):  # one tensor, one node

@@ -75,7 +75,11 @@ __all__ = ("OpCountingMode", "make_switch", "start_op_counting")
 #: ``entry(func, args, kwargs) -> result`` for a function the mode does more than call.
 Entry = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
 
-_is_compiling = torch.compiler.is_compiling
+# ``torch.compiler.is_compiling()`` without its two inner Python calls: Dynamo folds
+# ``is_dynamo_compiling()`` to True while it traces, and the flag is set for the rest of a
+# compile or export session (TorchScript never runs a Python mode).
+_dynamo_compiling = torch.compiler.is_dynamo_compiling
+_compiler = torch.compiler
 _innermost = innermost_frame
 _current_node = torch._C._current_autograd_node
 _Tensor = torch.Tensor
@@ -160,7 +164,8 @@ class OpCountingMode(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
-        if _is_compiling():  # first: Dynamo folds it and traces the plain call below
+        if _dynamo_compiling() or _compiler._is_compiling_flag:
+            # first: Dynamo folds it and traces the plain call below
             return func(*args, **(kwargs or {}))
         try:
             entry = self._entries.get(func)
@@ -242,7 +247,9 @@ def start_op_counting(counter: OpCounter) -> Callable[[], None]:
     mode = OpCountingMode(counter)
     switch = make_switch(mode)
     previous_switch = set_op_switch(switch)
-    previous_observer = set_exit_observer(tag_call)
+    # Marking autograd nodes has nothing to do under no_grad/inference mode: asked of torch
+    # before the observer is called at all.
+    previous_observer = set_exit_observer(tag_call, torch.is_grad_enabled)
     frame = current_frame()
     if frame is not None and frame.ops:
         switch(True)
@@ -252,9 +259,9 @@ def start_op_counting(counter: OpCounter) -> Callable[[], None]:
         current = set_op_switch(previous_switch)
         if current is not switch:
             set_op_switch(current)
-        observer = set_exit_observer(previous_observer)
-        if observer is not tag_call:
-            set_exit_observer(observer)
+        observer = set_exit_observer(*previous_observer)
+        if observer[0] is not tag_call:
+            set_exit_observer(*observer)
         mode.retire()
         switch(False)
         forget_passes()
