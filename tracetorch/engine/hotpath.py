@@ -11,6 +11,11 @@ Per call the wrapper finds the child node (created once per caller and callee), 
 twice, appends the duration and bumps the counter of the call's input shape. Everything else —
 rules, naming, folding FLOPs into the tree — happens once per shape, per node or per step.
 
+Where ``pip install`` could compile it, the per-call function wrapt calls is the C version of
+the Python ``wrapper`` below (``_hotpath.c``; see :mod:`tracetorch.engine.native`): the same
+steps, reading this module's settings on each call, with a node's first call and every other
+uncommon case handed to the Python ``wrapper``.
+
 Example:
     >>> current_frame() is None      # outside every profile
     True
@@ -22,6 +27,7 @@ from contextvars import ContextVar, Token
 from types import GeneratorType as _Generator
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
+from tracetorch.engine.native import native_type
 from tracetorch.introspect import signature
 from tracetorch.stats import FLUSH_EVERY
 from tracetorch.tree import CallNode, NodeKind, new_entry
@@ -311,7 +317,16 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
             _op_switch(True)  # type: ignore[misc]
         return output
 
-    return wrapper
+    native = _NATIVE_WRAPPER
+    if native is None:
+        return wrapper
+    # The same steps in C (tracetorch/engine/_hotpath.c), reading this module's settings on
+    # each call; a node's first call and the other uncommon cases run ``wrapper`` above.
+    return native(wrapper, globals(), guard, shared_owner, kind == "backward", kind == "data")
+
+
+#: The C version of ``make_wrapper``'s wrapper, where it is built (see tracetorch.engine.native).
+_NATIVE_WRAPPER = native_type("tracetorch.engine._hotpath", "Wrapper")
 
 
 def _resumed(generator: Generator[Any, Any, Any], frame: Frame, args: tuple[Any, ...],

@@ -49,6 +49,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
+from tracetorch.adapters.torch import backward as backward_module
 from tracetorch.adapters.torch.backward import (
     forget_passes,
     mark_operation,
@@ -63,6 +64,7 @@ from tracetorch.engine.hotpath import (
     set_exit_observer,
     set_op_switch,
 )
+from tracetorch.engine.native import native_type
 from tracetorch.flops.gradients import function_gradient_parts
 from tracetorch.flops.torch_functions import (
     CallFormula,
@@ -232,6 +234,12 @@ def make_switch(mode: OpCountingMode) -> Callable[[bool], bool]:
     return switch
 
 
+def _exit_observer() -> Callable[..., None]:
+    # tag_call, or its C version where it is built (tracetorch.engine.native).
+    marker = native_type("tracetorch.adapters.torch._marks", "Marker")
+    return tag_call if marker is None else marker(tag_call, vars(backward_module))
+
+
 def start_op_counting(counter: OpCounter) -> Callable[[], None]:
     """Count operations and backward passes for the engine from now on: installs the switch
     and the exit observer that tags autograd nodes (:func:`~tracetorch.adapters.torch.backward.
@@ -249,7 +257,8 @@ def start_op_counting(counter: OpCounter) -> Callable[[], None]:
     previous_switch = set_op_switch(switch)
     # Marking autograd nodes has nothing to do under no_grad/inference mode: asked of torch
     # before the observer is called at all.
-    previous_observer = set_exit_observer(tag_call, torch.is_grad_enabled)
+    observer = _exit_observer()
+    previous_observer = set_exit_observer(observer, torch.is_grad_enabled)
     frame = current_frame()
     if frame is not None and frame.ops:
         switch(True)
@@ -259,9 +268,9 @@ def start_op_counting(counter: OpCounter) -> Callable[[], None]:
         current = set_op_switch(previous_switch)
         if current is not switch:
             set_op_switch(current)
-        observer = set_exit_observer(*previous_observer)
-        if observer[0] is not tag_call:
-            set_exit_observer(*observer)
+        installed = set_exit_observer(*previous_observer)
+        if installed[0] is not observer:
+            set_exit_observer(*installed)
         mode.retire()
         switch(False)
         forget_passes()

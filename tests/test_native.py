@@ -1,0 +1,91 @@
+"""The hot path's C accelerator: built where a compiler is (always in CI), equivalent to the
+Python wrapper it speeds up, and switched off by ``TRACETORCH_PURE_PYTHON=1``."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tracetorch
+from tracetorch.core import Linear, ReLU, Sequential, Tensor
+from tracetorch.engine import native
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: The test modules that exercise the engine's wrapper in every way it is called.
+ENGINE_TESTS = ["tests/test_engine.py", "tests/test_nesting.py", "tests/test_threads.py",
+                "tests/test_profile_core.py", "tests/test_first_calls.py",
+                "tests/test_reopening.py", "tests/test_call_hooks.py", "tests/test_phases.py",
+                "tests/test_training.py", "tests/test_call_forms.py", "tests/test_patches.py",
+                "tests/test_torch_adapter.py", "tests/test_torch_backward.py",
+                "tests/test_torch_ops_mode.py", "tests/test_memory.py", "tests/core"]
+
+
+def test_the_accelerator_is_built_where_a_compiler_is():
+    if os.environ.get("CI") == "true":
+        assert native.accelerated(), "tracetorch/engine/_hotpath.c was not built by pip install"
+    elif not native.accelerated():
+        pytest.skip("the C accelerator is not built here")
+    from tracetorch.engine.hotpath import make_wrapper
+
+    wrapper_type = native.native_type("tracetorch.engine._hotpath", "Wrapper")
+    assert type(make_wrapper("module")) is wrapper_type
+
+
+def test_recorded_calls_hold_no_reference_they_should_not():
+    # A reference counting slip in C would show as counts that grow with the calls.
+    model = Sequential(Linear(3, 3), ReLU())
+    x = Tensor(np.ones((2, 3)))
+    with tracetorch.profile(model) as prof:
+        model(x)
+        before = [sys.getrefcount(obj) for obj in (model, x, model.layers[0])]
+        for _ in range(500):
+            model(x)
+        after = [sys.getrefcount(obj) for obj in (model, x, model.layers[0])]
+    assert before == after
+    assert prof.find("layers.0").calls == 501
+
+
+def test_a_failing_call_releases_what_it_held():
+    class Boom(Exception):
+        pass
+
+    class Failing(ReLU):
+        def forward(self, x):
+            raise Boom("from the layer")
+
+    layer, x = Failing(), Tensor(np.ones((1, 2)))
+    with tracetorch.profile(layer) as prof:
+        for _ in range(3):
+            with pytest.raises(Boom, match="from the layer"):
+                layer(x)
+        before = sys.getrefcount(x)
+        for _ in range(200):
+            with pytest.raises(Boom):
+                layer(x)
+        assert sys.getrefcount(x) == before
+    assert prof.find("").calls == 203 and prof.find("").errors == 203
+
+
+@pytest.mark.slow
+def test_the_switch_keeps_the_python_wrapper():
+    code = ("from tracetorch.engine import native, hotpath\n"
+            "print(native.accelerated(), type(hotpath.make_wrapper('module')).__name__)")
+    env = dict(os.environ, **{native.PURE_PYTHON_ENV: "1"})
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True, cwd=ROOT).stdout.split()
+    assert out == ["False", "function"]
+
+
+@pytest.mark.slow
+def test_the_python_wrapper_passes_the_engine_tests():
+    env = dict(os.environ, **{native.PURE_PYTHON_ENV: "1"})
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "not slow",
+                          "-p", "no:cacheprovider", *ENGINE_TESTS],
+                         env=env, capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert " passed" in run.stdout

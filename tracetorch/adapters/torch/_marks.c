@@ -1,0 +1,229 @@
+/* The torch exit observer's common case in C: marking a layer call's one-tensor output.
+ *
+ * ``Marker(fallback, namespace)`` stands for tracetorch.adapters.torch.backward.tag_call
+ * (``fallback``) and reads that module's globals (``namespace``) on each call. For an output
+ * that is exactly a ``torch.Tensor``, with the call's symbolic gradient parts already in its
+ * per-shape counter, it does what tag_call and _mark do: read ``grad_fn``, resolve the parts
+ * (through the Python ``_layer_parts``, only for layers that have parts), chain the mark
+ * ``(frame, parts, inner)`` in ``grad_fn.metadata`` and, for a node marked the first time,
+ * register the hook through the tensor's hook dict (or ``register_prehook``). Anything else is
+ * the Python observer's. As there, an error while marking never reaches the user's model.
+ * Optional like the engine's accelerator (see tracetorch/engine/native.py).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *fallback;  /* tag_call */
+    PyObject *ns;        /* the backward module's globals */
+} Marker;
+
+static PyObject *s_Tensor, *s_PARTS, *s_MARKS, *s_HOOK_KEY, *s_on_marked_node, *s_layer_parts,
+    *s_grad_fn, *s_metadata, *s_backward_hooks, *s_register_hook_dict, *s_register_prehook;
+
+static void
+Marker_dealloc(Marker *self)
+{
+    PyObject_GC_UnTrack(self);
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->ns);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+Marker_traverse(Marker *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->ns);
+    return 0;
+}
+
+static int
+Marker_clear(Marker *self)
+{
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->ns);
+    return 0;
+}
+
+static int
+Marker_init(Marker *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *fallback, *ns;
+    if (!PyArg_ParseTuple(args, "OO!:Marker", &fallback, &PyDict_Type, &ns))
+        return -1;
+    Py_INCREF(fallback);
+    Py_XSETREF(self->fallback, fallback);
+    Py_INCREF(ns);
+    Py_XSETREF(self->ns, ns);
+    return 0;
+}
+
+static PyObject *
+global(Marker *self, PyObject *name)
+{
+    PyObject *value = PyDict_GetItemWithError(self->ns, name);
+    if (value == NULL && !PyErr_Occurred())
+        PyErr_SetObject(PyExc_NameError, name);
+    return value;
+}
+
+/* Mark ``output``'s node; 0, or -1 with an error set. */
+static int
+mark(Marker *self, PyObject *frame, PyObject *args, PyObject *kwargs, PyObject *output,
+     PyObject *symbolic)
+{
+    int status = -1;
+    PyObject *fn = NULL, *parts = NULL, *meta = NULL, *marked = NULL, *hooks = NULL;
+    PyObject *marks_key = global(self, s_MARKS);
+    PyObject *hook = global(self, s_on_marked_node);
+    if (marks_key == NULL || hook == NULL)
+        return -1;
+    if ((fn = PyObject_GetAttr(output, s_grad_fn)) == NULL)
+        goto done;
+    if (fn == Py_None) {
+        status = 0;
+        goto done;
+    }
+    int has_parts = PyObject_IsTrue(symbolic);
+    if (has_parts < 0)
+        goto done;
+    if (has_parts) {
+        PyObject *resolve = global(self, s_layer_parts);
+        if (resolve == NULL)
+            goto done;
+        parts = PyObject_CallFunctionObjArgs(resolve, frame, args, kwargs, symbolic, NULL);
+    }
+    else {
+        parts = PyTuple_New(0);
+    }
+    if (parts == NULL || (meta = PyObject_GetAttr(fn, s_metadata)) == NULL)
+        goto done;
+    if (!PyDict_Check(meta)) {
+        PyErr_SetString(PyExc_TypeError, "grad_fn.metadata must be a dict");
+        goto done;
+    }
+    PyObject *inner = PyDict_GetItemWithError(meta, marks_key);  /* borrowed */
+    if (inner == NULL && PyErr_Occurred())
+        goto done;
+    Py_XINCREF(inner);
+    marked = PyTuple_Pack(3, frame, parts, inner != NULL ? inner : Py_None);
+    if (marked == NULL || PyDict_SetItem(meta, marks_key, marked) < 0) {
+        Py_XDECREF(inner);
+        goto done;
+    }
+    if (inner != NULL) {  /* the node's hook is there already */
+        Py_DECREF(inner);
+        status = 0;
+        goto done;
+    }
+    if ((hooks = PyObject_GetAttr(output, s_backward_hooks)) == NULL)
+        goto done;
+    PyObject *r;
+    if (hooks == Py_None) {
+        /* A fresh output: its hook dict, registered on its node (see backward._mark). */
+        PyObject *key = global(self, s_HOOK_KEY);
+        PyObject *fresh = key != NULL ? PyDict_New() : NULL;
+        if (fresh == NULL)
+            goto done;
+        if (PyDict_SetItem(fresh, key, hook) < 0 ||
+                PyObject_SetAttr(output, s_backward_hooks, fresh) < 0) {
+            Py_DECREF(fresh);
+            goto done;
+        }
+        Py_DECREF(fresh);
+        r = PyObject_CallMethodOneArg(fn, s_register_hook_dict, output);
+    }
+    else {
+        r = PyObject_CallMethodOneArg(fn, s_register_prehook, hook);
+    }
+    if (r == NULL)
+        goto done;
+    Py_DECREF(r);
+    status = 0;
+done:
+    Py_XDECREF(fn);
+    Py_XDECREF(parts);
+    Py_XDECREF(meta);
+    Py_XDECREF(marked);
+    Py_XDECREF(hooks);
+    return status;
+}
+
+static PyObject *
+Marker_call(Marker *self, PyObject *call_args, PyObject *call_kwargs)
+{
+    PyObject *frame, *args, *kwargs, *output, *entry;
+    if (!PyArg_ParseTuple(call_args, "OOOOO:tag_call", &frame, &args, &kwargs, &output, &entry))
+        return NULL;
+    PyObject *tensor = global(self, s_Tensor);
+    PyObject *parts_at = global(self, s_PARTS);
+    if (tensor == NULL || parts_at == NULL)
+        return NULL;
+    Py_ssize_t index = PyLong_AsSsize_t(parts_at);
+    if (index == -1 && PyErr_Occurred())
+        return NULL;
+    if ((PyObject *)Py_TYPE(output) != tensor || !PyList_Check(entry)
+            || PyList_GET_SIZE(entry) <= index)
+        return PyObject_Call(self->fallback, call_args, call_kwargs);
+    if (mark(self, frame, args, kwargs, output, PyList_GET_ITEM(entry, index)) < 0) {
+        /* marking must never break the user's model (as tag_call's ``except Exception``) */
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return NULL;
+        PyErr_Clear();
+    }
+    Py_RETURN_NONE;
+}
+
+static PyTypeObject MarkerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracetorch.adapters.torch._marks.Marker",
+    .tp_doc = "The torch exit observer's common case (see backward.tag_call).",
+    .tp_basicsize = sizeof(Marker),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Marker_init,
+    .tp_dealloc = (destructor)Marker_dealloc,
+    .tp_traverse = (traverseproc)Marker_traverse,
+    .tp_clear = (inquiry)Marker_clear,
+    .tp_call = (ternaryfunc)Marker_call,
+};
+
+static struct PyModuleDef marks_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "tracetorch.adapters.torch._marks",
+    .m_doc = "Marking a torch layer call's output in C (an optional accelerator).",
+    .m_size = -1,
+};
+
+#define INTERN(var, text) \
+    if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
+
+PyMODINIT_FUNC
+PyInit__marks(void)
+{
+    INTERN(s_Tensor, "_Tensor");
+    INTERN(s_PARTS, "_PARTS");
+    INTERN(s_MARKS, "MARKS");
+    INTERN(s_HOOK_KEY, "_HOOK_KEY");
+    INTERN(s_on_marked_node, "_on_marked_node");
+    INTERN(s_layer_parts, "_layer_parts");
+    INTERN(s_grad_fn, "grad_fn");
+    INTERN(s_metadata, "metadata");
+    INTERN(s_backward_hooks, "_backward_hooks");
+    INTERN(s_register_hook_dict, "_register_hook_dict");
+    INTERN(s_register_prehook, "register_prehook");
+    if (PyType_Ready(&MarkerType) < 0)
+        return NULL;
+    PyObject *module = PyModule_Create(&marks_module);
+    if (module == NULL)
+        return NULL;
+    Py_INCREF(&MarkerType);
+    if (PyModule_AddObject(module, "Marker", (PyObject *)&MarkerType) < 0) {
+        Py_DECREF(&MarkerType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

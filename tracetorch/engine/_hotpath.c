@@ -1,0 +1,537 @@
+/* The hot path's per-call wrapper in C: what tracetorch.engine.hotpath.make_wrapper's Python
+ * ``wrapper`` does on every recorded call of a node that exists, without the interpreter.
+ *
+ * It is an accelerator, not a second engine: ``Wrapper(fallback, namespace, guard, owner,
+ * backward, data)`` is handed the Python wrapper (``fallback``) and the hotpath module's
+ * globals (``namespace``), and it reads every setting from there on each call (the frame
+ * ContextVar, the op switch, the exit observer and its gate, the all-threads collector), so
+ * installing or removing one in Python takes effect here too. Whatever is not the common case
+ * goes to Python before anything is done (no frame but an all-threads profile, a node's first
+ * call, call hooks, timing other than plain) or after the call, through the same helpers the
+ * Python wrapper uses (``signature``, ``_first_entry``, ``_resumed``, the collector's methods).
+ * Only CPython's stable C API is used; the module is optional: without a compiler, the Python
+ * wrapper runs (see _native.py).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *fallback;   /* the Python wrapper: the whole call, for the uncommon cases */
+    PyObject *ns;         /* the hotpath module's globals */
+    PyObject *guard;      /* callable or None: true sends the call straight through */
+    PyObject *owner;      /* the shared owner of every call, or None */
+    int backward;         /* kind == "backward": flush the pass's samples after each call */
+    int data;             /* kind == "data": StopIteration is the loop's end, not a failure */
+} Wrapper;
+
+static PyObject *s_FRAME, *s_op_switch, *s_exit_observer, *s_observe_now, *s_all_threads,
+    *s_signature, *s_first_entry, *s_resumed, *s_FLUSH_EVERY, *s_active, *s_children_by_owner,
+    *s_frame, *s_clock, *s_call_hooks, *s_plain_timing, *s_record_failure, *s_time, *s_pending,
+    *s_flush, *s_unfolded, *s_touch, *s_shape, *s_flops_cache, *s_flush_backward;
+static PyObject *one;
+
+/* Frame fields (a NamedTuple): collector, node, owner, ops, observe. */
+enum { F_COLLECTOR, F_NODE, F_OWNER, F_OPS, F_OBSERVE };
+
+static void
+Wrapper_dealloc(Wrapper *self)
+{
+    PyObject_GC_UnTrack(self);
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->ns);
+    Py_CLEAR(self->guard);
+    Py_CLEAR(self->owner);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+Wrapper_traverse(Wrapper *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->ns);
+    Py_VISIT(self->guard);
+    Py_VISIT(self->owner);
+    return 0;
+}
+
+static int
+Wrapper_clear(Wrapper *self)
+{
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->ns);
+    Py_CLEAR(self->guard);
+    Py_CLEAR(self->owner);
+    return 0;
+}
+
+static int
+Wrapper_init(Wrapper *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *fallback, *ns, *guard, *owner;
+    int backward, data;
+    if (!PyArg_ParseTuple(args, "OO!OOpp:Wrapper", &fallback, &PyDict_Type, &ns, &guard, &owner,
+                          &backward, &data))
+        return -1;
+    Py_INCREF(fallback);
+    Py_XSETREF(self->fallback, fallback);
+    Py_INCREF(ns);
+    Py_XSETREF(self->ns, ns);
+    Py_INCREF(guard);
+    Py_XSETREF(self->guard, guard);
+    Py_INCREF(owner);
+    Py_XSETREF(self->owner, owner);
+    self->backward = backward;
+    self->data = data;
+    return 0;
+}
+
+/* A global of the hotpath module (borrowed; NULL with an error set when missing). */
+static PyObject *
+global(Wrapper *self, PyObject *name)
+{
+    PyObject *value = PyDict_GetItemWithError(self->ns, name);
+    if (value == NULL && !PyErr_Occurred())
+        PyErr_SetObject(PyExc_NameError, name);
+    return value;
+}
+
+/* The wrapped call itself, with empty keyword arguments passed as none. */
+static PyObject *
+call_wrapped(PyObject *wrapped, PyObject *args, PyObject *kwargs)
+{
+    return PyObject_Call(wrapped, args, PyDict_GET_SIZE(kwargs) ? kwargs : NULL);
+}
+
+/* switch(on) -> whether it changed anything; -1 on error. */
+static int
+op_switch(PyObject *sw, int on)
+{
+    PyObject *result = PyObject_CallOneArg(sw, on ? Py_True : Py_False);
+    if (result == NULL)
+        return -1;
+    int changed = PyObject_IsTrue(result);
+    Py_DECREF(result);
+    return changed;
+}
+
+static PyObject *
+read_clock(PyObject *clock)
+{
+    return PyObject_CallNoArgs(clock);
+}
+
+/* A call's duration appended to its node's pending time batch (TimeStats.add, inlined as the
+ * Python wrapper does); the node is touched at its first call since the last fold. */
+static int
+add_plain_time(PyObject *collector, PyObject *node, PyObject *elapsed, Py_ssize_t flush_every)
+{
+    int status = -1;
+    PyObject *time = NULL, *pending = NULL, *unfolded = NULL;
+    if ((time = PyObject_GetAttr(node, s_time)) == NULL)
+        goto done;
+    if ((pending = PyObject_GetAttr(time, s_pending)) == NULL)
+        goto done;
+    if (!PyList_Check(pending)) {
+        PyErr_SetString(PyExc_TypeError, "TimeStats.pending must be a list");
+        goto done;
+    }
+    if (PyList_Append(pending, elapsed) < 0)
+        goto done;
+    if (PyList_GET_SIZE(pending) >= flush_every) {
+        PyObject *r = PyObject_CallMethodNoArgs(time, s_flush);
+        if (r == NULL)
+            goto done;
+        Py_DECREF(r);
+    }
+    if ((unfolded = PyObject_GetAttr(node, s_unfolded)) == NULL)
+        goto done;
+    int is_unfolded = PyObject_IsTrue(unfolded);
+    if (is_unfolded < 0)
+        goto done;
+    if (!is_unfolded) {
+        PyObject *r = PyObject_CallMethodOneArg(collector, s_touch, node);
+        if (r == NULL)
+            goto done;
+        Py_DECREF(r);
+    }
+    status = 0;
+done:
+    Py_XDECREF(time);
+    Py_XDECREF(pending);
+    Py_XDECREF(unfolded);
+    return status;
+}
+
+/* The per-shape counter of this call (a new reference), through the Python helpers for a
+ * signature or a first call. */
+static PyObject *
+shape_entry(Wrapper *self, PyObject *collector, PyObject *node, PyObject *owner,
+            PyObject *args, PyObject *kwargs, PyObject *output)
+{
+    PyObject *key = NULL, *cache = NULL, *entry = NULL;
+    if (PyTuple_GET_SIZE(args) == 1 && PyDict_GET_SIZE(kwargs) == 0) {
+        /* getattr(args[0], "shape", None) */
+        key = PyObject_GetAttr(PyTuple_GET_ITEM(args, 0), s_shape);
+        if (key == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+                goto done;
+            PyErr_Clear();
+        }
+        else if (key == Py_None) {
+            Py_CLEAR(key);
+        }
+    }
+    PyObject *signature = global(self, s_signature);
+    if (signature == NULL)
+        goto done;
+    if (key == NULL && (key = PyObject_CallFunctionObjArgs(signature, args, kwargs, NULL)) == NULL)
+        goto done;
+    if ((cache = PyObject_GetAttr(node, s_flops_cache)) == NULL)
+        goto done;
+    if (!PyDict_Check(cache)) {
+        PyErr_SetString(PyExc_TypeError, "CallNode.flops_cache must be a dict");
+        goto done;
+    }
+    entry = PyDict_GetItemWithError(cache, key);
+    if (entry == NULL && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_TypeError))
+            goto done;
+        /* a ``.shape`` that cannot key a dict (a list...): the signature can */
+        PyErr_Clear();
+        Py_SETREF(key, PyObject_CallFunctionObjArgs(signature, args, kwargs, NULL));
+        if (key == NULL)
+            goto done;
+        entry = PyDict_GetItemWithError(cache, key);
+        if (entry == NULL && PyErr_Occurred())
+            goto done;
+    }
+    if (entry != NULL) {
+        Py_INCREF(entry);
+    }
+    else {
+        PyObject *first = global(self, s_first_entry);
+        if (first == NULL)
+            goto done;
+        entry = PyObject_CallFunctionObjArgs(first, collector, node, owner, key, args, kwargs,
+                                             output, NULL);
+    }
+done:
+    Py_XDECREF(key);
+    Py_XDECREF(cache);
+    return entry;
+}
+
+/* entry[0] += 1 */
+static int
+count_call(PyObject *entry)
+{
+    if (!PyList_Check(entry) || PyList_GET_SIZE(entry) < 1) {
+        PyErr_SetString(PyExc_TypeError, "a per-shape entry must be a non-empty list");
+        return -1;
+    }
+    PyObject *calls = PyNumber_Add(PyList_GET_ITEM(entry, 0), one);
+    if (calls == NULL)
+        return -1;
+    return PyList_SetItem(entry, 0, calls);  /* steals calls */
+}
+
+static PyObject *
+Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
+{
+    PyObject *wrapped, *instance, *args, *kwargs;
+    if (!PyArg_ParseTuple(call_args, "OOO!O!:wrapper", &wrapped, &instance, &PyTuple_Type, &args,
+                          &PyDict_Type, &kwargs))
+        return NULL;
+
+    if (self->guard != Py_None) {
+        PyObject *guarded = PyObject_CallNoArgs(self->guard);
+        if (guarded == NULL)
+            return NULL;
+        int yes = PyObject_IsTrue(guarded);
+        Py_DECREF(guarded);
+        if (yes < 0)
+            return NULL;
+        if (yes)
+            return call_wrapped(wrapped, args, kwargs);
+    }
+    PyObject *frame_var = global(self, s_FRAME);
+    if (frame_var == NULL)
+        return NULL;
+    PyObject *frame;
+    if (PyContextVar_Get(frame_var, NULL, &frame) < 0)
+        return NULL;
+    if (frame == NULL || frame == Py_None) {
+        Py_XDECREF(frame);
+        PyObject *watcher = global(self, s_all_threads);
+        if (watcher == NULL)
+            return NULL;
+        if (watcher != Py_None)  /* a profile watching every thread: Python finds its frame */
+            return PyObject_Call(self->fallback, call_args, call_kwargs);
+        return call_wrapped(wrapped, args, kwargs);
+    }
+    /* From here ``frame`` is a new reference, released at ``out``. */
+    PyObject *result = NULL, *node = NULL, *inner = NULL, *token = NULL, *start = NULL;
+    PyObject *clock = NULL, *output = NULL, *end = NULL, *elapsed = NULL, *entry = NULL;
+    PyObject *children = NULL, *hooks = NULL, *sw = NULL;
+    int switched = 0, quiet = 0;
+    if (!PyTuple_Check(frame) || PyTuple_GET_SIZE(frame) < 5) {
+        PyErr_SetString(PyExc_TypeError, "the open call must be a Frame");
+        goto out;
+    }
+    PyObject *collector = PyTuple_GET_ITEM(frame, F_COLLECTOR);
+    PyObject *parent = PyTuple_GET_ITEM(frame, F_NODE);
+    PyObject *parent_owner = PyTuple_GET_ITEM(frame, F_OWNER);
+    int ops = PyObject_IsTrue(PyTuple_GET_ITEM(frame, F_OPS));
+    if (ops < 0)
+        goto out;
+    PyObject *owner = self->owner != Py_None ? self->owner
+                      : (instance == Py_None ? wrapped : instance);
+    {
+        PyObject *active_obj = PyObject_GetAttr(collector, s_active);
+        if (active_obj == NULL)
+            goto out;
+        int active = PyObject_IsTrue(active_obj);
+        Py_DECREF(active_obj);
+        if (active < 0)
+            goto out;
+        if (parent_owner == owner || !active) {
+            /* super().forward() or a layer calling itself is the same call; a frame left by a
+             * profile that ended elsewhere records nothing */
+            result = call_wrapped(wrapped, args, kwargs);
+            goto out;
+        }
+    }
+    if ((children = PyObject_GetAttr(parent, s_children_by_owner)) == NULL)
+        goto out;
+    {
+        PyObject *key = PyLong_FromVoidPtr(owner);
+        if (key == NULL)
+            goto out;
+        node = PyDict_GetItemWithError(children, key);  /* borrowed */
+        Py_DECREF(key);
+        if (node == NULL && PyErr_Occurred())
+            goto out;
+        Py_XINCREF(node);
+    }
+    if (node == NULL) {  /* its first call here: Python makes the node */
+        result = PyObject_Call(self->fallback, call_args, call_kwargs);
+        goto out;
+    }
+    if ((hooks = PyObject_GetAttr(collector, s_call_hooks)) == NULL)
+        goto out;
+    {
+        PyObject *plain = PyObject_GetAttr(collector, s_plain_timing);
+        if (plain == NULL)
+            goto out;
+        int is_plain = PyObject_IsTrue(plain);
+        Py_DECREF(plain);
+        if (is_plain < 0)
+            goto out;
+        if (hooks != Py_None || !is_plain) {
+            result = PyObject_Call(self->fallback, call_args, call_kwargs);
+            goto out;
+        }
+    }
+    if ((inner = PyObject_GetAttr(node, s_frame)) == NULL)
+        goto out;
+    if (!PyTuple_Check(inner) || PyTuple_GET_SIZE(inner) < 5) {
+        PyErr_SetString(PyExc_TypeError, "a node's frame must be a Frame");
+        goto out;
+    }
+    int inner_ops = PyObject_IsTrue(PyTuple_GET_ITEM(inner, F_OPS));
+    int observe = PyObject_IsTrue(PyTuple_GET_ITEM(inner, F_OBSERVE));
+    if (inner_ops < 0 || observe < 0)
+        goto out;
+    sw = global(self, s_op_switch);
+    if (sw == NULL)
+        goto out;
+    Py_INCREF(sw);
+    if (ops != inner_ops && sw != Py_None) {
+        if ((switched = op_switch(sw, inner_ops)) < 0)
+            goto out;
+    }
+    if ((token = PyContextVar_Set(frame_var, inner)) == NULL)
+        goto out;
+    if ((clock = PyObject_GetAttr(collector, s_clock)) == NULL)
+        goto out;
+    if ((start = read_clock(clock)) == NULL)
+        goto out;
+
+    output = call_wrapped(wrapped, args, kwargs);
+    if (output == NULL) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        end = read_clock(clock);
+        if (end == NULL)
+            PyErr_Clear();
+        if (PyContextVar_Reset(frame_var, token) < 0)
+            PyErr_Clear();
+        if (switched && op_switch(sw, ops) < 0)
+            PyErr_Clear();
+        if (end != NULL && !(self->data && PyErr_GivenExceptionMatches(type, PyExc_StopIteration))) {
+            /* (a data loader running out of batches is the loop's end, not a failed call) */
+            PyObject *r = PyObject_CallMethodObjArgs(collector, s_record_failure, node, start, end,
+                                                     NULL);
+            if (r == NULL)
+                PyErr_Clear();
+            Py_XDECREF(r);
+        }
+        PyErr_Restore(type, value, tb);
+        goto out;
+    }
+    if ((end = read_clock(clock)) == NULL)
+        goto out;
+    if (PyContextVar_Reset(frame_var, token) < 0)
+        goto out;
+    if (PyGen_CheckExact(output)) {
+        /* A generator forward runs while its consumer asks for items: recorded when it ends. */
+        if (switched && op_switch(sw, ops) < 0)
+            goto out;
+        PyObject *resumed = global(self, s_resumed);
+        if (resumed == NULL || (elapsed = PyNumber_Subtract(end, start)) == NULL)
+            goto out;
+        result = PyObject_CallFunctionObjArgs(resumed, output, inner, args, kwargs, start,
+                                              elapsed, NULL);
+        goto out;
+    }
+    /* Counting stays off while a torch module's tensor attributes are read (see hotpath.py). */
+    if (observe && inner_ops && sw != Py_None) {
+        if ((quiet = op_switch(sw, 0)) < 0)
+            goto out;
+    }
+    {
+        PyObject *flush_obj = global(self, s_FLUSH_EVERY);
+        if (flush_obj == NULL)
+            goto out;
+        Py_ssize_t flush_every = PyLong_AsSsize_t(flush_obj);
+        if (flush_every == -1 && PyErr_Occurred())
+            goto out;
+        if ((elapsed = PyNumber_Subtract(end, start)) == NULL)
+            goto out;
+        if (add_plain_time(collector, node, elapsed, flush_every) < 0)
+            goto out;
+    }
+    if ((entry = shape_entry(self, collector, node, owner, args, kwargs, output)) == NULL)
+        goto out;
+    if (count_call(entry) < 0)
+        goto out;
+    if (observe) {
+        PyObject *observer = global(self, s_exit_observer);
+        if (observer == NULL)
+            goto out;
+        if (observer != Py_None) {
+            PyObject *now = global(self, s_observe_now);
+            if (now == NULL)
+                goto out;
+            PyObject *asked = PyObject_CallNoArgs(now);
+            if (asked == NULL)
+                goto out;
+            int yes = PyObject_IsTrue(asked);
+            Py_DECREF(asked);
+            if (yes < 0)
+                goto out;
+            if (yes) {
+                Py_INCREF(observer);
+                PyObject *r = PyObject_CallFunctionObjArgs(observer, inner, args, kwargs, output,
+                                                           entry, NULL);
+                Py_DECREF(observer);
+                if (r == NULL)
+                    goto out;
+                Py_DECREF(r);
+            }
+        }
+    }
+    if (self->backward) {
+        PyObject *r = PyObject_CallMethodOneArg(collector, s_flush_backward, node);
+        if (r == NULL)
+            goto out;
+        Py_DECREF(r);
+    }
+    if (ops && (quiet || switched) && op_switch(sw, 1) < 0)
+        goto out;
+    result = output;
+    output = NULL;
+out:
+    Py_XDECREF(frame);
+    Py_XDECREF(children);
+    Py_XDECREF(node);
+    Py_XDECREF(hooks);
+    Py_XDECREF(inner);
+    Py_XDECREF(sw);
+    Py_XDECREF(token);
+    Py_XDECREF(clock);
+    Py_XDECREF(start);
+    Py_XDECREF(end);
+    Py_XDECREF(elapsed);
+    Py_XDECREF(entry);
+    Py_XDECREF(output);
+    return result;
+}
+
+static PyTypeObject WrapperType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracetorch.engine._hotpath.Wrapper",
+    .tp_doc = "The hot path's per-call wrapper (see tracetorch.engine.hotpath.make_wrapper).",
+    .tp_basicsize = sizeof(Wrapper),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Wrapper_init,
+    .tp_dealloc = (destructor)Wrapper_dealloc,
+    .tp_traverse = (traverseproc)Wrapper_traverse,
+    .tp_clear = (inquiry)Wrapper_clear,
+    .tp_call = (ternaryfunc)Wrapper_call,
+};
+
+static struct PyModuleDef hotpath_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "tracetorch.engine._hotpath",
+    .m_doc = "The hot path's per-call wrapper in C (an optional accelerator).",
+    .m_size = -1,
+};
+
+#define INTERN(var, text) \
+    if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
+
+PyMODINIT_FUNC
+PyInit__hotpath(void)
+{
+    INTERN(s_FRAME, "_FRAME");
+    INTERN(s_op_switch, "_op_switch");
+    INTERN(s_exit_observer, "_exit_observer");
+    INTERN(s_observe_now, "_observe_now");
+    INTERN(s_all_threads, "_all_threads");
+    INTERN(s_signature, "signature");
+    INTERN(s_first_entry, "_first_entry");
+    INTERN(s_resumed, "_resumed");
+    INTERN(s_FLUSH_EVERY, "FLUSH_EVERY");
+    INTERN(s_active, "active");
+    INTERN(s_children_by_owner, "children_by_owner");
+    INTERN(s_frame, "frame");
+    INTERN(s_clock, "clock");
+    INTERN(s_call_hooks, "call_hooks");
+    INTERN(s_plain_timing, "plain_timing");
+    INTERN(s_record_failure, "record_failure");
+    INTERN(s_time, "time");
+    INTERN(s_pending, "pending");
+    INTERN(s_flush, "flush");
+    INTERN(s_unfolded, "unfolded");
+    INTERN(s_touch, "touch");
+    INTERN(s_shape, "shape");
+    INTERN(s_flops_cache, "flops_cache");
+    INTERN(s_flush_backward, "flush_backward");
+    if ((one = PyLong_FromLong(1)) == NULL)
+        return NULL;
+    if (PyType_Ready(&WrapperType) < 0)
+        return NULL;
+    PyObject *module = PyModule_Create(&hotpath_module);
+    if (module == NULL)
+        return NULL;
+    Py_INCREF(&WrapperType);
+    if (PyModule_AddObject(module, "Wrapper", (PyObject *)&WrapperType) < 0) {
+        Py_DECREF(&WrapperType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}
