@@ -89,3 +89,20 @@ def test_the_python_wrapper_passes_the_engine_tests():
                          env=env, capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert " passed" in run.stdout
+
+
+def test_torch_marks_and_backward_boundaries_hold_nothing_after_the_pass(torch):
+    # The C marker and boundary hook take references to frames, nodes and tensors: a slip
+    # would show as counts that grow with the steps.
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU(), torch.nn.Linear(3, 1))
+    x = torch.ones(2, 3)
+    with tracetorch.profile(model) as prof:
+        model(x).sum().backward()
+        watched = (model, model[0].weight, x, prof.find("0").frame, prof.find("1"))
+        before = [sys.getrefcount(obj) for obj in watched]
+        for _ in range(200):
+            model(x).sum().backward()
+        after = [sys.getrefcount(obj) for obj in watched]
+    assert before == after
+    assert prof.find("0").backward_time.count == 201
+    assert prof.find("0").backward_flops == 201 * 2 * 2 * 3 * 3  # dW only: x needs no grad

@@ -20,7 +20,9 @@ typedef struct {
 } Marker;
 
 static PyObject *s_Tensor, *s_PARTS, *s_MARKS, *s_HOOK_KEY, *s_on_marked_node, *s_layer_parts,
-    *s_grad_fn, *s_metadata, *s_backward_hooks, *s_register_hook_dict, *s_register_prehook;
+    *s_grad_fn, *s_metadata, *s_backward_hooks, *s_register_hook_dict, *s_register_prehook,
+    *s_current_node, *s_PASSES, *s_timer, *s_clock, *s_collector, *s_recompute_of, *s_charge,
+    *s_boundaries, *s_reach;
 
 static void
 Marker_dealloc(Marker *self)
@@ -60,10 +62,11 @@ Marker_init(Marker *self, PyObject *args, PyObject *kwds)
     return 0;
 }
 
+/* A global of the backward module (borrowed; NULL with an error set when missing). */
 static PyObject *
-global(Marker *self, PyObject *name)
+global(PyObject *ns, PyObject *name)
 {
-    PyObject *value = PyDict_GetItemWithError(self->ns, name);
+    PyObject *value = PyDict_GetItemWithError(ns, name);
     if (value == NULL && !PyErr_Occurred())
         PyErr_SetObject(PyExc_NameError, name);
     return value;
@@ -76,8 +79,8 @@ mark(Marker *self, PyObject *frame, PyObject *args, PyObject *kwargs, PyObject *
 {
     int status = -1;
     PyObject *fn = NULL, *parts = NULL, *meta = NULL, *marked = NULL, *hooks = NULL;
-    PyObject *marks_key = global(self, s_MARKS);
-    PyObject *hook = global(self, s_on_marked_node);
+    PyObject *marks_key = global(self->ns, s_MARKS);
+    PyObject *hook = global(self->ns, s_on_marked_node);
     if (marks_key == NULL || hook == NULL)
         return -1;
     if ((fn = PyObject_GetAttr(output, s_grad_fn)) == NULL)
@@ -90,7 +93,7 @@ mark(Marker *self, PyObject *frame, PyObject *args, PyObject *kwargs, PyObject *
     if (has_parts < 0)
         goto done;
     if (has_parts) {
-        PyObject *resolve = global(self, s_layer_parts);
+        PyObject *resolve = global(self->ns, s_layer_parts);
         if (resolve == NULL)
             goto done;
         parts = PyObject_CallFunctionObjArgs(resolve, frame, args, kwargs, symbolic, NULL);
@@ -123,7 +126,7 @@ mark(Marker *self, PyObject *frame, PyObject *args, PyObject *kwargs, PyObject *
     PyObject *r;
     if (hooks == Py_None) {
         /* A fresh output: its hook dict, registered on its node (see backward._mark). */
-        PyObject *key = global(self, s_HOOK_KEY);
+        PyObject *key = global(self->ns, s_HOOK_KEY);
         PyObject *fresh = key != NULL ? PyDict_New() : NULL;
         if (fresh == NULL)
             goto done;
@@ -157,8 +160,8 @@ Marker_call(Marker *self, PyObject *call_args, PyObject *call_kwargs)
     PyObject *frame, *args, *kwargs, *output, *entry;
     if (!PyArg_ParseTuple(call_args, "OOOOO:tag_call", &frame, &args, &kwargs, &output, &entry))
         return NULL;
-    PyObject *tensor = global(self, s_Tensor);
-    PyObject *parts_at = global(self, s_PARTS);
+    PyObject *tensor = global(self->ns, s_Tensor);
+    PyObject *parts_at = global(self->ns, s_PARTS);
     if (tensor == NULL || parts_at == NULL)
         return NULL;
     Py_ssize_t index = PyLong_AsSsize_t(parts_at);
@@ -190,6 +193,223 @@ static PyTypeObject MarkerType = {
     .tp_call = (ternaryfunc)Marker_call,
 };
 
+
+/* ------------------------------------------------------------------------------ boundaries
+ * ``Boundary(fallback, namespace)`` stands for backward._on_marked_node, the hook autograd
+ * runs at each marked node: with the pass of this thread recorded on the host clock, it does
+ * BackwardPass.reach — the calls' parts charged (through the Python ``_charge``, for calls
+ * that have parts) and the boundary noted; a pass with a device timer, a node run on another
+ * thread and a pass that no entry point announced are the Python hook's.
+ */
+typedef struct {
+    PyObject_HEAD
+    PyObject *fallback;  /* _on_marked_node */
+    PyObject *ns;
+} Boundary;
+
+static void
+Boundary_dealloc(Boundary *self)
+{
+    PyObject_GC_UnTrack(self);
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->ns);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+Boundary_traverse(Boundary *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->ns);
+    return 0;
+}
+
+static int
+Boundary_clear(Boundary *self)
+{
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->ns);
+    return 0;
+}
+
+static int
+Boundary_init(Boundary *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *fallback, *ns;
+    if (!PyArg_ParseTuple(args, "OO!:Boundary", &fallback, &PyDict_Type, &ns))
+        return -1;
+    Py_INCREF(fallback);
+    Py_XSETREF(self->fallback, fallback);
+    Py_INCREF(ns);
+    Py_XSETREF(self->ns, ns);
+    return 0;
+}
+
+/* BackwardPass.reach(mark) on the host clock; 0, or -1 with an error set. */
+static int
+reach(PyObject *state, PyObject *mark)
+{
+    int status = -1;
+    PyObject *clock = NULL, *now = NULL, *collector = NULL, *recompute = NULL, *boundaries = NULL;
+    PyObject *innermost = NULL, *noted = NULL;
+    if ((clock = PyObject_GetAttr(state, s_clock)) == NULL || (now = PyObject_CallNoArgs(clock)) == NULL)
+        goto done;
+    if ((collector = PyObject_GetAttr(state, s_collector)) == NULL)
+        goto done;
+    if ((recompute = PyObject_GetAttr(collector, s_recompute_of)) == NULL)
+        goto done;
+    if (!PyDict_Check(recompute)) {
+        PyErr_SetString(PyExc_TypeError, "recompute_of must be a dict");
+        goto done;
+    }
+    /* the outermost call heads the chain, the innermost ends it */
+    while (mark != Py_None) {
+        if (!PyTuple_Check(mark) || PyTuple_GET_SIZE(mark) != 3) {
+            PyErr_SetString(PyExc_TypeError, "a mark must be (frame, parts, inner)");
+            goto done;
+        }
+        PyObject *frame = PyTuple_GET_ITEM(mark, 0);
+        PyObject *parts = PyTuple_GET_ITEM(mark, 1);
+        if (!PyTuple_Check(frame) || PyTuple_GET_SIZE(frame) < 2) {
+            PyErr_SetString(PyExc_TypeError, "a mark's frame must be a Frame");
+            goto done;
+        }
+        if (PyTuple_GET_ITEM(frame, 0) == collector) {
+            PyObject *node = PyTuple_GET_ITEM(frame, 1);
+            /* a layer run again by activation checkpointing: its gradients are the layer's */
+            if (PyDict_GET_SIZE(recompute)) {
+                PyObject *original = PyDict_GetItemWithError(recompute, node);
+                if (original == NULL && PyErr_Occurred())
+                    goto done;
+                if (original != NULL)
+                    node = original;
+            }
+            Py_INCREF(node);
+            Py_XSETREF(innermost, node);
+            int has_parts = PyObject_IsTrue(parts);
+            if (has_parts < 0)
+                goto done;
+            if (has_parts) {
+                PyObject *r = PyObject_CallMethodObjArgs(state, s_charge, frame, innermost, parts,
+                                                         NULL);
+                if (r == NULL)
+                    goto done;
+                Py_DECREF(r);
+            }
+        }
+        mark = PyTuple_GET_ITEM(mark, 2);
+    }
+    if ((boundaries = PyObject_GetAttr(state, s_boundaries)) == NULL)
+        goto done;
+    if (!PyList_Check(boundaries)) {
+        PyErr_SetString(PyExc_TypeError, "BackwardPass.boundaries must be a list");
+        goto done;
+    }
+    noted = PyTuple_Pack(2, innermost != NULL ? innermost : Py_None, now);
+    if (noted == NULL || PyList_Append(boundaries, noted) < 0)
+        goto done;
+    status = 0;
+done:
+    Py_XDECREF(clock);
+    Py_XDECREF(now);
+    Py_XDECREF(collector);
+    Py_XDECREF(recompute);
+    Py_XDECREF(boundaries);
+    Py_XDECREF(innermost);
+    Py_XDECREF(noted);
+    return status;
+}
+
+static PyObject *
+Boundary_call(Boundary *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *node = NULL, *meta = NULL, *key = NULL, *timer = NULL;
+    PyObject *current = global(self->ns, s_current_node);
+    PyObject *passes = global(self->ns, s_PASSES);
+    PyObject *marks_key = global(self->ns, s_MARKS);
+    if (current == NULL || passes == NULL || marks_key == NULL)
+        goto failed;
+    if (!PyDict_Check(passes)) {
+        PyErr_SetString(PyExc_TypeError, "_PASSES must be a dict");
+        goto failed;
+    }
+    if ((node = PyObject_CallNoArgs(current)) == NULL)
+        goto failed;
+    if (node == Py_None)
+        goto finished;
+    if ((meta = PyObject_GetAttr(node, s_metadata)) == NULL)
+        goto failed;
+    if (!PyDict_Check(meta)) {
+        PyErr_SetString(PyExc_TypeError, "grad_fn.metadata must be a dict");
+        goto failed;
+    }
+    PyObject *mark = PyDict_GetItemWithError(meta, marks_key);  /* borrowed, held by meta */
+    if (mark == NULL) {
+        if (PyErr_Occurred())
+            goto failed;
+        goto finished;
+    }
+    if ((key = PyLong_FromUnsignedLong(PyThread_get_thread_ident())) == NULL)
+        goto failed;
+    PyObject *state = PyDict_GetItemWithError(passes, key);  /* borrowed */
+    if (state == NULL) {
+        if (PyErr_Occurred())
+            goto failed;
+        Py_XDECREF(node);
+        Py_XDECREF(meta);
+        Py_XDECREF(key);
+        return PyObject_Call(self->fallback, args, kwds);
+    }
+    Py_INCREF(state);
+    if ((timer = PyObject_GetAttr(state, s_timer)) == NULL) {
+        Py_DECREF(state);
+        goto failed;
+    }
+    int done;
+    if (timer == Py_None) {
+        done = reach(state, mark);
+    }
+    else {
+        PyObject *r = PyObject_CallMethodOneArg(state, s_reach, mark);
+        done = r == NULL ? -1 : 0;
+        Py_XDECREF(r);
+    }
+    Py_DECREF(state);
+    if (done < 0)
+        goto failed;
+    goto finished;
+failed:
+    /* attribution is best effort; the user's gradients are not (as _on_marked_node) */
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+        Py_XDECREF(node);
+        Py_XDECREF(meta);
+        Py_XDECREF(key);
+        Py_XDECREF(timer);
+        return NULL;
+    }
+    PyErr_Clear();
+finished:
+    Py_XDECREF(node);
+    Py_XDECREF(meta);
+    Py_XDECREF(key);
+    Py_XDECREF(timer);
+    Py_RETURN_NONE;
+}
+
+static PyTypeObject BoundaryType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracetorch.adapters.torch._marks.Boundary",
+    .tp_doc = "The hook autograd runs at a marked node (see backward._on_marked_node).",
+    .tp_basicsize = sizeof(Boundary),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Boundary_init,
+    .tp_dealloc = (destructor)Boundary_dealloc,
+    .tp_traverse = (traverseproc)Boundary_traverse,
+    .tp_clear = (inquiry)Boundary_clear,
+    .tp_call = (ternaryfunc)Boundary_call,
+};
+
 static struct PyModuleDef marks_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "tracetorch.adapters.torch._marks",
@@ -207,14 +427,23 @@ PyInit__marks(void)
     INTERN(s_PARTS, "_PARTS");
     INTERN(s_MARKS, "MARKS");
     INTERN(s_HOOK_KEY, "_HOOK_KEY");
-    INTERN(s_on_marked_node, "_on_marked_node");
+    INTERN(s_on_marked_node, "_HOOK");
     INTERN(s_layer_parts, "_layer_parts");
     INTERN(s_grad_fn, "grad_fn");
     INTERN(s_metadata, "metadata");
     INTERN(s_backward_hooks, "_backward_hooks");
     INTERN(s_register_hook_dict, "_register_hook_dict");
     INTERN(s_register_prehook, "register_prehook");
-    if (PyType_Ready(&MarkerType) < 0)
+    INTERN(s_current_node, "_current_node");
+    INTERN(s_PASSES, "_PASSES");
+    INTERN(s_timer, "timer");
+    INTERN(s_clock, "clock");
+    INTERN(s_collector, "collector");
+    INTERN(s_recompute_of, "recompute_of");
+    INTERN(s_charge, "_charge");
+    INTERN(s_boundaries, "boundaries");
+    INTERN(s_reach, "reach");
+    if (PyType_Ready(&MarkerType) < 0 || PyType_Ready(&BoundaryType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&marks_module);
     if (module == NULL)
@@ -222,6 +451,12 @@ PyInit__marks(void)
     Py_INCREF(&MarkerType);
     if (PyModule_AddObject(module, "Marker", (PyObject *)&MarkerType) < 0) {
         Py_DECREF(&MarkerType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    Py_INCREF(&BoundaryType);
+    if (PyModule_AddObject(module, "Boundary", (PyObject *)&BoundaryType) < 0) {
+        Py_DECREF(&BoundaryType);
         Py_DECREF(module);
         return NULL;
     }

@@ -62,6 +62,7 @@ import torch
 from tracetorch.adapters.torch.cuda import backward_timer
 from tracetorch.adapters.torch.tracing import tracing
 from tracetorch.engine.hotpath import BackwardPassOwner, Frame, current_frame, make_wrapper
+from tracetorch.engine.native import native_type
 from tracetorch.flops.gradients import GradientPart, layer_gradient_parts
 from tracetorch.introspect import bound_inputs
 from tracetorch.tree import ENTRY_FIELDS, CallNode
@@ -115,10 +116,10 @@ def _mark(fn: Any, frame: Frame, parts: Sequence[ResolvedPart], output: Any = No
         # ``Tensor.register_hook`` would build, less the handle that ``register_prehook``
         # allocates on every call. The user's own ``register_hook`` adds to it; an in-place
         # operation on the tensor resets it, leaving the hook on the node it marked.
-        output._backward_hooks = {_HOOK_KEY: _on_marked_node}
+        output._backward_hooks = {_HOOK_KEY: _HOOK}
         fn._register_hook_dict(output)
     else:
-        fn.register_prehook(_on_marked_node)
+        fn.register_prehook(_HOOK)
 
 
 #: Our entry in an output tensor's hook dict (torch's own handles are ints).
@@ -492,6 +493,13 @@ def _on_marked_node(grad_outputs: Any) -> None:
         state.reach(mark)
     except Exception:  # attribution is best effort; the user's gradients are not
         pass
+
+
+#: The hook on marked nodes: :func:`_on_marked_node`, or its C version where it is built (see
+#: tracetorch.engine.native), which hands it every case but a host-clock pass of this thread.
+_BOUNDARY = native_type("tracetorch.adapters.torch._marks", "Boundary")
+_HOOK: Callable[[Any], None] = (
+    _on_marked_node if _BOUNDARY is None else _BOUNDARY(_on_marked_node, globals()))
 
 
 def implicit_pass(mark: Mark) -> BackwardPass | None:
