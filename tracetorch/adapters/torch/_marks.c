@@ -13,11 +13,13 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+/* Both types stand for a Python function of the backward module: the function itself, for
+ * the cases they hand back, and that module's globals, read on each call. */
 typedef struct {
     PyObject_HEAD
-    PyObject *fallback;  /* tag_call */
+    PyObject *fallback;  /* tag_call (Marker), _on_marked_node (Boundary) */
     PyObject *ns;        /* the backward module's globals */
-} Marker;
+} Standin;
 
 static PyObject *s_Tensor, *s_PARTS, *s_MARKS, *s_HOOK_KEY, *s_on_marked_node, *s_layer_parts,
     *s_grad_fn, *s_metadata, *s_backward_hooks, *s_register_hook_dict, *s_register_prehook,
@@ -25,7 +27,7 @@ static PyObject *s_Tensor, *s_PARTS, *s_MARKS, *s_HOOK_KEY, *s_on_marked_node, *
     *s_boundaries, *s_reach;
 
 static void
-Marker_dealloc(Marker *self)
+Standin_dealloc(Standin *self)
 {
     PyObject_GC_UnTrack(self);
     Py_CLEAR(self->fallback);
@@ -34,7 +36,7 @@ Marker_dealloc(Marker *self)
 }
 
 static int
-Marker_traverse(Marker *self, visitproc visit, void *arg)
+Standin_traverse(Standin *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->fallback);
     Py_VISIT(self->ns);
@@ -42,7 +44,7 @@ Marker_traverse(Marker *self, visitproc visit, void *arg)
 }
 
 static int
-Marker_clear(Marker *self)
+Standin_clear(Standin *self)
 {
     Py_CLEAR(self->fallback);
     Py_CLEAR(self->ns);
@@ -50,10 +52,10 @@ Marker_clear(Marker *self)
 }
 
 static int
-Marker_init(Marker *self, PyObject *args, PyObject *kwds)
+Standin_init(Standin *self, PyObject *args, PyObject *kwds)
 {
     PyObject *fallback, *ns;
-    if (!PyArg_ParseTuple(args, "OO!:Marker", &fallback, &PyDict_Type, &ns))
+    if (!PyArg_ParseTuple(args, "OO!", &fallback, &PyDict_Type, &ns))
         return -1;
     Py_INCREF(fallback);
     Py_XSETREF(self->fallback, fallback);
@@ -74,7 +76,7 @@ global(PyObject *ns, PyObject *name)
 
 /* Mark ``output``'s node; 0, or -1 with an error set. */
 static int
-mark(Marker *self, PyObject *frame, PyObject *args, PyObject *kwargs, PyObject *output,
+mark(Standin *self, PyObject *frame, PyObject *args, PyObject *kwargs, PyObject *output,
      PyObject *symbolic)
 {
     int status = -1;
@@ -155,7 +157,7 @@ done:
 }
 
 static PyObject *
-Marker_call(Marker *self, PyObject *call_args, PyObject *call_kwargs)
+Marker_call(Standin *self, PyObject *call_args, PyObject *call_kwargs)
 {
     PyObject *frame, *args, *kwargs, *output, *entry;
     if (!PyArg_ParseTuple(call_args, "OOOOO:tag_call", &frame, &args, &kwargs, &output, &entry))
@@ -183,13 +185,13 @@ static PyTypeObject MarkerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "tracetorch.adapters.torch._marks.Marker",
     .tp_doc = "The torch exit observer's common case (see backward.tag_call).",
-    .tp_basicsize = sizeof(Marker),
+    .tp_basicsize = sizeof(Standin),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Marker_init,
-    .tp_dealloc = (destructor)Marker_dealloc,
-    .tp_traverse = (traverseproc)Marker_traverse,
-    .tp_clear = (inquiry)Marker_clear,
+    .tp_init = (initproc)Standin_init,
+    .tp_dealloc = (destructor)Standin_dealloc,
+    .tp_traverse = (traverseproc)Standin_traverse,
+    .tp_clear = (inquiry)Standin_clear,
     .tp_call = (ternaryfunc)Marker_call,
 };
 
@@ -201,50 +203,6 @@ static PyTypeObject MarkerType = {
  * that have parts) and the boundary noted; a pass with a device timer, a node run on another
  * thread and a pass that no entry point announced are the Python hook's.
  */
-typedef struct {
-    PyObject_HEAD
-    PyObject *fallback;  /* _on_marked_node */
-    PyObject *ns;
-} Boundary;
-
-static void
-Boundary_dealloc(Boundary *self)
-{
-    PyObject_GC_UnTrack(self);
-    Py_CLEAR(self->fallback);
-    Py_CLEAR(self->ns);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static int
-Boundary_traverse(Boundary *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->fallback);
-    Py_VISIT(self->ns);
-    return 0;
-}
-
-static int
-Boundary_clear(Boundary *self)
-{
-    Py_CLEAR(self->fallback);
-    Py_CLEAR(self->ns);
-    return 0;
-}
-
-static int
-Boundary_init(Boundary *self, PyObject *args, PyObject *kwds)
-{
-    PyObject *fallback, *ns;
-    if (!PyArg_ParseTuple(args, "OO!:Boundary", &fallback, &PyDict_Type, &ns))
-        return -1;
-    Py_INCREF(fallback);
-    Py_XSETREF(self->fallback, fallback);
-    Py_INCREF(ns);
-    Py_XSETREF(self->ns, ns);
-    return 0;
-}
-
 /* BackwardPass.reach(mark) on the host clock; 0, or -1 with an error set. */
 static int
 reach(PyObject *state, PyObject *mark)
@@ -321,7 +279,7 @@ done:
 }
 
 static PyObject *
-Boundary_call(Boundary *self, PyObject *args, PyObject *kwds)
+Boundary_call(Standin *self, PyObject *args, PyObject *kwds)
 {
     PyObject *node = NULL, *meta = NULL, *key = NULL, *timer = NULL;
     PyObject *current = global(self->ns, s_current_node);
@@ -400,13 +358,13 @@ static PyTypeObject BoundaryType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "tracetorch.adapters.torch._marks.Boundary",
     .tp_doc = "The hook autograd runs at a marked node (see backward._on_marked_node).",
-    .tp_basicsize = sizeof(Boundary),
+    .tp_basicsize = sizeof(Standin),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Boundary_init,
-    .tp_dealloc = (destructor)Boundary_dealloc,
-    .tp_traverse = (traverseproc)Boundary_traverse,
-    .tp_clear = (inquiry)Boundary_clear,
+    .tp_init = (initproc)Standin_init,
+    .tp_dealloc = (destructor)Standin_dealloc,
+    .tp_traverse = (traverseproc)Standin_traverse,
+    .tp_clear = (inquiry)Standin_clear,
     .tp_call = (ternaryfunc)Boundary_call,
 };
 
