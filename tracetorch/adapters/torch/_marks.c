@@ -4,7 +4,7 @@
  * (``fallback``) and reads that module's globals (``namespace``) on each call. For an output
  * that is exactly a ``torch.Tensor``, with the call's symbolic gradient parts already in its
  * per-shape counter, it does what tag_call and _mark do: read ``grad_fn``, resolve the parts
- * (through the Python ``_layer_parts``, only for layers that have parts), chain the mark
+ * (the plain case here, others through the Python ``_layer_parts``), chain the mark
  * ``(frame, parts, inner)`` in ``grad_fn.metadata`` and, for a node marked the first time,
  * register the hook through the tensor's hook dict (or ``register_prehook``). Anything else is
  * the Python observer's. As there, an error while marking never reaches the user's model.
@@ -24,7 +24,7 @@ typedef struct {
 static PyObject *s_Tensor, *s_PARTS, *s_MARKS, *s_HOOK_KEY, *s_on_marked_node, *s_layer_parts,
     *s_grad_fn, *s_metadata, *s_backward_hooks, *s_register_hook_dict, *s_register_prehook,
     *s_current_node, *s_PASSES, *s_timer, *s_clock, *s_collector, *s_recompute_of, *s_charge,
-    *s_boundaries, *s_reach;
+    *s_boundaries, *s_reach, *s_Parameter, *s_parameters, *s_requires_grad;
 
 static void
 Standin_dealloc(Standin *self)
@@ -74,6 +74,97 @@ global(PyObject *ns, PyObject *name)
     return value;
 }
 
+/* The call's parts resolved as backward._layer_parts resolves them, for the plain case: no
+ * keyword arguments, each need an argument index or a parameter of the layer's own, each value
+ * a tensor, a parameter or nothing. A new list; NULL with no error set for any other case
+ * (the Python function's), NULL with an error set on failure. */
+static PyObject *
+plain_parts(Standin *self, PyObject *frame, PyObject *args, PyObject *kwargs, PyObject *symbolic)
+{
+    if (PyDict_GET_SIZE(kwargs) || (!PyList_Check(symbolic) && !PyTuple_Check(symbolic)))
+        return NULL;
+    PyObject *tensor = global(self->ns, s_Tensor), *parameter = global(self->ns, s_Parameter);
+    if (tensor == NULL || parameter == NULL)
+        return NULL;
+    PyObject *own = PyObject_GetAttr(PyTuple_GET_ITEM(frame, 2), s_parameters);
+    if (own == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *resolved = PyList_New(0), *needing = NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(symbolic);
+    PyObject **items = PySequence_Fast_ITEMS(symbolic);
+    if (resolved == NULL || !PyDict_Check(own))
+        goto other;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *part = items[i];
+        if (!PyTuple_Check(part) || PyTuple_GET_SIZE(part) != 2
+                || !PyTuple_Check(PyTuple_GET_ITEM(part, 1)))
+            goto other;
+        PyObject *needs = PyTuple_GET_ITEM(part, 1);
+        if ((needing = PyList_New(0)) == NULL)
+            goto failed;
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(needs); j++) {
+            PyObject *need = PyTuple_GET_ITEM(needs, j), *value;
+            if (PyLong_CheckExact(need)) {
+                Py_ssize_t at = PyLong_AsSsize_t(need);
+                if (at < 0)
+                    goto other;
+                value = at < PyTuple_GET_SIZE(args) ? PyTuple_GET_ITEM(args, at) : Py_None;
+            }
+            else if (PyUnicode_CheckExact(need)) {
+                value = PyDict_GetItemWithError(own, need);
+                if (value == NULL) {
+                    if (PyErr_Occurred())
+                        goto failed;
+                    goto other;  /* not a parameter of its own: an attribute, a submodule's */
+                }
+            }
+            else {
+                goto other;
+            }
+            if (value == Py_None)
+                continue;
+            PyObject *kind = (PyObject *)Py_TYPE(value);
+            if (kind != tensor && kind != parameter)
+                goto other;  /* a tuple of tensors, a packed sequence... */
+            PyObject *grad = PyObject_GetAttr(value, s_requires_grad);
+            if (grad == NULL)
+                goto failed;
+            int needs_grad = PyObject_IsTrue(grad);
+            Py_DECREF(grad);
+            if (needs_grad < 0 || (needs_grad && PyList_Append(needing, value) < 0))
+                goto failed;
+        }
+        if (PyList_GET_SIZE(needing)) {
+            PyObject *tensors = PyList_AsTuple(needing);
+            PyObject *one = tensors != NULL ? PyTuple_Pack(2, PyTuple_GET_ITEM(part, 0), tensors)
+                                            : NULL;
+            Py_XDECREF(tensors);
+            if (one == NULL || PyList_Append(resolved, one) < 0) {
+                Py_XDECREF(one);
+                goto failed;
+            }
+            Py_DECREF(one);
+        }
+        Py_CLEAR(needing);
+    }
+    Py_DECREF(own);
+    return resolved;
+other:
+    Py_XDECREF(needing);
+    Py_XDECREF(resolved);
+    Py_DECREF(own);
+    return NULL;
+failed:
+    Py_XDECREF(needing);
+    Py_XDECREF(resolved);
+    Py_DECREF(own);
+    if (!PyErr_Occurred())
+        PyErr_NoMemory();
+    return NULL;
+}
+
 /* Mark ``output``'s node; 0, or -1 with an error set. */
 static int
 mark(Standin *self, PyObject *frame, PyObject *args, PyObject *kwargs, PyObject *output,
@@ -95,10 +186,15 @@ mark(Standin *self, PyObject *frame, PyObject *args, PyObject *kwargs, PyObject 
     if (has_parts < 0)
         goto done;
     if (has_parts) {
-        PyObject *resolve = global(self->ns, s_layer_parts);
-        if (resolve == NULL)
-            goto done;
-        parts = PyObject_CallFunctionObjArgs(resolve, frame, args, kwargs, symbolic, NULL);
+        parts = plain_parts(self, frame, args, kwargs, symbolic);
+        if (parts == NULL) {
+            if (PyErr_Occurred())
+                goto done;
+            PyObject *resolve = global(self->ns, s_layer_parts);
+            if (resolve == NULL)
+                goto done;
+            parts = PyObject_CallFunctionObjArgs(resolve, frame, args, kwargs, symbolic, NULL);
+        }
     }
     else {
         parts = PyTuple_New(0);
@@ -401,6 +497,9 @@ PyInit__marks(void)
     INTERN(s_charge, "_charge");
     INTERN(s_boundaries, "boundaries");
     INTERN(s_reach, "reach");
+    INTERN(s_Parameter, "_Parameter");
+    INTERN(s_parameters, "_parameters");
+    INTERN(s_requires_grad, "requires_grad");
     if (PyType_Ready(&MarkerType) < 0 || PyType_Ready(&BoundaryType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&marks_module);
