@@ -80,3 +80,12 @@ def test_merge_ranks_prints_cost_per_rank_and_node() -> None:
     assert re.search(r"60 nodes: merge [\d.]+ ms per rank \([\d.]+ us per node per rank", out)
     assert re.search(r"60 nodes, as a tree: peak [\d.]+ MiB traced", out)
     assert re.search(r"gather payload per rank: [\d.]+ KiB pickled", out)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("torch_installed")
+def test_train_phases_prints_a_row_per_phase() -> None:
+    out = run_benchmark("train_phases.py", "--quick")
+    rows = [line.split() for line in out.splitlines() if line.startswith("  ")]
+    assert [row[0] for row in rows[1:]] == ["forward", "loss", "backward", "step", "zero_grad"]
+    assert all(re.fullmatch(r"-?[\d,]+\.\d", cell) for row in rows[1:] for cell in row[1:])

@@ -23,6 +23,7 @@ typedef struct {
     PyObject *owner;      /* the shared owner of every call, or None */
     int backward;         /* kind == "backward": flush the pass's samples after each call */
     int data;             /* kind == "data": StopIteration is the loop's end, not a failure */
+    Py_ssize_t flush_every;  /* FLUSH_EVERY, a constant: read once */
 } Wrapper;
 
 static PyObject *s_FRAME, *s_op_switch, *s_exit_observer, *s_observe_now, *s_all_threads,
@@ -33,17 +34,6 @@ static PyObject *one;
 
 /* Frame fields (a NamedTuple): collector, node, owner, ops, observe. */
 enum { F_COLLECTOR, F_NODE, F_OWNER, F_OPS, F_OBSERVE };
-
-static void
-Wrapper_dealloc(Wrapper *self)
-{
-    PyObject_GC_UnTrack(self);
-    Py_CLEAR(self->fallback);
-    Py_CLEAR(self->ns);
-    Py_CLEAR(self->guard);
-    Py_CLEAR(self->owner);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
 
 static int
 Wrapper_traverse(Wrapper *self, visitproc visit, void *arg)
@@ -65,6 +55,14 @@ Wrapper_clear(Wrapper *self)
     return 0;
 }
 
+static void
+Wrapper_dealloc(Wrapper *self)
+{
+    PyObject_GC_UnTrack(self);
+    Wrapper_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
 static int
 Wrapper_init(Wrapper *self, PyObject *args, PyObject *kwds)
 {
@@ -83,7 +81,14 @@ Wrapper_init(Wrapper *self, PyObject *args, PyObject *kwds)
     Py_XSETREF(self->owner, owner);
     self->backward = backward;
     self->data = data;
-    return 0;
+    PyObject *flush = PyDict_GetItemWithError(ns, s_FLUSH_EVERY);
+    if (flush == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetObject(PyExc_NameError, s_FLUSH_EVERY);
+        return -1;
+    }
+    self->flush_every = PyLong_AsSsize_t(flush);
+    return self->flush_every == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
 /* A global of the hotpath module (borrowed; NULL with an error set when missing). */
@@ -400,18 +405,10 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
         if ((quiet = op_switch(sw, 0)) < 0)
             goto out;
     }
-    {
-        PyObject *flush_obj = global(self, s_FLUSH_EVERY);
-        if (flush_obj == NULL)
-            goto out;
-        Py_ssize_t flush_every = PyLong_AsSsize_t(flush_obj);
-        if (flush_every == -1 && PyErr_Occurred())
-            goto out;
-        if ((elapsed = PyNumber_Subtract(end, start)) == NULL)
-            goto out;
-        if (add_plain_time(collector, node, elapsed, flush_every) < 0)
-            goto out;
-    }
+    if ((elapsed = PyNumber_Subtract(end, start)) == NULL)
+        goto out;
+    if (add_plain_time(collector, node, elapsed, self->flush_every) < 0)
+        goto out;
     if ((entry = shape_entry(self, collector, node, owner, args, kwargs, output)) == NULL)
         goto out;
     if (count_call(entry) < 0)

@@ -26,15 +26,6 @@ static PyObject *s_Tensor, *s_PARTS, *s_MARKS, *s_HOOK_KEY, *s_on_marked_node, *
     *s_current_node, *s_PASSES, *s_timer, *s_clock, *s_collector, *s_recompute_of, *s_charge,
     *s_boundaries, *s_reach, *s_Parameter, *s_parameters, *s_requires_grad;
 
-static void
-Standin_dealloc(Standin *self)
-{
-    PyObject_GC_UnTrack(self);
-    Py_CLEAR(self->fallback);
-    Py_CLEAR(self->ns);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
 static int
 Standin_traverse(Standin *self, visitproc visit, void *arg)
 {
@@ -50,6 +41,30 @@ Standin_clear(Standin *self)
     Py_CLEAR(self->ns);
     return 0;
 }
+
+static void
+Standin_dealloc(Standin *self)
+{
+    PyObject_GC_UnTrack(self);
+    Standin_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The type table of a stand-in: only its name, doc and call differ. */
+#define STANDIN_TYPE(var, name, doc, call)              \
+    static PyTypeObject var = {                         \
+        PyVarObject_HEAD_INIT(NULL, 0)                  \
+        .tp_name = "tracetorch.adapters.torch._marks." name, \
+        .tp_doc = doc,                                  \
+        .tp_basicsize = sizeof(Standin),                \
+        .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, \
+        .tp_new = PyType_GenericNew,                    \
+        .tp_init = (initproc)Standin_init,              \
+        .tp_dealloc = (destructor)Standin_dealloc,      \
+        .tp_traverse = (traverseproc)Standin_traverse,  \
+        .tp_clear = (inquiry)Standin_clear,             \
+        .tp_call = (ternaryfunc)call,                   \
+    }
 
 static int
 Standin_init(Standin *self, PyObject *args, PyObject *kwds)
@@ -277,19 +292,8 @@ Marker_call(Standin *self, PyObject *call_args, PyObject *call_kwargs)
     Py_RETURN_NONE;
 }
 
-static PyTypeObject MarkerType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "tracetorch.adapters.torch._marks.Marker",
-    .tp_doc = "The torch exit observer's common case (see backward.tag_call).",
-    .tp_basicsize = sizeof(Standin),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Standin_init,
-    .tp_dealloc = (destructor)Standin_dealloc,
-    .tp_traverse = (traverseproc)Standin_traverse,
-    .tp_clear = (inquiry)Standin_clear,
-    .tp_call = (ternaryfunc)Marker_call,
-};
+STANDIN_TYPE(MarkerType, "Marker",
+             "The torch exit observer's common case (see backward.tag_call).", Marker_call);
 
 
 /* ------------------------------------------------------------------------------ boundaries
@@ -450,19 +454,9 @@ finished:
     Py_RETURN_NONE;
 }
 
-static PyTypeObject BoundaryType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "tracetorch.adapters.torch._marks.Boundary",
-    .tp_doc = "The hook autograd runs at a marked node (see backward._on_marked_node).",
-    .tp_basicsize = sizeof(Standin),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Standin_init,
-    .tp_dealloc = (destructor)Standin_dealloc,
-    .tp_traverse = (traverseproc)Standin_traverse,
-    .tp_clear = (inquiry)Standin_clear,
-    .tp_call = (ternaryfunc)Boundary_call,
-};
+STANDIN_TYPE(BoundaryType, "Boundary",
+             "The hook autograd runs at a marked node (see backward._on_marked_node).",
+             Boundary_call);
 
 static struct PyModuleDef marks_module = {
     PyModuleDef_HEAD_INIT,

@@ -209,6 +209,15 @@ def _layer_parts(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any],
     return resolve_parts(symbolic, tensor_of)
 
 
+def _call_parts(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
+                entry: list[Any]) -> Sequence[ResolvedPart]:
+    # This call's resolved parts: its symbolic parts (found at the first call with its shapes),
+    # resolved for this call.
+    symbolic = (entry[_PARTS] if len(entry) > _PARTS
+                else _symbolic_parts(frame, args, kwargs, output, entry))
+    return _layer_parts(frame, args, kwargs, symbolic) if symbolic else ()
+
+
 def tag_call(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
              entry: list[Any]) -> None:
     """Exit observer: mark this call's output nodes with its frame and gradient parts.
@@ -217,15 +226,10 @@ def tag_call(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], output
     ``torch.is_grad_enabled()`` first): the one-tensor output of a layer whose gradient is no
     product (an activation, a norm) costs a grad_fn read and a mark."""
     try:
-        symbolic = entry[_PARTS] if len(entry) > _PARTS else None
         if output.__class__ is _Tensor or isinstance(output, _Tensor):  # one tensor, one node
             fn = output.grad_fn
-            if fn is None:
-                return
-            if symbolic is None:
-                symbolic = _symbolic_parts(frame, args, kwargs, output, entry)
-            _mark(fn, frame, _layer_parts(frame, args, kwargs, symbolic) if symbolic else (),
-                  output)
+            if fn is not None:
+                _mark(fn, frame, _call_parts(frame, args, kwargs, output, entry), output)
             return
         outputs: list[torch.Tensor] = []
         collect_tensors(output, outputs)  # a tuple, dict, dataclass... of outputs
@@ -235,9 +239,7 @@ def tag_call(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], output
             if fn is not None and not any(fn is known for known in fns):
                 fns.append(fn)
         if fns:
-            if symbolic is None:
-                symbolic = _symbolic_parts(frame, args, kwargs, output, entry)
-            parts = _layer_parts(frame, args, kwargs, symbolic) if symbolic else ()
+            parts = _call_parts(frame, args, kwargs, output, entry)
             for fn in fns:  # the parts on one node only: each call is charged once
                 _mark(fn, frame, parts if fn is fns[0] else ())
     except Exception:  # marking must never break the user's model
@@ -288,7 +290,7 @@ class BackwardPass:
     While the pass runs, each marked node only notes a boundary (which layer runs from now on,
     and when) and charges its calls' gradient parts, which must be asked of autograd then; the
     time between boundaries is shared out among the layers once, when the pass ends
-    (:meth:`finish`), in one loop rather than a method call per node.
+    (:meth:`finish`).
     """
 
     def __init__(self, frame: Frame, leaves: set[int] | None | object) -> None:
@@ -374,10 +376,7 @@ class BackwardPass:
     def finish(self) -> None:
         """End of the pass: share the time between boundaries out to the layers open in each
         stretch (the innermost one), with device spans or a timeline's spans, then one sample
-        per layer reached.
-
-        Autograd runs a layer's nodes together, so a boundary usually moves to a sibling of the
-        layer open before it: that case is handled inline."""
+        per layer reached."""
         spent: dict[CallNode, int] = {}  # every layer reached: its host ns
         # With a timeline (host clock), when each open layer was entered: its span's start.
         spans: dict[CallNode, int] | None = (
@@ -387,24 +386,10 @@ class BackwardPass:
         open_: list[CallNode] = []  # the innermost last
         last = self.start
         for target, now in self.boundaries:
-            if open_:
-                top = open_[-1]
-                if host:
-                    spent[top] += now - last
-                if target is None or target is top:
-                    last = now
-                    continue
-                if target.parent is top.parent and target.kind != "thread":
-                    open_[-1] = target
-                    if target not in spent:
-                        spent[target] = 0
-                    if spans is not None:
-                        add_span(top, spans.pop(top), now)
-                        spans[target] = now
-                    last = now
-                    continue
+            if open_ and host:
+                spent[open_[-1]] += now - last
             last = now
-            if target is not None:
+            if target is not None and not (open_ and open_[-1] is target):
                 _open(open_, target, now, spent, spans, add_span)
         self.boundaries = []
         if open_ and host:

@@ -1,0 +1,98 @@
+"""Where tracetorch's cost in a training step goes, phase by phase.
+
+The training step of ``peers.py``'s ``mlp-train`` row (50 x (Linear(8, 8), ReLU), batch
+1, one thread, SGD) is run as five timed phases — forward, loss, backward, optimizer step,
+``zero_grad`` — plain, under ``tracetorch.profile(model)`` and under ``profile(model,
+ops=False)``, interleaved round by round; each cell is the median over rounds of (a phase's
+median over the round's steps - the plain one), per module call (101 per step).
+
+Run: ``python benchmarks/train_phases.py [--rounds 15] [--steps 10]``
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import statistics
+import sys
+import time
+from typing import Callable
+
+import torch
+from torch_peers import build_mlp, module_calls
+
+import tracetorch
+
+PHASES = ("forward", "loss", "backward", "step", "zero_grad")
+_clock = time.process_time_ns
+
+
+def phase_costs(rounds: int, steps: int) -> dict[str, dict[str, float]]:
+    """ns added per module call in each phase, by variant (``tracetorch``, ``ops=False``), and
+    the plain step's phases in µs."""
+    model, x = build_mlp(), torch.randn(1, 8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    calls = module_calls(model, lambda: model(x))
+    samples: dict[str, list[int]] = {}
+
+    def timed(phase: str, run: Callable[[], object]) -> object:
+        start = _clock()
+        out = run()
+        samples.setdefault(phase, []).append(_clock() - start)
+        return out
+
+    def step() -> None:
+        y = timed("forward", lambda: model(x))
+        loss = timed("loss", lambda: y.square().mean())  # type: ignore[union-attr]
+        timed("backward", loss.backward)  # type: ignore[union-attr]
+        timed("step", optimizer.step)
+        timed("zero_grad", optimizer.zero_grad)
+
+    variants: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
+        "plain": contextlib.nullcontext,
+        "tracetorch": lambda: tracetorch.profile(model),
+        "ops=False": lambda: tracetorch.profile(model, ops=False),
+    }
+    medians: dict[str, dict[str, list[float]]] = {name: {p: [] for p in PHASES}
+                                                   for name in variants}
+    for _ in range(rounds):
+        for name, variant in variants.items():
+            with variant():
+                step()  # untimed: first calls
+                samples.clear()
+                gc.collect()
+                gc.disable()
+                try:
+                    for _ in range(steps):
+                        step()
+                finally:
+                    gc.enable()
+            for phase in PHASES:
+                medians[name][phase].append(statistics.median(samples[phase]))
+    plain = {p: statistics.median(medians["plain"][p]) for p in PHASES}
+    costs = {name: {p: (statistics.median(medians[name][p]) - plain[p]) / calls for p in PHASES}
+             for name in variants if name != "plain"}
+    costs["plain (µs per step)"] = {p: plain[p] / 1e3 for p in PHASES}
+    return costs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--quick", action="store_true", help="3 rounds of 3 steps (a smoke run)")
+    args = parser.parse_args(argv)
+    rounds, steps = (3, 3) if args.quick else (args.rounds, args.steps)
+    torch.set_num_threads(1)
+    print(f"torch {torch.__version__}, 1 thread, 50 x (Linear(8,8), ReLU) training step, "
+          f"medians of {rounds} rounds x {steps} steps")
+    print("ns added per module call, by phase:")
+    costs = phase_costs(rounds, steps)
+    print(f"  {'phase':<10}" + "".join(f"{name:>22}" for name in costs))
+    for phase in PHASES:
+        print(f"  {phase:<10}" + "".join(f"{costs[name][phase]:>22,.1f}" for name in costs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
