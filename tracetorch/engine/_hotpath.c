@@ -27,13 +27,15 @@ typedef struct {
 } Wrapper;
 
 static PyObject *s_FRAME, *s_op_switch, *s_exit_observer, *s_observe_now, *s_all_threads,
-    *s_signature, *s_first_entry, *s_resumed, *s_FLUSH_EVERY, *s_active, *s_children_by_owner,
-    *s_frame, *s_clock, *s_call_hooks, *s_plain_timing, *s_record_failure, *s_time, *s_pending,
-    *s_flush, *s_unfolded, *s_touch, *s_shape, *s_flops_cache, *s_flush_backward;
+    *s_signature, *s_first_entry, *s_resumed, *s_FLUSH_EVERY, *s_active, *s_frame, *s_clock,
+    *s_plain_timing, *s_record_failure, *s_time, *s_flush, *s_unfolded, *s_touch, *s_shape,
+    *s_flush_backward;
 static PyObject *one;
 
-/* Frame fields (a NamedTuple): collector, node, owner, ops, observe. */
-enum { F_COLLECTOR, F_NODE, F_OWNER, F_OPS, F_OBSERVE };
+/* Frame fields (a NamedTuple): collector, node, owner, ops, observe, and the node's pending
+ * durations, per-shape counters and children by owner. */
+enum { F_COLLECTOR, F_NODE, F_OWNER, F_OPS, F_OBSERVE, F_PENDING, F_FLOPS_CACHE, F_CHILDREN,
+       F_FIELDS };
 
 static int
 Wrapper_traverse(Wrapper *self, visitproc visit, void *arg)
@@ -101,6 +103,150 @@ global(Wrapper *self, PyObject *name)
     return value;
 }
 
+/* ------------------------------------------------------------------------------ guards
+ * ``Guard(flags, calls)``: true while one of ``flags`` (``(object, attribute name)`` pairs) is
+ * true or one of ``calls`` returns true. A wrapper whose guard is one asks it without a Python
+ * frame (the torch adapter's tracer test, asked on every layer call). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *flags;  /* tuple of (object, attribute name) */
+    PyObject *calls;  /* tuple of callables taking nothing */
+} Guard;
+
+static int
+Guard_traverse(Guard *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->flags);
+    Py_VISIT(self->calls);
+    return 0;
+}
+
+static int
+Guard_clear(Guard *self)
+{
+    Py_CLEAR(self->flags);
+    Py_CLEAR(self->calls);
+    return 0;
+}
+
+static void
+Guard_dealloc(Guard *self)
+{
+    PyObject_GC_UnTrack(self);
+    Guard_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+Guard_init(Guard *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *flags, *calls;
+    if (!PyArg_ParseTuple(args, "O!O!:Guard", &PyTuple_Type, &flags, &PyTuple_Type, &calls))
+        return -1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(flags); i++) {
+        PyObject *flag = PyTuple_GET_ITEM(flags, i);
+        if (!PyTuple_Check(flag) || PyTuple_GET_SIZE(flag) != 2
+                || !PyUnicode_Check(PyTuple_GET_ITEM(flag, 1))) {
+            PyErr_SetString(PyExc_TypeError,
+                            "Guard: flags must be (object, attribute name) pairs");
+            return -1;
+        }
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(calls); i++) {
+        if (!PyCallable_Check(PyTuple_GET_ITEM(calls, i))) {
+            PyErr_SetString(PyExc_TypeError, "Guard: calls must be callables");
+            return -1;
+        }
+    }
+    Py_INCREF(flags);
+    Py_XSETREF(self->flags, flags);
+    Py_INCREF(calls);
+    Py_XSETREF(self->calls, calls);
+    return 0;
+}
+
+/* Whether the guard holds: 1, 0, or -1 with an error set. */
+static int
+guard_holds(Guard *self)
+{
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->flags); i++) {
+        PyObject *flag = PyTuple_GET_ITEM(self->flags, i);
+        PyObject *value = PyObject_GetAttr(PyTuple_GET_ITEM(flag, 0), PyTuple_GET_ITEM(flag, 1));
+        if (value == NULL)
+            return -1;
+        int yes = PyObject_IsTrue(value);
+        Py_DECREF(value);
+        if (yes != 0)
+            return yes;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->calls); i++) {
+        PyObject *value = PyObject_CallNoArgs(PyTuple_GET_ITEM(self->calls, i));
+        if (value == NULL)
+            return -1;
+        int yes = PyObject_IsTrue(value);
+        Py_DECREF(value);
+        if (yes != 0)
+            return yes;
+    }
+    return 0;
+}
+
+static PyObject *
+Guard_call(Guard *self, PyObject *args, PyObject *kwargs)
+{
+    if (PyTuple_GET_SIZE(args) || (kwargs != NULL && PyDict_GET_SIZE(kwargs))) {
+        PyErr_SetString(PyExc_TypeError, "Guard() takes no arguments");
+        return NULL;
+    }
+    int yes = guard_holds(self);
+    if (yes < 0)
+        return NULL;
+    return PyBool_FromLong(yes);
+}
+
+static PyTypeObject GuardType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracetorch.engine._hotpath.Guard",
+    .tp_doc = "Guard(flags, calls): true while a flag is or a call returns true.",
+    .tp_basicsize = sizeof(Guard),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Guard_init,
+    .tp_dealloc = (destructor)Guard_dealloc,
+    .tp_traverse = (traverseproc)Guard_traverse,
+    .tp_clear = (inquiry)Guard_clear,
+    .tp_call = (ternaryfunc)Guard_call,
+};
+
+/* Whether a wrapper's guard (a Guard or any callable) holds: 1, 0, or -1 with an error set. */
+static int
+guarded(PyObject *guard)
+{
+    if (Py_IS_TYPE(guard, &GuardType))
+        return guard_holds((Guard *)guard);
+    PyObject *value = PyObject_CallNoArgs(guard);
+    if (value == NULL)
+        return -1;
+    int yes = PyObject_IsTrue(value);
+    Py_DECREF(value);
+    return yes;
+}
+
+/* ------------------------------------------------------------------------------ the wrapper */
+
+/* Whether ``frame`` is laid out as a Frame; 0 with a TypeError set if not. */
+static int
+is_frame(PyObject *frame)
+{
+    if (PyTuple_Check(frame) && PyTuple_GET_SIZE(frame) >= F_FIELDS
+            && PyList_Check(PyTuple_GET_ITEM(frame, F_PENDING))
+            && PyDict_Check(PyTuple_GET_ITEM(frame, F_FLOPS_CACHE))
+            && PyDict_Check(PyTuple_GET_ITEM(frame, F_CHILDREN)))
+        return 1;
+    PyErr_SetString(PyExc_TypeError, "an open call must be a tracetorch Frame");
+    return 0;
+}
+
 /* The wrapped call itself, with empty keyword arguments passed as none. */
 static PyObject *
 call_wrapped(PyObject *wrapped, PyObject *args, PyObject *kwargs)
@@ -129,21 +275,16 @@ read_clock(PyObject *clock)
 /* A call's duration appended to its node's pending time batch (TimeStats.add, inlined as the
  * Python wrapper does); the node is touched at its first call since the last fold. */
 static int
-add_plain_time(PyObject *collector, PyObject *node, PyObject *elapsed, Py_ssize_t flush_every)
+add_plain_time(PyObject *collector, PyObject *node, PyObject *pending, PyObject *elapsed,
+               Py_ssize_t flush_every)
 {
     int status = -1;
-    PyObject *time = NULL, *pending = NULL, *unfolded = NULL;
-    if ((time = PyObject_GetAttr(node, s_time)) == NULL)
-        goto done;
-    if ((pending = PyObject_GetAttr(time, s_pending)) == NULL)
-        goto done;
-    if (!PyList_Check(pending)) {
-        PyErr_SetString(PyExc_TypeError, "TimeStats.pending must be a list");
-        goto done;
-    }
+    PyObject *time = NULL, *unfolded = NULL;
     if (PyList_Append(pending, elapsed) < 0)
         goto done;
     if (PyList_GET_SIZE(pending) >= flush_every) {
+        if ((time = PyObject_GetAttr(node, s_time)) == NULL)
+            goto done;
         PyObject *r = PyObject_CallMethodNoArgs(time, s_flush);
         if (r == NULL)
             goto done;
@@ -163,7 +304,6 @@ add_plain_time(PyObject *collector, PyObject *node, PyObject *elapsed, Py_ssize_
     status = 0;
 done:
     Py_XDECREF(time);
-    Py_XDECREF(pending);
     Py_XDECREF(unfolded);
     return status;
 }
@@ -171,10 +311,10 @@ done:
 /* The per-shape counter of this call (a new reference), through the Python helpers for a
  * signature or a first call. */
 static PyObject *
-shape_entry(Wrapper *self, PyObject *collector, PyObject *node, PyObject *owner,
-            PyObject *args, PyObject *kwargs, PyObject *output)
+shape_entry(Wrapper *self, PyObject *collector, PyObject *node, PyObject *cache,
+            PyObject *owner, PyObject *args, PyObject *kwargs, PyObject *output)
 {
-    PyObject *key = NULL, *cache = NULL, *entry = NULL;
+    PyObject *key = NULL, *entry = NULL;
     if (PyTuple_GET_SIZE(args) == 1 && PyDict_GET_SIZE(kwargs) == 0) {
         /* getattr(args[0], "shape", None) */
         key = PyObject_GetAttr(PyTuple_GET_ITEM(args, 0), s_shape);
@@ -192,12 +332,6 @@ shape_entry(Wrapper *self, PyObject *collector, PyObject *node, PyObject *owner,
         goto done;
     if (key == NULL && (key = PyObject_CallFunctionObjArgs(signature, args, kwargs, NULL)) == NULL)
         goto done;
-    if ((cache = PyObject_GetAttr(node, s_flops_cache)) == NULL)
-        goto done;
-    if (!PyDict_Check(cache)) {
-        PyErr_SetString(PyExc_TypeError, "CallNode.flops_cache must be a dict");
-        goto done;
-    }
     entry = PyDict_GetItemWithError(cache, key);
     if (entry == NULL && PyErr_Occurred()) {
         if (!PyErr_ExceptionMatches(PyExc_TypeError))
@@ -223,7 +357,6 @@ shape_entry(Wrapper *self, PyObject *collector, PyObject *node, PyObject *owner,
     }
 done:
     Py_XDECREF(key);
-    Py_XDECREF(cache);
     return entry;
 }
 
@@ -244,17 +377,20 @@ count_call(PyObject *entry)
 static PyObject *
 Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
 {
-    PyObject *wrapped, *instance, *args, *kwargs;
-    if (!PyArg_ParseTuple(call_args, "OOO!O!:wrapper", &wrapped, &instance, &PyTuple_Type, &args,
-                          &PyDict_Type, &kwargs))
+    /* wrapt calls wrapper(wrapped, instance, args, kwargs), positionally */
+    if (!PyTuple_Check(call_args) || PyTuple_GET_SIZE(call_args) != 4
+            || (call_kwargs != NULL && PyDict_GET_SIZE(call_kwargs))
+            || !PyTuple_Check(PyTuple_GET_ITEM(call_args, 2))
+            || !PyDict_Check(PyTuple_GET_ITEM(call_args, 3))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "wrapper(wrapped, instance, args, kwargs) takes a tuple and a dict");
         return NULL;
+    }
+    PyObject *wrapped = PyTuple_GET_ITEM(call_args, 0), *instance = PyTuple_GET_ITEM(call_args, 1);
+    PyObject *args = PyTuple_GET_ITEM(call_args, 2), *kwargs = PyTuple_GET_ITEM(call_args, 3);
 
     if (self->guard != Py_None) {
-        PyObject *guarded = PyObject_CallNoArgs(self->guard);
-        if (guarded == NULL)
-            return NULL;
-        int yes = PyObject_IsTrue(guarded);
-        Py_DECREF(guarded);
+        int yes = guarded(self->guard);
         if (yes < 0)
             return NULL;
         if (yes)
@@ -278,12 +414,10 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
     /* From here ``frame`` is a new reference, released at ``out``. */
     PyObject *result = NULL, *node = NULL, *inner = NULL, *token = NULL, *start = NULL;
     PyObject *clock = NULL, *output = NULL, *end = NULL, *elapsed = NULL, *entry = NULL;
-    PyObject *children = NULL, *hooks = NULL, *sw = NULL;
+    PyObject *sw = NULL;
     int switched = 0, quiet = 0;
-    if (!PyTuple_Check(frame) || PyTuple_GET_SIZE(frame) < 5) {
-        PyErr_SetString(PyExc_TypeError, "the open call must be a Frame");
+    if (!is_frame(frame))
         goto out;
-    }
     PyObject *collector = PyTuple_GET_ITEM(frame, F_COLLECTOR);
     PyObject *parent = PyTuple_GET_ITEM(frame, F_NODE);
     PyObject *parent_owner = PyTuple_GET_ITEM(frame, F_OWNER);
@@ -307,13 +441,11 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
             goto out;
         }
     }
-    if ((children = PyObject_GetAttr(parent, s_children_by_owner)) == NULL)
-        goto out;
     {
         PyObject *key = PyLong_FromVoidPtr(owner);
         if (key == NULL)
             goto out;
-        node = PyDict_GetItemWithError(children, key);  /* borrowed */
+        node = PyDict_GetItemWithError(PyTuple_GET_ITEM(frame, F_CHILDREN), key);  /* borrowed */
         Py_DECREF(key);
         if (node == NULL && PyErr_Occurred())
             goto out;
@@ -323,9 +455,8 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
         result = PyObject_Call(self->fallback, call_args, call_kwargs);
         goto out;
     }
-    if ((hooks = PyObject_GetAttr(collector, s_call_hooks)) == NULL)
-        goto out;
     {
+        /* (false with call hooks too: they run around the clock readings, in Python) */
         PyObject *plain = PyObject_GetAttr(collector, s_plain_timing);
         if (plain == NULL)
             goto out;
@@ -333,17 +464,13 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
         Py_DECREF(plain);
         if (is_plain < 0)
             goto out;
-        if (hooks != Py_None || !is_plain) {
+        if (!is_plain) {
             result = PyObject_Call(self->fallback, call_args, call_kwargs);
             goto out;
         }
     }
-    if ((inner = PyObject_GetAttr(node, s_frame)) == NULL)
+    if ((inner = PyObject_GetAttr(node, s_frame)) == NULL || !is_frame(inner))
         goto out;
-    if (!PyTuple_Check(inner) || PyTuple_GET_SIZE(inner) < 5) {
-        PyErr_SetString(PyExc_TypeError, "a node's frame must be a Frame");
-        goto out;
-    }
     int inner_ops = PyObject_IsTrue(PyTuple_GET_ITEM(inner, F_OPS));
     int observe = PyObject_IsTrue(PyTuple_GET_ITEM(inner, F_OBSERVE));
     if (inner_ops < 0 || observe < 0)
@@ -407,9 +534,11 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
     }
     if ((elapsed = PyNumber_Subtract(end, start)) == NULL)
         goto out;
-    if (add_plain_time(collector, node, elapsed, self->flush_every) < 0)
+    if (add_plain_time(collector, node, PyTuple_GET_ITEM(inner, F_PENDING), elapsed,
+                       self->flush_every) < 0)
         goto out;
-    if ((entry = shape_entry(self, collector, node, owner, args, kwargs, output)) == NULL)
+    if ((entry = shape_entry(self, collector, node, PyTuple_GET_ITEM(inner, F_FLOPS_CACHE), owner,
+                             args, kwargs, output)) == NULL)
         goto out;
     if (count_call(entry) < 0)
         goto out;
@@ -451,9 +580,7 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
     output = NULL;
 out:
     Py_XDECREF(frame);
-    Py_XDECREF(children);
     Py_XDECREF(node);
-    Py_XDECREF(hooks);
     Py_XDECREF(inner);
     Py_XDECREF(sw);
     Py_XDECREF(token);
@@ -503,30 +630,34 @@ PyInit__hotpath(void)
     INTERN(s_resumed, "_resumed");
     INTERN(s_FLUSH_EVERY, "FLUSH_EVERY");
     INTERN(s_active, "active");
-    INTERN(s_children_by_owner, "children_by_owner");
     INTERN(s_frame, "frame");
     INTERN(s_clock, "clock");
-    INTERN(s_call_hooks, "call_hooks");
     INTERN(s_plain_timing, "plain_timing");
     INTERN(s_record_failure, "record_failure");
     INTERN(s_time, "time");
-    INTERN(s_pending, "pending");
     INTERN(s_flush, "flush");
     INTERN(s_unfolded, "unfolded");
     INTERN(s_touch, "touch");
     INTERN(s_shape, "shape");
-    INTERN(s_flops_cache, "flops_cache");
     INTERN(s_flush_backward, "flush_backward");
     if ((one = PyLong_FromLong(1)) == NULL)
         return NULL;
-    if (PyType_Ready(&WrapperType) < 0)
+    if (PyType_Ready(&WrapperType) < 0 || PyType_Ready(&GuardType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&hotpath_module);
     if (module == NULL)
         return NULL;
+    /* (PyModule_AddObject steals a reference only when it succeeds; Python 3.9 has no
+     * PyModule_AddObjectRef) */
     Py_INCREF(&WrapperType);
     if (PyModule_AddObject(module, "Wrapper", (PyObject *)&WrapperType) < 0) {
         Py_DECREF(&WrapperType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    Py_INCREF(&GuardType);
+    if (PyModule_AddObject(module, "Guard", (PyObject *)&GuardType) < 0) {
+        Py_DECREF(&GuardType);
         Py_DECREF(module);
         return NULL;
     }

@@ -93,7 +93,7 @@ class Collector(CallTiming):
         self._saved_storages: set[int] = set()
         # With ``ops=False`` nothing counts operations, the profile's root included: no function
         # mode is pushed at all (torch backward passes are then found at their first node).
-        self.root_frame = Frame(self, root, None, count_ops)
+        self.root_frame = Frame.of(self, root, None, count_ops)
         self.owner_thread = threading.get_ident()
         self._lock = threading.Lock()
         self._user_rules: dict[CallNode, Callable[..., int]] = {}
@@ -119,7 +119,7 @@ class Collector(CallTiming):
     def start(self, target: CallNode) -> Frame:
         """Begin recording top-level calls under ``target``; returns the root frame."""
         self.active = True
-        self.root_frame = Frame(self, target, None, self.count_ops)
+        self.root_frame = Frame.of(self, target, None, self.count_ops)
         self.owner_thread = threading.get_ident()
         return self.root_frame
 
@@ -140,14 +140,14 @@ class Collector(CallTiming):
                                         self.module_key(thread), kind="thread")
                     # No function mode is on this thread's stack: layers that count their
                     # operations push it themselves.
-                    self._install_frame(node, Frame(self, node, thread, False))
+                    self._install_frame(node, Frame.of(self, node, thread, False))
                     target.children_by_owner[id(thread)] = node
         self._other_threads = True
         return node.frame
 
     def pause(self) -> None:
         """Stop taking calls from other threads until the next :meth:`start`."""
-        self.root_frame = Frame(self, self.root_frame.node, _PAUSED, self.count_ops)
+        self.root_frame = Frame.of(self, self.root_frame.node, _PAUSED, self.count_ops)
 
     def stop(self) -> None:
         """Stop recording, fold the counters and drop every reference to the user's objects."""
@@ -184,7 +184,7 @@ class Collector(CallTiming):
     def new_child(self, frame: Frame, owner: Any, kind: NodeKind, label: str | None,
                   flops_fn: Callable[..., int] | None) -> CallNode:
         """Name and create the node for the first call of ``owner`` under ``frame``."""
-        _, parent_node, parent_owner, _, _ = frame
+        parent_node, parent_owner = frame.node, frame.owner
         warm = self._warm.pop((id(parent_node), id(owner)), None) if self._warm else None
         if warm is not None:
             node = self._readopt(warm, parent_node, owner, kind, flops_fn)
@@ -241,7 +241,7 @@ class Collector(CallTiming):
                 or self.registry.generation != generation):
             node.flops_cache.clear()
             return None
-        self._install_frame(node, Frame(self, node, owner, ops, observe))
+        self._install_frame(node, Frame.of(self, node, owner, ops, observe))
         parent_node.children_by_owner[id(owner)] = node
         return node
 
@@ -284,7 +284,7 @@ class Collector(CallTiming):
             # An update is elementwise maths over every parameter, no product to count, and
             # torch's function mode would cost each of its operations microseconds.
             counts_ops = False
-        self._install_frame(node, Frame(self, node, owner, counts_ops, torch_module))
+        self._install_frame(node, Frame.of(self, node, owner, counts_ops, torch_module))
 
     def module_key(self, owner: Any) -> str:
         """The key naming ``owner`` in this profile (stable across entries of the profile)."""

@@ -50,13 +50,28 @@ class Frame(NamedTuple):
     ``ops`` is False inside a call whose FLOPs come from a rule (its operations would be thrown
     away) and everywhere with ``profile(ops=False)``; a framework whose operation counting has a
     cost per operation (torch's function mode) turns it off there through :func:`set_op_switch`.
+
+    The last three fields are the node's own containers that every call touches
+    (``node.time.pending``, ``node.flops_cache``, ``node.children_by_owner``; none is ever
+    replaced while the node records): a tuple's item costs the hot path less than two attribute
+    reads. :meth:`of` fills them in.
     """
 
     collector: Collector
     node: CallNode
     owner: Any
     ops: bool
-    observe: bool = False
+    observe: bool
+    pending: list[int]
+    flops_cache: dict[Any, list[Any]]
+    children: dict[int, CallNode]
+
+    @classmethod
+    def of(cls, collector: Collector, node: CallNode, owner: Any, ops: bool,
+           observe: bool = False) -> Frame:
+        """The frame of ``node``'s calls."""
+        return cls(collector, node, owner, ops, observe, node.time.pending, node.flops_cache,
+                   node.children_by_owner)
 
 
 #: The innermost open call of this context.
@@ -227,8 +242,10 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
     ``kind`` names what the node is (``"module"``, ``"function"``, ``"backward"``,
     ``"optimizer"``); ``label`` names function nodes; ``flops_fn`` is ``instrument(flops=...)``;
     ``guard() -> True`` sends the call straight through unrecorded (torch: while a compiler or
-    tracer runs the code, which must see the model exactly as it is); ``owner``, when given,
-    owns every call instead of the object called (a :class:`BackwardPassOwner`).
+    tracer runs the code, which must see the model exactly as it is); a guard may carry a C
+    ``tracetorch.engine._hotpath.Guard`` asking the same as its ``native_guard`` attribute,
+    which the C wrapper asks instead. ``owner``, when given, owns every call instead of the
+    object called (a :class:`BackwardPassOwner`).
     """
     # Every backward pass (every batch of a data loader) is one node, whichever tensor (which
     # iterator) it comes from.
@@ -245,12 +262,12 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
             if frame is None:
                 return wrapped(*args, **kwargs)
         owner = shared_owner or (wrapped if instance is None else instance)
-        collector, parent, parent_owner, ops, _ = frame
+        collector, parent, parent_owner, ops = frame[:4]
         if parent_owner is owner or not collector.active:
             # super().forward() or a layer calling itself is the same call, not a new level; a
             # frame left by a profile that ended elsewhere (another thread) records nothing.
             return wrapped(*args, **kwargs)
-        node = parent.children_by_owner.get(id(owner))
+        node = frame.children.get(id(owner))
         if node is None:
             node = collector.new_child(frame, owner, kind, label, flops_fn)
         inner = node.frame
@@ -290,7 +307,7 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
         # never reach the mode: switching would only cost them.
         quiet = inner.observe and inner.ops and _op_switch is not None and _op_switch(False)
         if collector.plain_timing:
-            pending = node.time.pending  # TimeStats.add, inlined: this runs on every call
+            pending = inner.pending  # TimeStats.add, inlined: this runs on every call
             pending.append(end - start)
             if len(pending) >= FLUSH_EVERY:
                 node.time.flush()
@@ -302,10 +319,10 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
         if key is None:
             key = signature(args, kwargs)
         try:
-            entry = node.flops_cache.get(key)
+            entry = inner.flops_cache.get(key)
         except TypeError:  # a ``.shape`` that cannot key a dict (a list...): the signature can
             key = signature(args, kwargs)
-            entry = node.flops_cache.get(key)
+            entry = inner.flops_cache.get(key)
         if entry is None:
             entry = _first_entry(collector, node, owner, key, args, kwargs, output)
         entry[0] += 1
@@ -322,7 +339,9 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
         return wrapper
     # The same steps in C (tracetorch/engine/_hotpath.c), reading this module's settings on
     # each call; a node's first call and the other uncommon cases run ``wrapper`` above.
-    return native(wrapper, globals(), guard, shared_owner, kind == "backward", kind == "data")
+    native_guard = getattr(guard, "native_guard", None) or guard
+    return native(wrapper, globals(), native_guard, shared_owner, kind == "backward",
+                  kind == "data")
 
 
 #: The C version of ``make_wrapper``'s wrapper, where it is built (see tracetorch.engine.native).

@@ -1,7 +1,7 @@
 """How a profile times calls: the host clock, a device clock read later, and the timeline.
 
 The hot path reads ``collector.clock`` twice per call and, in the common case (host clock, no
-timeline: ``plain_timing``), appends the duration itself. Everything else goes through
+timeline, no call hooks: ``plain_timing``), appends the duration itself. Everything else goes through
 :meth:`CallTiming.add_duration`: a device clock's readings are handles resolved at the next fold
 (one synchronisation, see :mod:`tracetorch.adapters.torch.cuda`), and a timeline keeps one
 capped event per call for the Chrome trace. Either way a node's first call since the last fold
@@ -50,7 +50,8 @@ class CallTiming:
             [] if timeline else None)
         #: The name of each thread whose calls are in :attr:`events`, by ident.
         self.thread_names: dict[int, str] = {}
-        # Host clock and no timeline: the wrapper appends durations itself (the common case).
+        # Host clock, no timeline and no call hooks: the wrapper appends durations itself (the
+        # common case).
         self.plain_timing = self.events is None
         self.max_events = max_events
         self.dropped_events = 0
@@ -67,6 +68,7 @@ class CallTiming:
         if self.call_hooks is None:
             self.call_hooks = CallHooks()
         self.call_hooks.add(enter, exit)
+        self.plain_timing = False
 
     def use_device_clock(self, device_clock: Any) -> None:
         """Time calls with ``device_clock`` (see :mod:`tracetorch.adapters.torch.cuda`): its

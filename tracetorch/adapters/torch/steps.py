@@ -80,7 +80,7 @@ class _OpenStep:
         frame = self.frame
         if frame is None:
             return
-        collector, node, owner, _, _ = frame
+        collector, node, owner = frame[:3]
         end = collector.clock()
         if current_frame() is frame:  # not when the profile reopened its root meanwhile
             close_root(collector, self.opened)

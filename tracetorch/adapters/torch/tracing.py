@@ -10,6 +10,11 @@ just the layer's own), and in eager code it returns ``False`` at the cost of a c
 two flag reads (``torch.export`` and the rest of a compile session; fx) and one C call (the
 TorchScript tracer). ``benchmarks/overhead_torch.py`` reports its cost.
 
+Where the engine's C wrapper is built, it asks ``tracing.native_guard`` instead: the same
+two flags and tracer call as one C object (``tracetorch.engine._hotpath.Guard``), asked without
+a Python frame. ``is_dynamo_compiling()`` is left out there because it is ``False`` wherever C
+code runs: Dynamo traces Python bytecode, never the C wrapper.
+
 Example:
     >>> tracing()
     False
@@ -19,6 +24,8 @@ from __future__ import annotations
 from torch import compiler as _compiler
 from torch._C import _is_tracing
 from torch.fx import _symbolic_trace as _fx
+
+from tracetorch.engine.native import native_type
 
 __all__ = ("tracing",)
 
@@ -30,3 +37,10 @@ def tracing() -> bool:
     the current code instead of executing it."""
     return (_dynamo_compiling() or _compiler._is_compiling_flag or _fx._is_fx_tracing_flag
             or _is_tracing())
+
+
+_Guard = native_type("tracetorch.engine._hotpath", "Guard")
+# What the C wrapper asks instead (see make_wrapper in tracetorch.engine.hotpath).
+tracing.native_guard = (  # type: ignore[attr-defined]
+    None if _Guard is None
+    else _Guard(((_compiler, "_is_compiling_flag"), (_fx, "_is_fx_tracing_flag")), (_is_tracing,)))
