@@ -6,8 +6,9 @@
  * globals (``namespace``), and it reads every setting from there on each call (the frame
  * ContextVar, the op switch, the exit observer and its gate, the all-threads collector), so
  * installing or removing one in Python takes effect here too. Whatever is not the common case
- * goes to Python before anything is done (no frame but an all-threads profile, a node's first
- * call, call hooks, timing other than plain) or after the call, through the same helpers the
+ * goes to Python before anything is done (no frame but an all-threads profile, a profile not
+ * taking calls, timing other than plain or call hooks: ``collector.plain_clock`` is None, a
+ * node's first call) or after the call, through the same helpers the
  * Python wrapper uses (``signature``, ``_first_entry``, ``_resumed``, the collector's methods).
  * Only CPython's stable C API is used; the module is optional: without a compiler, the Python
  * wrapper runs (see _native.py).
@@ -27,8 +28,8 @@ typedef struct {
 } Wrapper;
 
 static PyObject *s_FRAME, *s_op_switch, *s_exit_observer, *s_observe_now, *s_all_threads,
-    *s_signature, *s_first_entry, *s_resumed, *s_FLUSH_EVERY, *s_active, *s_frame, *s_clock,
-    *s_plain_timing, *s_record_failure, *s_time, *s_flush, *s_unfolded, *s_touch, *s_shape,
+    *s_signature, *s_first_entry, *s_resumed, *s_FLUSH_EVERY, *s_frame, *s_plain_clock,
+    *s_record_failure, *s_time, *s_flush, *s_unfolded, *s_touch, *s_shape,
     *s_flush_backward;
 static PyObject *one;
 
@@ -419,27 +420,24 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
     if (!is_frame(frame))
         goto out;
     PyObject *collector = PyTuple_GET_ITEM(frame, F_COLLECTOR);
-    PyObject *parent = PyTuple_GET_ITEM(frame, F_NODE);
     PyObject *parent_owner = PyTuple_GET_ITEM(frame, F_OWNER);
     int ops = PyObject_IsTrue(PyTuple_GET_ITEM(frame, F_OPS));
     if (ops < 0)
         goto out;
     PyObject *owner = self->owner != Py_None ? self->owner
                       : (instance == Py_None ? wrapped : instance);
-    {
-        PyObject *active_obj = PyObject_GetAttr(collector, s_active);
-        if (active_obj == NULL)
-            goto out;
-        int active = PyObject_IsTrue(active_obj);
-        Py_DECREF(active_obj);
-        if (active < 0)
-            goto out;
-        if (parent_owner == owner || !active) {
-            /* super().forward() or a layer calling itself is the same call; a frame left by a
-             * profile that ended elsewhere records nothing */
-            result = call_wrapped(wrapped, args, kwargs);
-            goto out;
-        }
+    /* None while the profile takes no calls or times them other than plainly (a device clock,
+     * a timeline, call hooks): the Python wrapper then does it all */
+    if ((clock = PyObject_GetAttr(collector, s_plain_clock)) == NULL)
+        goto out;
+    if (clock == Py_None) {
+        result = PyObject_Call(self->fallback, call_args, call_kwargs);
+        goto out;
+    }
+    if (parent_owner == owner) {
+        /* super().forward() or a layer calling itself is the same call */
+        result = call_wrapped(wrapped, args, kwargs);
+        goto out;
     }
     {
         PyObject *key = PyLong_FromVoidPtr(owner);
@@ -454,20 +452,6 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
     if (node == NULL) {  /* its first call here: Python makes the node */
         result = PyObject_Call(self->fallback, call_args, call_kwargs);
         goto out;
-    }
-    {
-        /* (false with call hooks too: they run around the clock readings, in Python) */
-        PyObject *plain = PyObject_GetAttr(collector, s_plain_timing);
-        if (plain == NULL)
-            goto out;
-        int is_plain = PyObject_IsTrue(plain);
-        Py_DECREF(plain);
-        if (is_plain < 0)
-            goto out;
-        if (!is_plain) {
-            result = PyObject_Call(self->fallback, call_args, call_kwargs);
-            goto out;
-        }
     }
     if ((inner = PyObject_GetAttr(node, s_frame)) == NULL || !is_frame(inner))
         goto out;
@@ -484,8 +468,6 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
             goto out;
     }
     if ((token = PyContextVar_Set(frame_var, inner)) == NULL)
-        goto out;
-    if ((clock = PyObject_GetAttr(collector, s_clock)) == NULL)
         goto out;
     if ((start = read_clock(clock)) == NULL)
         goto out;
@@ -629,10 +611,8 @@ PyInit__hotpath(void)
     INTERN(s_first_entry, "_first_entry");
     INTERN(s_resumed, "_resumed");
     INTERN(s_FLUSH_EVERY, "FLUSH_EVERY");
-    INTERN(s_active, "active");
     INTERN(s_frame, "frame");
-    INTERN(s_clock, "clock");
-    INTERN(s_plain_timing, "plain_timing");
+    INTERN(s_plain_clock, "plain_clock");
     INTERN(s_record_failure, "record_failure");
     INTERN(s_time, "time");
     INTERN(s_flush, "flush");

@@ -88,7 +88,6 @@ class Collector(CallTiming):
         self.op_timing = op_timing
         #: Push an NVTX range per layer call on CUDA (``profile(nvtx=...)``).
         self.nvtx = nvtx
-        self.active = False
         # Storages already charged as saved for backward since the last fold: each once.
         self._saved_storages: set[int] = set()
         # With ``ops=False`` nothing counts operations, the profile's root included: no function
@@ -118,7 +117,7 @@ class Collector(CallTiming):
     # ------------------------------------------------------------------ lifecycle
     def start(self, target: CallNode) -> Frame:
         """Begin recording top-level calls under ``target``; returns the root frame."""
-        self.active = True
+        self.set_active(True)
         self.root_frame = Frame.of(self, target, None, self.count_ops)
         self.owner_thread = threading.get_ident()
         return self.root_frame
@@ -151,7 +150,7 @@ class Collector(CallTiming):
 
     def stop(self) -> None:
         """Stop recording, fold the counters and drop every reference to the user's objects."""
-        self.active = False
+        self.set_active(False)
         self.fold()
         # The whole tree once more: a call another thread counted while a step was folding its
         # node (after the node left the list of those to fold) is folded here at the latest.

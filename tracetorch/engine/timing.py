@@ -53,6 +53,11 @@ class CallTiming:
         # Host clock, no timeline and no call hooks: the wrapper appends durations itself (the
         # common case).
         self.plain_timing = self.events is None
+        #: Whether the profile takes calls now (:meth:`set_active`).
+        self.active = False
+        #: What the C hot path reads first on each call: ``clock`` while the profile takes calls
+        #: and times them plainly, else ``None`` (the call then goes the Python way).
+        self.plain_clock: Clock | None = None
         self.max_events = max_events
         self.dropped_events = 0
         #: The nodes that ran (or were charged backward work) since the last fold, each once.
@@ -69,6 +74,7 @@ class CallTiming:
             self.call_hooks = CallHooks()
         self.call_hooks.add(enter, exit)
         self.plain_timing = False
+        self.set_active(self.active)
 
     def use_device_clock(self, device_clock: Any) -> None:
         """Time calls with ``device_clock`` (see :mod:`tracetorch.adapters.torch.cuda`): its
@@ -79,6 +85,12 @@ class CallTiming:
             self.clock = device_clock
             self.deferred = []
             self.plain_timing = False
+            self.set_active(self.active)
+
+    def set_active(self, active: bool) -> None:
+        """Take calls from now on, or stop taking them."""
+        self.active = active
+        self.plain_clock = self.clock if active and self.plain_timing else None
 
     def resolve_times(self) -> None:
         """Fold the device-timed calls recorded since the last fold into their nodes."""
