@@ -106,3 +106,78 @@ def test_torch_marks_and_backward_boundaries_hold_nothing_after_the_pass(torch):
     assert before == after
     assert prof.find("0").backward_time.count == 201
     assert prof.find("0").backward_flops == 201 * 2 * 2 * 3 * 3  # dW only: x needs no grad
+
+
+def _guard_type():
+    guard = native.native_type("tracetorch.engine._hotpath", "Guard")
+    if guard is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("tracetorch/engine/_hotpath.c was not built by pip install")
+        pytest.skip("the C accelerator is not built here")
+    return guard
+
+
+def test_a_guard_holds_while_a_flag_is_true_or_a_call_returns_true():
+    guard_type = _guard_type()
+
+    class Flags:
+        compiling = False
+        tracing = 0
+
+    answers = [False]
+    guard = guard_type(((Flags, "compiling"), (Flags, "tracing")), (lambda: answers[-1],))
+    assert guard() is False
+    Flags.tracing = 1
+    assert guard() is True
+    Flags.tracing = 0
+    answers.append(True)
+    assert guard() is True
+    answers.append(False)
+    Flags.compiling = True
+    assert guard() is True
+    del Flags.compiling  # a flag gone is the user's error to see, not a silent "no"
+    with pytest.raises(AttributeError):
+        guard()
+
+
+@pytest.mark.parametrize("flags, calls", [([], ()), ((("x",),), ()), (((object, 3),), ()),
+                                          ((), (42,))])
+def test_a_guard_rejects_what_it_cannot_ask(flags, calls):
+    with pytest.raises(TypeError, match="Guard"):
+        _guard_type()(flags, calls)
+
+
+def test_the_c_tracer_test_agrees_with_the_python_one(torch, monkeypatch):
+    _guard_type()
+    from torch.fx import _symbolic_trace
+
+    from tracetorch.adapters.torch.tracing import tracing
+
+    native_guard = tracing.native_guard
+    assert (tracing(), native_guard()) == (False, False)
+    monkeypatch.setattr(_symbolic_trace, "_is_fx_tracing_flag", True)
+    assert (tracing(), native_guard()) == (True, True)
+    monkeypatch.setattr(_symbolic_trace, "_is_fx_tracing_flag", False)
+    monkeypatch.setattr(torch.compiler, "_is_compiling_flag", True)
+    assert (tracing(), native_guard()) == (True, True)
+
+
+def test_the_plain_clock_is_there_only_while_calls_are_taken_and_timed_plainly():
+    from tracetorch.engine.timing import CallTiming
+
+    def clock() -> int:
+        return 0
+
+    timing = CallTiming(clock)
+    assert timing.plain_clock is None  # not taking calls yet
+    timing.set_active(True)
+    assert timing.plain_clock is clock
+    timing.add_call_hook(lambda node: None, lambda node: None)
+    assert (timing.plain_timing, timing.plain_clock) == (False, None)  # hooks run in Python
+    with_timeline = CallTiming(clock, timeline=True)
+    with_timeline.set_active(True)
+    assert with_timeline.plain_clock is None
+    plain = CallTiming(clock)
+    plain.set_active(True)
+    plain.set_active(False)
+    assert plain.plain_clock is None

@@ -177,7 +177,7 @@ def shape_of(value: Any) -> tuple[int, ...] | None:
     if shape is None or isinstance(value, type):
         return None
     try:
-        return tuple(int(d) for d in shape)
+        return tuple(map(int, shape))
     except (TypeError, ValueError, OverflowError):  # a ``.shape`` that is not one (a str...)
         return None
 

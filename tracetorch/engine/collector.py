@@ -24,7 +24,7 @@ from tracetorch.engine.fold import fold_touched, fold_tree, graft
 from tracetorch.engine.hotpath import Frame
 from tracetorch.engine.identities import Identities
 from tracetorch.engine.timing import CallTiming, Clock
-from tracetorch.engine.wrappers import wrapper_name
+from tracetorch.engine.wrappers import naming_through_wrappers, wrapper_name
 from tracetorch.flops.registry import NO_RULE, FlopCount, FlopRegistry, default_registry
 from tracetorch.introspect import (
     bound_inputs,
@@ -88,6 +88,7 @@ class Collector(CallTiming):
         self.op_timing = op_timing
         #: Push an NVTX range per layer call on CUDA (``profile(nvtx=...)``).
         self.nvtx = nvtx
+        self._through_wrappers = naming_through_wrappers()
         # Storages already charged as saved for backward since the last fold: each once.
         self._saved_storages: set[int] = set()
         # With ``ops=False`` nothing counts operations, the profile's root included: no function
@@ -200,7 +201,7 @@ class Collector(CallTiming):
             name = "" if first or owner is self.model else default
         else:
             name = self.ids.name_in(parent_owner, owner) or default
-        if kind == "module":  # through DDP/FSDP wrappers, the user's own module names
+        if kind == "module" and self._through_wrappers:  # DDP/FSDP: the user's module names
             name = wrapper_name(name, owner, parent_owner, self.model)
         existing = parent_node.children.get(name)
         if (existing is not None and name == default and kind == "module"

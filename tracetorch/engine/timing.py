@@ -1,10 +1,11 @@
 """How a profile times calls: the host clock, a device clock read later, and the timeline.
 
 The hot path reads ``collector.clock`` twice per call and, in the common case (host clock, no
-timeline, no call hooks: ``plain_timing``), appends the duration itself. Everything else goes through
-:meth:`CallTiming.add_duration`: a device clock's readings are handles resolved at the next fold
-(one synchronisation, see :mod:`tracetorch.adapters.torch.cuda`), and a timeline keeps one
-capped event per call for the Chrome trace. Either way a node's first call since the last fold
+timeline, no call hooks: ``plain_timing``; the C wrapper reads ``plain_clock``), appends the
+duration itself. Everything else goes through :meth:`CallTiming.add_duration`: a device clock's
+readings are handles resolved at the next fold (one synchronisation, see
+:mod:`tracetorch.adapters.torch.cuda`), and a timeline keeps one capped event per call for the
+Chrome trace. Either way a node's first call since the last fold
 puts it in :attr:`CallTiming.touched` (:meth:`CallTiming.touch`), so that a step folds the nodes
 that ran and no others.
 
