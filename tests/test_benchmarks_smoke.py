@@ -89,3 +89,17 @@ def test_train_phases_prints_a_row_per_phase() -> None:
     rows = [line.split() for line in out.splitlines() if line.startswith("  ")]
     assert [row[0] for row in rows[1:]] == ["forward", "loss", "backward", "step", "zero_grad"]
     assert all(re.fullmatch(r"-?[\d,]+\.\d", cell) for row in rows[1:] for cell in row[1:])
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("torch_installed")
+def test_torch_call_costs_prints_its_three_tables() -> None:
+    out = run_benchmark("torch_call_costs.py", "--quick")
+    rows = [line.strip() for line in out.splitlines() if line.startswith("  ")]
+    names = [re.split(r"\s{2,}", row)[0] for row in rows]
+    assert names == ["nothing (the loop)", "out.grad_fn", "+ metadata entry", "grad_fn + hook dict",
+                     "all three (the mark)", "grad_fn.register_prehook",
+                     "empty TorchFunctionMode", "tracetorch.profile",
+                     "Linear(8, 8) on 1x8", "Linear(256, 256) on 1x128x256"]
+    assert all(re.search(r"-?[\d,]+ ns", row) for row in rows)
+    assert all("bare wrapt +" in row and "tracetorch +" in row for row in rows[-2:])
