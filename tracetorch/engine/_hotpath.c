@@ -20,7 +20,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *fallback;   /* the Python wrapper: the whole call, for the uncommon cases */
     PyObject *ns;         /* the hotpath module's globals */
-    PyObject *guard;      /* callable or None: true sends the call straight through */
+    PyObject *guard;      /* None, a callable or (flags, calls): see guarded() */
     PyObject *owner;      /* the shared owner of every call, or None */
     int backward;         /* kind == "backward": flush the pass's samples after each call */
     int data;             /* kind == "data": StopIteration is the loop's end, not a failure */
@@ -37,6 +37,8 @@ static PyObject *one;
  * durations, per-shape counters and children by owner. */
 enum { F_COLLECTOR, F_NODE, F_OWNER, F_OPS, F_OBSERVE, F_PENDING, F_FLOPS_CACHE, F_CHILDREN,
        F_FIELDS };
+
+static int guard_form_ok(PyObject *guard);
 
 static int
 Wrapper_traverse(Wrapper *self, visitproc visit, void *arg)
@@ -78,6 +80,8 @@ Wrapper_init(Wrapper *self, PyObject *args, PyObject *kwds)
     Py_XSETREF(self->fallback, fallback);
     Py_INCREF(ns);
     Py_XSETREF(self->ns, ns);
+    if (PyTuple_Check(guard) && !guard_form_ok(guard))
+        return -1;
     Py_INCREF(guard);
     Py_XSETREF(self->guard, guard);
     Py_INCREF(owner);
@@ -105,132 +109,66 @@ global(Wrapper *self, PyObject *name)
 }
 
 /* ------------------------------------------------------------------------------ guards
- * ``Guard(flags, calls)``: true while one of ``flags`` (``(object, attribute name)`` pairs) is
- * true or one of ``calls`` returns true. A wrapper whose guard is one asks it without a Python
- * frame (the torch adapter's tracer test, asked on every layer call). */
-typedef struct {
-    PyObject_HEAD
-    PyObject *flags;  /* tuple of (object, attribute name) */
-    PyObject *calls;  /* tuple of callables taking nothing */
-} Guard;
+ * A wrapper's guard is None, a callable (true: the call goes straight through) or its form in
+ * data, ``(flags, calls)``: true while one of ``flags`` (``(object, attribute name)`` pairs) is
+ * true or one of ``calls`` returns true, asked without a Python frame (the torch adapter's
+ * tracer test, asked on every layer call: ``tracing.native_guard``). */
 
+/* Whether ``guard`` is a well-formed ``(flags, calls)``; 0 with a TypeError set if not. */
 static int
-Guard_traverse(Guard *self, visitproc visit, void *arg)
+guard_form_ok(PyObject *guard)
 {
-    Py_VISIT(self->flags);
-    Py_VISIT(self->calls);
-    return 0;
-}
-
-static int
-Guard_clear(Guard *self)
-{
-    Py_CLEAR(self->flags);
-    Py_CLEAR(self->calls);
-    return 0;
-}
-
-static void
-Guard_dealloc(Guard *self)
-{
-    PyObject_GC_UnTrack(self);
-    Guard_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static int
-Guard_init(Guard *self, PyObject *args, PyObject *kwds)
-{
-    PyObject *flags, *calls;
-    if (!PyArg_ParseTuple(args, "O!O!:Guard", &PyTuple_Type, &flags, &PyTuple_Type, &calls))
-        return -1;
+    if (PyTuple_GET_SIZE(guard) != 2 || !PyTuple_Check(PyTuple_GET_ITEM(guard, 0))
+            || !PyTuple_Check(PyTuple_GET_ITEM(guard, 1)))
+        goto bad;
+    PyObject *flags = PyTuple_GET_ITEM(guard, 0), *calls = PyTuple_GET_ITEM(guard, 1);
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(flags); i++) {
         PyObject *flag = PyTuple_GET_ITEM(flags, i);
         if (!PyTuple_Check(flag) || PyTuple_GET_SIZE(flag) != 2
-                || !PyUnicode_Check(PyTuple_GET_ITEM(flag, 1))) {
-            PyErr_SetString(PyExc_TypeError,
-                            "Guard: flags must be (object, attribute name) pairs");
-            return -1;
-        }
+                || !PyUnicode_Check(PyTuple_GET_ITEM(flag, 1)))
+            goto bad;
     }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(calls); i++) {
-        if (!PyCallable_Check(PyTuple_GET_ITEM(calls, i))) {
-            PyErr_SetString(PyExc_TypeError, "Guard: calls must be callables");
-            return -1;
-        }
+        if (!PyCallable_Check(PyTuple_GET_ITEM(calls, i)))
+            goto bad;
     }
-    Py_INCREF(flags);
-    Py_XSETREF(self->flags, flags);
-    Py_INCREF(calls);
-    Py_XSETREF(self->calls, calls);
+    return 1;
+bad:
+    PyErr_SetString(PyExc_TypeError, "Wrapper: a guard tuple must be (flags, calls): "
+                    "(object, attribute name) pairs and callables");
     return 0;
 }
 
-/* Whether the guard holds: 1, 0, or -1 with an error set. */
+/* Whether a truth value holds: 1, 0, or -1 with an error set; ``value`` is released. */
 static int
-guard_holds(Guard *self)
+truth(PyObject *value)
 {
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->flags); i++) {
-        PyObject *flag = PyTuple_GET_ITEM(self->flags, i);
-        PyObject *value = PyObject_GetAttr(PyTuple_GET_ITEM(flag, 0), PyTuple_GET_ITEM(flag, 1));
-        if (value == NULL)
-            return -1;
-        int yes = PyObject_IsTrue(value);
-        Py_DECREF(value);
-        if (yes != 0)
-            return yes;
-    }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->calls); i++) {
-        PyObject *value = PyObject_CallNoArgs(PyTuple_GET_ITEM(self->calls, i));
-        if (value == NULL)
-            return -1;
-        int yes = PyObject_IsTrue(value);
-        Py_DECREF(value);
-        if (yes != 0)
-            return yes;
-    }
-    return 0;
-}
-
-static PyObject *
-Guard_call(Guard *self, PyObject *args, PyObject *kwargs)
-{
-    if (PyTuple_GET_SIZE(args) || (kwargs != NULL && PyDict_GET_SIZE(kwargs))) {
-        PyErr_SetString(PyExc_TypeError, "Guard() takes no arguments");
-        return NULL;
-    }
-    int yes = guard_holds(self);
-    if (yes < 0)
-        return NULL;
-    return PyBool_FromLong(yes);
-}
-
-static PyTypeObject GuardType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "tracetorch.engine._hotpath.Guard",
-    .tp_doc = "Guard(flags, calls): true while a flag is or a call returns true.",
-    .tp_basicsize = sizeof(Guard),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Guard_init,
-    .tp_dealloc = (destructor)Guard_dealloc,
-    .tp_traverse = (traverseproc)Guard_traverse,
-    .tp_clear = (inquiry)Guard_clear,
-    .tp_call = (ternaryfunc)Guard_call,
-};
-
-/* Whether a wrapper's guard (a Guard or any callable) holds: 1, 0, or -1 with an error set. */
-static int
-guarded(PyObject *guard)
-{
-    if (Py_IS_TYPE(guard, &GuardType))
-        return guard_holds((Guard *)guard);
-    PyObject *value = PyObject_CallNoArgs(guard);
     if (value == NULL)
         return -1;
     int yes = PyObject_IsTrue(value);
     Py_DECREF(value);
     return yes;
+}
+
+/* Whether a wrapper's guard holds: 1, 0, or -1 with an error set. */
+static int
+guarded(PyObject *guard)
+{
+    if (!PyTuple_Check(guard))
+        return truth(PyObject_CallNoArgs(guard));
+    PyObject *flags = PyTuple_GET_ITEM(guard, 0), *calls = PyTuple_GET_ITEM(guard, 1);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(flags); i++) {
+        PyObject *flag = PyTuple_GET_ITEM(flags, i);
+        int yes = truth(PyObject_GetAttr(PyTuple_GET_ITEM(flag, 0), PyTuple_GET_ITEM(flag, 1)));
+        if (yes != 0)
+            return yes;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(calls); i++) {
+        int yes = truth(PyObject_CallNoArgs(PyTuple_GET_ITEM(calls, i)));
+        if (yes != 0)
+            return yes;
+    }
+    return 0;
 }
 
 /* ------------------------------------------------------------------------------ the wrapper */
@@ -622,22 +560,14 @@ PyInit__hotpath(void)
     INTERN(s_flush_backward, "flush_backward");
     if ((one = PyLong_FromLong(1)) == NULL)
         return NULL;
-    if (PyType_Ready(&WrapperType) < 0 || PyType_Ready(&GuardType) < 0)
+    if (PyType_Ready(&WrapperType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&hotpath_module);
     if (module == NULL)
         return NULL;
-    /* (PyModule_AddObject steals a reference only when it succeeds; Python 3.9 has no
-     * PyModule_AddObjectRef) */
     Py_INCREF(&WrapperType);
     if (PyModule_AddObject(module, "Wrapper", (PyObject *)&WrapperType) < 0) {
         Py_DECREF(&WrapperType);
-        Py_DECREF(module);
-        return NULL;
-    }
-    Py_INCREF(&GuardType);
-    if (PyModule_AddObject(module, "Guard", (PyObject *)&GuardType) < 0) {
-        Py_DECREF(&GuardType);
         Py_DECREF(module);
         return NULL;
     }

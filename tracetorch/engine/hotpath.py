@@ -242,9 +242,10 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
     ``kind`` names what the node is (``"module"``, ``"function"``, ``"backward"``,
     ``"optimizer"``); ``label`` names function nodes; ``flops_fn`` is ``instrument(flops=...)``;
     ``guard() -> True`` sends the call straight through unrecorded (torch: while a compiler or
-    tracer runs the code, which must see the model exactly as it is); a guard may carry a C
-    ``tracetorch.engine._hotpath.Guard`` asking the same as its ``native_guard`` attribute,
-    which the C wrapper asks instead. ``owner``, when given, owns every call instead of the
+    tracer runs the code, which must see the model exactly as it is); a guard may carry the
+    same test as data in its ``native_guard`` attribute, ``(flags, calls)`` — true while an
+    ``(object, attribute name)`` flag is true or a call returns true — which the C wrapper
+    asks instead, without a Python frame. ``owner``, when given, owns every call instead of the
     object called (a :class:`BackwardPassOwner`).
     """
     # Every backward pass (every batch of a data loader) is one node, whichever tensor (which

@@ -11,9 +11,9 @@ two flag reads (``torch.export`` and the rest of a compile session; fx) and one 
 TorchScript tracer). ``benchmarks/overhead_torch.py`` reports its cost.
 
 Where the engine's C wrapper is built, it asks ``tracing.native_guard`` instead: the same
-two flags and tracer call as one C object (``tracetorch.engine._hotpath.Guard``), asked without
-a Python frame. ``is_dynamo_compiling()`` is left out there because it is ``False`` wherever C
-code runs: Dynamo traces Python bytecode, never the C wrapper.
+two flags and tracer call written as data, ``(flags, calls)``, which it reads without a Python
+frame. ``is_dynamo_compiling()`` is left out there because it is ``False`` wherever C code
+runs: Dynamo traces Python bytecode, never the C wrapper.
 
 Example:
     >>> tracing()
@@ -24,8 +24,6 @@ from __future__ import annotations
 from torch import compiler as _compiler
 from torch._C import _is_tracing
 from torch.fx import _symbolic_trace as _fx
-
-from tracetorch.engine.native import native_type
 
 __all__ = ("tracing",)
 
@@ -39,8 +37,6 @@ def tracing() -> bool:
             or _is_tracing())
 
 
-_Guard = native_type("tracetorch.engine._hotpath", "Guard")
 # What the C wrapper asks instead (see make_wrapper in tracetorch.engine.hotpath).
 tracing.native_guard = (  # type: ignore[attr-defined]
-    None if _Guard is None
-    else _Guard(((_compiler, "_is_compiling_flag"), (_fx, "_is_fx_tracing_flag")), (_is_tracing,)))
+    ((_compiler, "_is_compiling_flag"), (_fx, "_is_fx_tracing_flag")), (_is_tracing,))
