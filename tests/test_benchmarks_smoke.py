@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -103,3 +104,23 @@ def test_torch_call_costs_prints_its_three_tables() -> None:
                      "Linear(8, 8) on 1x8", "Linear(256, 256) on 1x128x256"]
     assert all(re.search(r"-?[\d,]+ ns", row) for row in rows)
     assert all("bare wrapt +" in row and "tracetorch +" in row for row in rows[-2:])
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("torch_installed")
+def test_instructions_counts_each_variant_of_a_row() -> None:
+    if shutil.which("valgrind") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI needs valgrind for benchmarks/instructions.py")
+        pytest.skip("valgrind is missing")
+    out = run_benchmark("instructions.py", "--rows", "mlp-infer", "--steps", "2", timeout=600)
+    lines = out.splitlines()
+    start = lines.index(HEADER)
+    row = lines[start + 2].split(" | ")
+    assert row[0] == "| 50×(Linear(8,8),ReLU) batch 1, inference (`no_grad`)"
+    added = {name: row[index] for name, index in (("forward hooks", 2), ("tracetorch", 6))}
+    # Counted inside the steps only: each wrapper adds thousands of instructions per call.
+    assert all(re.fullmatch(r"~[\d,]+", cell) and int(cell[1:].replace(",", "")) > 1000
+               for cell in added.values()), row
+    assert re.search(r"mlp-infer: plain step [\d,]+ instructions, 101 module calls, "
+                     r"tracetorch [\d.]+x forward hooks", out)

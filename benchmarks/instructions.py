@@ -1,0 +1,158 @@
+"""Machine instructions each way of timing torch modules adds per module call: a count, not a time.
+
+``peers.py`` times steps, and on a shared machine its cells move by ±20% between runs (the BERT
+rows by more), which hides changes of a few percent. This script runs the same rows and the same
+variants (``peers.WORK``, ``peers.VARIANTS``) under Valgrind's callgrind and counts the
+instructions executed inside the measured steps only: the count does not depend on what else
+the machine runs (two plain runs differ by ~0.01%), so one run compares two versions of the
+code. An instruction count is not a time — a cache miss or an allocation costs more than an
+add — so the time goals stay with ``peers.py``; this is where a change's own cost is seen.
+
+Each row runs in one child process under callgrind (``--toggle-collect`` and ``--dump-after``
+on ``functools.reduce``, which runs a variant's steps: one dump per variant, nothing of
+start-up, building the model, entering or leaving a variant counted). Rows run in parallel, one
+per core. The table: instructions added per module call over the plain step, and tracetorch's as
+a ratio of forward hooks'.
+
+Run: ``python benchmarks/instructions.py [--rows mlp] [--steps 20]`` (needs ``valgrind``;
+each row takes about a minute and a half, most of it importing torch under Valgrind).
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from peers import COLUMNS, VARIANTS, Work, _reason, _select
+from torch_peers import import_deepspeed, module_calls
+
+#: The C function whose calls callgrind counts, and after each of which it writes a dump.
+MEASURED = "functools_reduce"
+_TOTALS = re.compile(r"^totals:\s*(\d+)", re.MULTILINE)
+
+
+def run_child(work: Work, steps: int) -> dict[str, Any]:
+    """Inside callgrind: each variant of ``work`` (plain first) runs ``steps`` steps in one
+    ``functools.reduce`` call. Returns the module calls per step and, per variant, whether its
+    steps ran (a dump was written) or why not."""
+    model, step = work.build()
+    missing: dict[str, str] = {}
+    try:
+        import_deepspeed()
+    except ImportError as error:
+        missing["DeepSpeed profiler"] = _reason(error)
+    outcome: dict[str, str] = {}
+    with torch.set_grad_enabled(work.grad):
+        calls = module_calls(model, step)
+        for name in ["plain", *COLUMNS]:
+            if name in missing:
+                outcome[name] = missing[name]
+                continue
+            try:
+                with VARIANTS[name](model):
+                    step()  # the variant's first step (its caches) is not counted
+                    step()
+                    outcome[name] = "ran"
+                    functools.reduce(lambda _, __: step(), range(steps), None)
+            except Exception as error:  # a peer that cannot run this model: a blank cell
+                outcome[name] = _reason(error)
+    return {"calls": calls, "outcome": outcome}
+
+
+def count_row(work: Work, steps: int, valgrind: str) -> dict[str, Any]:
+    """Run ``work``'s child under callgrind; the instructions of each variant's steps."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "callgrind.out"
+        command = [valgrind, "--tool=callgrind", f"--toggle-collect={MEASURED}",
+                   f"--dump-after={MEASURED}", f"--callgrind-out-file={out}",
+                   sys.executable, __file__, "--child", work.name, "--steps", str(steps)]
+        env = dict(os.environ, PYTHONHASHSEED="0")  # the same dict layouts in every run
+        done = subprocess.run(command, capture_output=True, text=True, env=env,
+                              cwd=Path(__file__).parent)
+        if done.returncode != 0:
+            raise RuntimeError(f"{work.name}: the child failed:\n{done.stderr[-2000:]}")
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        dumps = sorted(Path(folder).glob("callgrind.out.*"),
+                       key=lambda path: int(path.suffix[1:]))
+        counts = [_total(path) for path in dumps]
+    ran = [name for name, state in result["outcome"].items() if state == "ran"]
+    if len(counts) != len(ran):
+        # A step that calls functools.reduce itself would toggle counting off inside it.
+        raise RuntimeError(f"{work.name}: {len(counts)} dumps for {len(ran)} variants "
+                           f"(does the step call functools.reduce?)")
+    result["instructions"] = dict(zip(ran, counts))
+    return result
+
+
+def _total(dump: Path) -> int:
+    found = _TOTALS.search(dump.read_text())
+    if found is None:
+        raise RuntimeError(f"{dump}: no totals line (not a callgrind dump?)")
+    return int(found.group(1))
+
+
+def report(rows: list[tuple[Work, dict[str, Any]]], steps: int) -> None:
+    """The table of instructions added per module call, then each row's plain step."""
+    print("instructions added per module call (over the plain step, "
+          f"{steps} steps per variant):\n")
+    print("| work | " + " | ".join(COLUMNS) + " |")
+    print("|---|" + "---|" * len(COLUMNS))
+    notes: list[str] = []
+    for work, result in rows:
+        calls, counts = int(result["calls"]), result["instructions"]
+        plain = counts["plain"]
+        added = {name: (counts[name] - plain) / (steps * calls) for name in counts}
+        cells = [f"~{added[name]:,.0f}" if name in added else "–" for name in COLUMNS]
+        print(f"| {work.label} | " + " | ".join(cells) + " |")
+        for name, state in result["outcome"].items():
+            if state != "ran":
+                notes.append(f"- {name} blank in {work.name}: {state}")
+        ratio, hooks = "", added.get("forward hooks", 0.0)
+        if "tracetorch" in added and hooks > 0:
+            ratio = f", tracetorch {added['tracetorch'] / hooks:.2f}x forward hooks"
+        notes.append(f"{work.name}: plain step {plain / steps:,.0f} instructions, {calls} module "
+                     f"calls{ratio}")
+    print("\n".join(notes))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default="mlp",
+                        help="comma-separated row names or prefixes of peers.py (default: mlp)")
+    parser.add_argument("--steps", type=int, default=20,
+                        help="steps counted per variant (default 20)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.steps < 1:
+        parser.error("--steps must be at least 1")
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")  # missing FLOP rules, backward hooks on dict outputs
+    if args.child:
+        (work,) = _select(args.child)
+        print(json.dumps(run_child(work, args.steps)))
+        return 0
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        print("instructions.py needs valgrind (Debian: apt-get install valgrind)", file=sys.stderr)
+        return 2
+    works = _select(args.rows)
+    print(f"torch {torch.__version__}, 1 thread, batch 1, callgrind instruction counts")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        results = list(pool.map(lambda work: count_row(work, args.steps, valgrind), works))
+    report(list(zip(works, results)), args.steps)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
