@@ -108,6 +108,29 @@ def test_torch_marks_and_backward_boundaries_hold_nothing_after_the_pass(torch):
     assert prof.find("0").backward_flops == 201 * 2 * 2 * 3 * 3  # dW only: x needs no grad
 
 
+
+def test_the_c_marker_takes_the_observer_arguments_or_hands_them_to_python(torch, monkeypatch):
+    marker_type = native.native_type("tracetorch.adapters.torch._marks", "Marker")
+    if marker_type is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("tracetorch/adapters/torch/_marks.c was not built by pip install")
+        pytest.skip("the C accelerator is not built here")
+    from tracetorch.adapters.torch import backward
+
+    handed: list[tuple[object, ...]] = []
+    marker = marker_type(lambda *args: handed.append(args), vars(backward))
+    with pytest.raises(TypeError, match=r"tag_call\(\) takes 5 positional arguments"):
+        marker(1, 2, 3)
+    with pytest.raises(TypeError, match="5 positional"):
+        marker(1, (), {}, torch.ones(1), [], extra=1)
+    # What it does not mark itself (not a tensor output, arguments of other types) is Python's.
+    entry = [0] * (backward._PARTS + 1)  # long enough to hold the call's parts
+    odd = [(None, (), {}, "text", entry), (None, [], {}, torch.ones(1), entry),
+           (None, (), None, torch.ones(1), entry)]
+    for args in odd:
+        marker(*args)
+    assert handed == odd
+
 def _native_guard_holds(native_guard: object):
     """``holds()``: whether the C wrapper, given ``native_guard``, lets a call through
     unrecorded (its Python guard always says no, so only the C test can hold)."""

@@ -270,9 +270,14 @@ done:
 static PyObject *
 Marker_call(Standin *self, PyObject *call_args, PyObject *call_kwargs)
 {
-    PyObject *frame, *args, *kwargs, *output, *entry;
-    if (!PyArg_ParseTuple(call_args, "OOOOO:tag_call", &frame, &args, &kwargs, &output, &entry))
+    /* the engine calls observer(frame, args, kwargs, output, entry), positionally */
+    if (PyTuple_GET_SIZE(call_args) != 5 || (call_kwargs != NULL && PyDict_GET_SIZE(call_kwargs))) {
+        PyErr_SetString(PyExc_TypeError, "tag_call() takes 5 positional arguments");
         return NULL;
+    }
+    PyObject *frame = PyTuple_GET_ITEM(call_args, 0), *args = PyTuple_GET_ITEM(call_args, 1),
+             *kwargs = PyTuple_GET_ITEM(call_args, 2), *output = PyTuple_GET_ITEM(call_args, 3),
+             *entry = PyTuple_GET_ITEM(call_args, 4);
     PyObject *tensor = global(self->ns, s_Tensor);
     PyObject *parts_at = global(self->ns, s_PARTS);
     if (tensor == NULL || parts_at == NULL)
@@ -281,7 +286,7 @@ Marker_call(Standin *self, PyObject *call_args, PyObject *call_kwargs)
     if (index == -1 && PyErr_Occurred())
         return NULL;
     if ((PyObject *)Py_TYPE(output) != tensor || !PyList_Check(entry)
-            || PyList_GET_SIZE(entry) <= index)
+            || PyList_GET_SIZE(entry) <= index || !PyTuple_Check(args) || !PyDict_Check(kwargs))
         return PyObject_Call(self->fallback, call_args, call_kwargs);
     if (mark(self, frame, args, kwargs, output, PyList_GET_ITEM(entry, index)) < 0) {
         /* marking must never break the user's model (as tag_call's ``except Exception``) */
