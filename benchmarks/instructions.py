@@ -14,8 +14,12 @@ start-up, building the model, entering or leaving a variant counted). Rows run i
 per core. The table: instructions added per module call over the plain step, and tracetorch's as
 a ratio of forward hooks'.
 
-Run: ``python benchmarks/instructions.py [--rows mlp] [--steps 20]`` (needs ``valgrind``;
-each row takes about a minute and a half, most of it importing torch under Valgrind).
+A column not counted (``--columns``) or whose variant cannot run is ``–``.
+
+Run: ``python benchmarks/instructions.py [--rows mlp] [--steps 20] [--columns tracetorch,...]``
+(needs ``valgrind``; an mlp row takes a few minutes, most of it importing torch under Valgrind;
+a BERT row with every column more than a quarter of an hour, with
+``--columns "forward hooks,tracetorch,tracetorch ops=False" --steps 3`` a few minutes).
 """
 from __future__ import annotations
 
@@ -42,8 +46,8 @@ MEASURED = "functools_reduce"
 _TOTALS = re.compile(r"^totals:\s*(\d+)", re.MULTILINE)
 
 
-def run_child(work: Work, steps: int) -> dict[str, Any]:
-    """Inside callgrind: each variant of ``work`` (plain first) runs ``steps`` steps in one
+def run_child(work: Work, steps: int, columns: list[str]) -> dict[str, Any]:
+    """Inside callgrind: plain and each variant of ``columns`` run ``steps`` steps in one
     ``functools.reduce`` call. Returns the module calls per step and, per variant, whether its
     steps ran (a dump was written) or why not."""
     model, step = work.build()
@@ -55,7 +59,7 @@ def run_child(work: Work, steps: int) -> dict[str, Any]:
     outcome: dict[str, str] = {}
     with torch.set_grad_enabled(work.grad):
         calls = module_calls(model, step)
-        for name in ["plain", *COLUMNS]:
+        for name in ["plain", *columns]:
             if name in missing:
                 outcome[name] = missing[name]
                 continue
@@ -70,13 +74,14 @@ def run_child(work: Work, steps: int) -> dict[str, Any]:
     return {"calls": calls, "outcome": outcome}
 
 
-def count_row(work: Work, steps: int, valgrind: str) -> dict[str, Any]:
+def count_row(work: Work, steps: int, columns: list[str], valgrind: str) -> dict[str, Any]:
     """Run ``work``'s child under callgrind; the instructions of each variant's steps."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "callgrind.out"
         command = [valgrind, "--tool=callgrind", f"--toggle-collect={MEASURED}",
                    f"--dump-after={MEASURED}", f"--callgrind-out-file={out}",
-                   sys.executable, __file__, "--child", work.name, "--steps", str(steps)]
+                   sys.executable, __file__, "--child", work.name, "--steps", str(steps),
+                   "--columns", ",".join(columns)]
         env = dict(os.environ, PYTHONHASHSEED="0")  # the same dict layouts in every run
         done = subprocess.run(command, capture_output=True, text=True, env=env,
                               cwd=Path(__file__).parent)
@@ -132,15 +137,23 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated row names or prefixes of peers.py (default: mlp)")
     parser.add_argument("--steps", type=int, default=20,
                         help="steps counted per variant (default 20)")
+    parser.add_argument("--columns", default=",".join(COLUMNS),
+                        help="comma-separated variants to count (default: all of peers.py's; "
+                             "torch.profiler and full backward hooks are the slow ones under "
+                             "Valgrind)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error("--steps must be at least 1")
+    columns = [name.strip() for name in args.columns.split(",") if name.strip()]
+    unknown = [name for name in columns if name not in COLUMNS]
+    if unknown or not columns:
+        parser.error(f"--columns takes names among {', '.join(COLUMNS)}; got {args.columns!r}")
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")  # missing FLOP rules, backward hooks on dict outputs
     if args.child:
         (work,) = _select(args.child)
-        print(json.dumps(run_child(work, args.steps)))
+        print(json.dumps(run_child(work, args.steps, columns)))
         return 0
     valgrind = shutil.which("valgrind")
     if valgrind is None:
@@ -149,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     works = _select(args.rows)
     print(f"torch {torch.__version__}, 1 thread, batch 1, callgrind instruction counts")
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        results = list(pool.map(lambda work: count_row(work, args.steps, valgrind), works))
+        results = list(pool.map(lambda work: count_row(work, args.steps, columns, valgrind),
+                                works))
     report(list(zip(works, results)), args.steps)
     return 0
 

@@ -113,11 +113,13 @@ def test_instructions_counts_each_variant_of_a_row() -> None:
         if os.environ.get("CI") == "true":
             pytest.fail("CI needs valgrind for benchmarks/instructions.py")
         pytest.skip("valgrind is missing")
-    out = run_benchmark("instructions.py", "--rows", "mlp-infer", "--steps", "2", timeout=600)
+    out = run_benchmark("instructions.py", "--rows", "mlp-infer", "--steps", "2",
+                        "--columns", "forward hooks,tracetorch", timeout=600)
     lines = out.splitlines()
     start = lines.index(HEADER)
     row = lines[start + 2].split(" | ")
     assert row[0] == "| 50×(Linear(8,8),ReLU) batch 1, inference (`no_grad`)"
+    assert [row[1], row[3], row[4], row[5]] == ["–"] * 4  # the columns not asked for
     added = {name: row[index] for name, index in (("forward hooks", 2), ("tracetorch", 6))}
     # Counted inside the steps only: each wrapper adds thousands of instructions per call.
     assert all(re.fullmatch(r"~[\d,]+", cell) and int(cell[1:].replace(",", "")) > 1000
