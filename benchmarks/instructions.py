@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from peers import COLUMNS, VARIANTS, Work, _reason, _select
+from peers import COLUMNS, VARIANTS, Work, failure_reason, select_work
 from torch_peers import import_deepspeed, module_calls
 
 #: The C function whose calls callgrind counts, and after each of which it writes a dump.
@@ -48,15 +48,16 @@ _TOTALS = re.compile(r"^totals:\s*(\d+)", re.MULTILINE)
 
 def run_child(work: Work, steps: int, columns: list[str]) -> dict[str, Any]:
     """Inside callgrind: plain and each variant of ``columns`` run ``steps`` steps in one
-    ``functools.reduce`` call. Returns the module calls per step and, per variant, whether its
-    steps ran (a dump was written) or why not."""
+    ``functools.reduce`` call. Returns the module calls per step, per variant ``"ran"`` or why
+    not, and the variants whose steps began (each wrote one dump, in this order)."""
     model, step = work.build()
     missing: dict[str, str] = {}
     try:
         import_deepspeed()
     except ImportError as error:
-        missing["DeepSpeed profiler"] = _reason(error)
+        missing["DeepSpeed profiler"] = failure_reason(error)
     outcome: dict[str, str] = {}
+    dumped: list[str] = []  # the variants whose steps began: each left one dump, in order
     with torch.set_grad_enabled(work.grad):
         calls = module_calls(model, step)
         for name in ["plain", *columns]:
@@ -67,11 +68,12 @@ def run_child(work: Work, steps: int, columns: list[str]) -> dict[str, Any]:
                 with VARIANTS[name](model):
                     step()  # the variant's first step (its caches) is not counted
                     step()
-                    outcome[name] = "ran"
+                    dumped.append(name)
                     functools.reduce(lambda _, __: step(), range(steps), None)
+                outcome[name] = "ran"
             except Exception as error:  # a peer that cannot run this model: a blank cell
-                outcome[name] = _reason(error)
-    return {"calls": calls, "outcome": outcome}
+                outcome[name] = failure_reason(error)
+    return {"calls": calls, "outcome": outcome, "dumped": dumped}
 
 
 def count_row(work: Work, steps: int, columns: list[str], valgrind: str) -> dict[str, Any]:
@@ -91,12 +93,13 @@ def count_row(work: Work, steps: int, columns: list[str], valgrind: str) -> dict
         dumps = sorted(Path(folder).glob("callgrind.out.*"),
                        key=lambda path: int(path.suffix[1:]))
         counts = [_total(path) for path in dumps]
-    ran = [name for name, state in result["outcome"].items() if state == "ran"]
-    if len(counts) != len(ran):
+    dumped = result["dumped"]
+    if len(counts) != len(dumped):
         # A step that calls functools.reduce itself would toggle counting off inside it.
-        raise RuntimeError(f"{work.name}: {len(counts)} dumps for {len(ran)} variants "
+        raise RuntimeError(f"{work.name}: {len(counts)} dumps for {len(dumped)} variants "
                            f"(does the step call functools.reduce?)")
-    result["instructions"] = dict(zip(ran, counts))
+    result["instructions"] = {name: count for name, count in zip(dumped, counts)
+                              if result["outcome"][name] == "ran"}
     return result
 
 
@@ -152,14 +155,14 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")  # missing FLOP rules, backward hooks on dict outputs
     if args.child:
-        (work,) = _select(args.child)
+        (work,) = select_work(args.child)
         print(json.dumps(run_child(work, args.steps, columns)))
         return 0
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         print("instructions.py needs valgrind (Debian: apt-get install valgrind)", file=sys.stderr)
         return 2
-    works = _select(args.rows)
+    works = select_work(args.rows)
     print(f"torch {torch.__version__}, 1 thread, batch 1, callgrind instruction counts")
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         results = list(pool.map(lambda work: count_row(work, args.steps, columns, valgrind),

@@ -174,7 +174,8 @@ def _time_steps(step: Step, steps: int, clock: Callable[[], int]) -> float:
         gc.enable()
 
 
-def _reason(error: BaseException) -> str:
+def failure_reason(error: BaseException) -> str:
+    """A variant's error as a table note: its type and first line."""
     return f"{type(error).__name__}: {error}".splitlines()[0]
 
 
@@ -190,7 +191,7 @@ def measure(work: Work, rounds: int, sample_ns: float, clock: Callable[[], int],
     try:
         model, step = work.build()
     except ImportError as error:
-        row.failed = {name: _reason(error) for name in COLUMNS}
+        row.failed = {name: failure_reason(error) for name in COLUMNS}
         return row
     # Each sample starts with a collection; with torch, transformers and DeepSpeed imported a
     # full one takes ~0.5 s, so what exists now is moved out of the collector's sight.
@@ -217,7 +218,7 @@ def measure(work: Work, rounds: int, sample_ns: float, clock: Callable[[], int],
                 try:
                     base, timed = sample("plain"), sample(name)
                 except Exception as error:  # a peer that cannot run this model: a blank cell
-                    row.failed[name] = _reason(error)
+                    row.failed[name] = failure_reason(error)
                     row.diffs.pop(name, None)
                     continue
                 plain.append(base)
@@ -283,7 +284,8 @@ def report(rows: list[Row]) -> None:
               f"{_ratio(row, 'torch.profiler')} what torch.profiler adds")
 
 
-def _select(tokens: str) -> list[Work]:
+def select_work(tokens: str) -> list[Work]:
+    """The rows ``--rows`` names: comma-separated names or prefixes of :data:`WORK`."""
     wanted = [token.strip() for token in tokens.split(",") if token.strip()]
     chosen = [work for work in WORK if any(work.name.startswith(t) for t in wanted)]
     if not chosen:
@@ -312,13 +314,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import_deepspeed()  # before any timing, so that every round runs with it imported
     except ImportError as error:
-        missing["DeepSpeed profiler"] = _reason(error)
+        missing["DeepSpeed profiler"] = failure_reason(error)
     print(f"torch {torch.__version__}, 1 thread, batch 1, {args.clock} clock, medians of "
           f"{args.rounds} interleaved rounds, samples of ~{args.sample_ms:g} ms plain")
     rows = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # missing FLOP rules, backward hooks on dict outputs
-        for work in _select(args.rows):
+        for work in select_work(args.rows):
             rows.append(measure(work, args.rounds, args.sample_ms * 1e6, CLOCKS[args.clock],
                                 missing))
     report(rows)
