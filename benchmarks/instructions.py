@@ -17,9 +17,9 @@ a ratio of forward hooks'.
 A column not counted (``--columns``) or whose variant cannot run is ``–``.
 
 Run: ``python benchmarks/instructions.py [--rows mlp] [--steps 20] [--columns tracetorch,...]``
-(needs ``valgrind``; an mlp row takes a few minutes, most of it importing torch under Valgrind;
-a BERT row with every column more than a quarter of an hour, with
-``--columns "forward hooks,tracetorch,tracetorch ops=False" --steps 3`` a few minutes).
+(needs ``valgrind``; an mlp row with every column takes about five minutes, most of it
+importing torch under Valgrind; the BERT inference row with
+``--columns "bare wrapt,forward hooks,tracetorch,tracetorch ops=False" --steps 3`` about 17).
 """
 from __future__ import annotations
 
