@@ -108,8 +108,7 @@ def test_torch_marks_and_backward_boundaries_hold_nothing_after_the_pass(torch):
     assert prof.find("0").backward_flops == 201 * 2 * 2 * 3 * 3  # dW only: x needs no grad
 
 
-
-def test_the_c_marker_takes_the_observer_arguments_or_hands_them_to_python(torch, monkeypatch):
+def test_the_c_marker_takes_the_observer_arguments_or_hands_them_to_python(torch):
     marker_type = native.native_type("tracetorch.adapters.torch._marks", "Marker")
     if marker_type is None:
         if os.environ.get("CI") == "true":
@@ -130,6 +129,7 @@ def test_the_c_marker_takes_the_observer_arguments_or_hands_them_to_python(torch
     for args in odd:
         marker(*args)
     assert handed == odd
+
 
 def _native_guard_holds(native_guard: object):
     """``holds()``: whether the C wrapper, given ``native_guard``, lets a call through
