@@ -188,13 +188,13 @@ def test_the_c_tracer_test_agrees_with_the_python_one(torch, monkeypatch):
 
     from tracetorch.adapters.torch.tracing import tracing
 
-    native_guard = _native_guard_holds(tracing.native_guard)
-    assert (tracing(), native_guard()) == (False, False)
+    c_holds = _native_guard_holds(tracing.native_guard)
+    assert (tracing(), c_holds()) == (False, False)
     monkeypatch.setattr(_symbolic_trace, "_is_fx_tracing_flag", True)
-    assert (tracing(), native_guard()) == (True, True)
+    assert (tracing(), c_holds()) == (True, True)
     monkeypatch.setattr(_symbolic_trace, "_is_fx_tracing_flag", False)
     monkeypatch.setattr(torch.compiler, "_is_compiling_flag", True)
-    assert (tracing(), native_guard()) == (True, True)
+    assert (tracing(), c_holds()) == (True, True)
 
 
 def test_the_plain_clock_is_there_only_while_calls_are_taken_and_timed_plainly():

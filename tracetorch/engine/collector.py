@@ -391,26 +391,6 @@ class Collector(CallTiming):
         if gemm:
             self._pass_gemm += flops
 
-    def add_backward_pass(self, times: dict[CallNode, int], flops: dict[CallNode, int]) -> None:
-        """A torch backward pass's work, all at once at its end: each layer in ``times`` its host
-        ns, each node in ``flops`` the FLOPs of the products' gradients charged to it (the pass's
-        own node among them, with no time); then one backward sample per node
-        (:meth:`flush_backward`). Ignored once this profile has stopped, like
-        :meth:`add_backward`, which this is for every node of the pass in one call."""
-        if self.active:
-            pending = self._pending_backward
-            for node, elapsed in times.items():
-                pending[node] = pending.get(node, 0) + elapsed
-            total = 0
-            for node, count in flops.items():
-                pending.setdefault(node, 0)
-                node.backward_flops += count
-                node.backward_gemm_flops += count
-                total += count
-            self._pass_flops += total
-            self._pass_gemm += total
-        self.flush_backward()
-
     def flush_backward(self, pass_node: CallNode | None = None) -> None:
         """End of a backward pass: each layer it touched gets one backward sample.
 

@@ -75,7 +75,7 @@ class CallTiming:
             self.call_hooks = CallHooks()
         self.call_hooks.add(enter, exit)
         self.plain_timing = False
-        self.set_active(self.active)
+        self._refresh_plain_clock()
 
     def use_device_clock(self, device_clock: Any) -> None:
         """Time calls with ``device_clock`` (see :mod:`tracetorch.adapters.torch.cuda`): its
@@ -86,12 +86,16 @@ class CallTiming:
             self.clock = device_clock
             self.deferred = []
             self.plain_timing = False
-            self.set_active(self.active)
+            self._refresh_plain_clock()
 
     def set_active(self, active: bool) -> None:
         """Take calls from now on, or stop taking them."""
         self.active = active
-        self.plain_clock = self.clock if active and self.plain_timing else None
+        self._refresh_plain_clock()
+
+    def _refresh_plain_clock(self) -> None:
+        # Derived from active, plain_timing and clock; kept as one attribute for the C wrapper.
+        self.plain_clock = self.clock if self.active and self.plain_timing else None
 
     def resolve_times(self) -> None:
         """Fold the device-timed calls recorded since the last fold into their nodes."""

@@ -402,7 +402,12 @@ class BackwardPass:
             for frame, elapsed in self.timer.resolve():
                 if frame is not None and frame.node in spent:
                     spent[frame.node] += elapsed
-        self.collector.add_backward_pass(spent, self.flops)
+        add = self.collector.add_backward
+        for node, elapsed in spent.items():
+            add(node, self.flops.pop(node, 0), True, elapsed)
+        for node, flops in self.flops.items():  # the pass's own node
+            add(node, flops, True, 0)
+        self.collector.flush_backward()
 
 
 def _opens(node: CallNode) -> bool:
