@@ -4,9 +4,10 @@
 rows by more), which hides changes of a few percent. This script runs the same rows and the same
 variants (``peers.WORK``, ``peers.VARIANTS``) under Valgrind's callgrind and counts the
 instructions executed inside the measured steps only: the count does not depend on what else
-the machine runs (two plain runs differ by ~0.01%), so one run compares two versions of the
-code. An instruction count is not a time — a cache miss or an allocation costs more than an
-add — so the time goals stay with ``peers.py``; this is where a change's own cost is seen.
+the machine runs (the plain step is counted twice, first and last: the two differ by under 0.1%,
+printed under the table), so one run compares two versions of the code. An instruction count
+is not a time — a cache miss or an allocation costs more than an add — so the time goals stay
+with ``peers.py``; this is where a change's own cost is seen.
 
 Each row runs in one child process under callgrind (``--toggle-collect`` and ``--dump-after``
 on ``functools.reduce``, which runs a variant's steps: one dump per variant, nothing of
@@ -44,6 +45,10 @@ from torch_peers import import_deepspeed, module_calls
 #: The C function whose calls callgrind counts, and after each of which it writes a dump.
 MEASURED = "functools_reduce"
 _TOTALS = re.compile(r"^totals:\s*(\d+)", re.MULTILINE)
+#: The plain step counted once more after every variant: how far two counts of the same work
+#: differ (the count's own noise), printed under the table.
+PLAIN_AGAIN = "plain again"
+PLAIN_VARIANTS = {PLAIN_AGAIN: "plain"}
 
 
 def run_child(work: Work, steps: int, columns: list[str]) -> dict[str, Any]:
@@ -60,12 +65,12 @@ def run_child(work: Work, steps: int, columns: list[str]) -> dict[str, Any]:
     dumped: list[str] = []  # the variants whose steps began: each left one dump, in order
     with torch.set_grad_enabled(work.grad):
         calls = module_calls(model, step)
-        for name in ["plain", *columns]:
+        for name in ["plain", *columns, PLAIN_AGAIN]:
             if name in missing:
                 outcome[name] = missing[name]
                 continue
             try:
-                with VARIANTS[name](model):
+                with VARIANTS[PLAIN_VARIANTS.get(name, name)](model):
                     step()  # the variant's first step (its caches) is not counted
                     step()
                     dumped.append(name)
@@ -126,11 +131,16 @@ def report(rows: list[tuple[Work, dict[str, Any]]], steps: int) -> None:
         for name, state in result["outcome"].items():
             if state != "ran":
                 notes.append(f"- {name} blank in {work.name}: {state}")
-        ratio, hooks = "", added.get("forward hooks", 0.0)
+        summary = f"{work.name}: plain step {plain / steps:,.0f} instructions, {calls} module calls"
+        if PLAIN_AGAIN in counts:
+            summary += f" (counted again: {100 * (counts[PLAIN_AGAIN] - plain) / plain:+.3f}%)"
+        hooks = added.get("forward hooks", 0.0)
         if "tracetorch" in added and hooks > 0:
-            ratio = f", tracetorch {added['tracetorch'] / hooks:.2f}x forward hooks"
-        notes.append(f"{work.name}: plain step {plain / steps:,.0f} instructions, {calls} module "
-                     f"calls{ratio}")
+            summary += f", tracetorch {added['tracetorch'] / hooks:.2f}x forward hooks"
+        for name in ("tracetorch", "tracetorch ops=False", "forward hooks"):
+            if name in added:
+                summary += f"; {name} +{100 * (counts[name] - plain) / plain:.2f}% of the step"
+        notes.append(summary)
     print("\n".join(notes))
 
 
