@@ -124,5 +124,6 @@ def test_instructions_counts_each_variant_of_a_row() -> None:
     # Counted inside the steps only: each wrapper adds thousands of instructions per call.
     assert all(re.fullmatch(r"~[\d,]+", cell) and int(cell[1:].replace(",", "")) > 1000
                for cell in added.values()), row
-    assert re.search(r"mlp-infer: plain step [\d,]+ instructions, 101 module calls, "
-                     r"tracetorch [\d.]+x forward hooks", out)
+    assert re.search(r"mlp-infer: plain step [\d,]+ instructions, 101 module calls "
+                     r"\(counted again: [+-]\d\.\d{3}%\), tracetorch [\d.]+x forward hooks; "
+                     r"tracetorch \+[\d.]+% of the step", out)
