@@ -53,3 +53,46 @@ def test_a_bad_shape_names_the_argument_and_never_prints_a_tensor():
                                  "got a Tensor of shape (100, 100)")
     with pytest.raises(TypeError, match="inputs: expected a shape"):
         tracetorch.count_flops(nn.Linear(3, 2), None)
+
+
+def _cyclic_garbage_after(run) -> list:
+    """What the cyclic garbage collector alone would free of what ``run()`` left behind."""
+    import gc
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        run()
+        gc.collect()
+        return list(gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+
+
+@pytest.mark.parametrize("model", [
+    lambda: nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                          nn.Linear(4 * 6 * 6, 2)),
+    lambda: tracetorch.core.Sequential(Linear(8, 4), tracetorch.core.ReLU(), Linear(4, 2)),
+])
+def test_a_count_leaves_its_tree_to_reference_counting_not_to_the_cyclic_collector(model):
+    # A one-shot count in a loop would otherwise hand ~20 objects per layer to the collector.
+    layers = model()
+    shape = (2, 3, 8, 8) if isinstance(layers, nn.Module) else (2, 8)
+    expected = tracetorch.count_flops(layers, shape)
+    left = _cyclic_garbage_after(lambda: tracetorch.count_flops(layers, shape))
+    kinds = {type(obj).__name__ for obj in left}
+    assert not kinds & {"CallNode", "Collector", "Frame", "TimeStats", "Identities"}, kinds
+    assert tracetorch.count_flops(layers, shape) == expected  # and the next count is the same
+
+
+def test_a_recording_is_released_only_once_stopped():
+    from tracetorch.engine.collector import Collector
+    from tracetorch.tree import CallNode
+
+    collector = Collector(CallNode.root(), None)
+    collector.start(collector.root)
+    with pytest.raises(RuntimeError, match="release: the recording is still active"):
+        collector.release()
+    collector.stop()
+    collector.release()
+    assert not hasattr(collector, "root_frame")

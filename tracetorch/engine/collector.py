@@ -180,6 +180,21 @@ class Collector(CallTiming):
         self._user_rules.clear()
         self.ids.forget()
 
+    def release(self) -> None:
+        """Break the reference cycles of a stopped recording that nobody will read again (its
+        nodes' links to their parents, the root frame's to this collector), so that dropping it
+        frees it at once. A one-shot count run in a loop otherwise leaves ~20 objects per layer
+        to the cyclic garbage collector, whose passes then cost more than the count's naming.
+        Nothing may record into this collector afterwards.
+
+        Raises:
+            RuntimeError: the collector is still recording.
+        """
+        if self.active:
+            raise RuntimeError("release: the recording is still active; stop it first")
+        self.root.unlink()
+        del self.root_frame
+
     # ------------------------------------------------------------------ tree building
     def new_child(self, frame: Frame, owner: Any, kind: NodeKind, label: str | None,
                   flops_fn: Callable[..., int] | None) -> CallNode:
