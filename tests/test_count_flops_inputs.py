@@ -3,7 +3,9 @@ a tuple of arguments, a dict of keyword arguments); a bad input is reported with
 tensor's contents."""
 from __future__ import annotations
 
+import gc
 import os
+import weakref
 
 import numpy as np
 import pytest
@@ -57,7 +59,6 @@ def test_a_bad_shape_names_the_argument_and_never_prints_a_tensor():
 
 def _cyclic_garbage_after(run) -> list:
     """What the cyclic garbage collector alone would free of what ``run()`` left behind."""
-    import gc
     gc.collect()
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
@@ -95,4 +96,11 @@ def test_a_recording_is_released_only_once_stopped():
         collector.release()
     collector.stop()
     collector.release()
-    assert not hasattr(collector, "root_frame")
+    # Released, the last reference frees it at once: nothing waits for the cyclic collector.
+    gone = weakref.ref(collector)
+    gc.disable()
+    try:
+        del collector
+        assert gone() is None
+    finally:
+        gc.enable()

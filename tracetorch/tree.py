@@ -261,7 +261,7 @@ class CallNode:
     def unlink(self) -> None:
         """Drop the parent links of this subtree, which make every tree a reference cycle: a
         tree nobody keeps is then freed by reference counting as soon as it is dropped, not at a
-        later pass of the cyclic garbage collector. Paths and depths below are lost with them.
+        later pass of the cyclic garbage collector. Each node's ``path`` then names only itself.
 
         Example:
             >>> root = CallNode.root()
