@@ -66,3 +66,23 @@ def test_lazy_modules_are_counted_once_their_weights_have_shapes():
     with tracetorch.profile(model) as again:  # initialized now: counted on entry
         model(pass_through)
     assert again.find("").params == tracetorch.count_parameters(model) == 66
+
+
+def test_params_false_never_walks_the_model_and_counts_the_same_flops(monkeypatch):
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.LazyLinear(2))
+    x = torch.randn(3, 4)
+    with tracetorch.profile(model) as counted:
+        model(x)
+
+    def no_walk(*args, **kwargs):
+        raise AssertionError("parameters were counted")
+
+    monkeypatch.setattr("tracetorch.engine.identities.subtree_parameter_counts", no_walk)
+    with tracetorch.profile(model, params=False) as prof:
+        model(x)
+    assert [(n.path, n.params, n.memory.param_bytes) for n in prof.nodes()] == [
+        ("", 0, 0), ("0", 0, 0), ("1", 0, 0), ("2", 0, 0)]
+    # Matmuls 2 x rows x in x out; ReLU one per element.
+    assert prof.total_flops == counted.total_flops == 2 * 3 * (4 * 8 + 8 * 2) + 3 * 8
+    # A one-shot count reads only FLOPs: it never walks the parameters either.
+    assert tracetorch.count_flops(model, (3, 4)) == counted.total_flops

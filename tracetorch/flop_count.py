@@ -89,7 +89,7 @@ def forward_flops_and_output(model: Any, *args: Any, **kwargs: Any) -> tuple[int
     from tracetorch.profiler import profile
 
     call = as_callable(model, "model")
-    with profile(model, timing=False, isolated=True, memory=False) as prof:
+    with profile(model, timing=False, isolated=True, memory=False, params=False) as prof:
         if is_torch_module(model):
             import torch  # a torch model exists, so torch is already imported
 

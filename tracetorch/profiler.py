@@ -46,10 +46,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 _ADAPTERS = AdapterSet(BOARD)
 
 
-def _zero_clock() -> int:
-    return 0
-
-
 class profile(ProfileResult):
     """Record every layer call made inside the block: calls, FLOPs and time, as a tree.
 
@@ -75,6 +71,8 @@ class profile(ProfileResult):
             torch function mode is active inside layers (see ``benchmarks/overhead_torch.py``).
         memory: record each layer's bytes read, written and saved for backward (``node.memory``,
             :mod:`tracetorch.memory`); ``False`` skips it (no sizes, no graph reading).
+        params: count each layer's parameters (``node.params``, one walk of the model per
+            opening); ``False`` leaves them 0 (``count_flops``, which reads only FLOPs).
         op_timing: also time each tensor operation of the layers' op tables
             (``prof.find(path).op_table()``; torch operations, in layers without a FLOP rule).
         nvtx: on CUDA, push an NVTX range named by its call path around each layer call, so
@@ -111,7 +109,7 @@ class profile(ProfileResult):
                  warn_unsupported: bool = True,
                  schedule: schedule | None = None, all_threads: bool = False,
                  isolated: bool = False, ops: bool = True, memory: bool = True,
-                 op_timing: bool = False, nvtx: bool = False,
+                 params: bool = True, op_timing: bool = False, nvtx: bool = False,
                  machine: Machine | str | None = None, gather: bool | str | None = None,
                  collectives: bool = True) -> None:
         if model is not None and not (is_layer(model) or callable(model)):
@@ -129,10 +127,11 @@ class profile(ProfileResult):
         self.model = model
         self._collector = Collector(
             self.root, model, registry=_registry_with(flop_rules),
-            clock=(clock or time.perf_counter_ns) if timing else _zero_clock,
+            # int() is 0: a clock that never advances and costs no Python frame per call.
+            clock=(clock or time.perf_counter_ns) if timing else int,
             timeline=timeline, max_events=max_events, warn_unsupported=warn_unsupported,
-            count_ops=bool(ops), memory=bool(memory), op_timing=bool(op_timing),
-            nvtx=bool(nvtx))
+            count_ops=bool(ops), memory=bool(memory), params=bool(params),
+            op_timing=bool(op_timing), nvtx=bool(nvtx))
         self.timeline = self._collector.events
         self.backward_timeline = self._collector.backward_events
         if schedule is not None and not callable(schedule):
@@ -144,7 +143,7 @@ class profile(ProfileResult):
         self._settings = dict(model=model, registry=self._collector.registry,
                               clock=self._collector.clock, timeline=timeline,
                               max_events=max_events, warn_unsupported=warn_unsupported,
-                              count_ops=bool(ops), memory=bool(memory),
+                              count_ops=bool(ops), memory=bool(memory), params=bool(params),
                               op_timing=bool(op_timing), nvtx=bool(nvtx))
         self._entries: list[_Entry] = []
         self._phases = StepPhases()

@@ -73,8 +73,8 @@ class Collector(CallTiming):
     def __init__(self, root: CallNode, model: Any, *, registry: FlopRegistry | None = None,
                  clock: Clock | None = None, timeline: bool = False,
                  max_events: int = 100_000, warn_unsupported: bool = True,
-                 count_ops: bool = True, memory: bool = True, op_timing: bool = False,
-                 nvtx: bool = False) -> None:
+                 count_ops: bool = True, memory: bool = True, params: bool = True,
+                 op_timing: bool = False, nvtx: bool = False) -> None:
         super().__init__(clock, timeline, max_events)
         self.root = root
         self.model = model
@@ -84,6 +84,8 @@ class Collector(CallTiming):
         self.count_ops = count_ops
         #: Record bytes read, written and saved for backward (``profile(memory=...)``).
         self.memory = memory
+        #: Count each module's parameters (``profile(params=...)``).
+        self.count_params = params
         #: Time each tensor operation in the layers' op tables (``profile(op_timing=...)``).
         self.op_timing = op_timing
         #: Push an NVTX range per layer call on CUDA (``profile(nvtx=...)``).
@@ -277,7 +279,7 @@ class Collector(CallTiming):
         switched off there. Any other call keeps its caller's setting, so that switching costs
         nothing where it gains nothing (a ``tracetorch.core`` layer runs no torch operations).
         """
-        if kind == "module":
+        if kind == "module" and self.count_params:
             params = self.ids.params_of(owner)
             if params is None:
                 self._uncounted[node] = owner  # counted after its first call
