@@ -125,13 +125,16 @@ class profile(ProfileResult):
         if peaks is not None:
             self.meta["machine"] = peaks.to_dict()
         self.model = model
-        self._collector = Collector(
-            self.root, model, registry=_registry_with(flop_rules),
+        # What every collector of this profile is made with: the first, and a fresh one after a
+        # stale exit (_renew_collector).
+        self._settings: dict[str, Any] = dict(
+            model=model, registry=_registry_with(flop_rules),
             # int() is 0: a clock that never advances and costs no Python frame per call.
             clock=(clock or time.perf_counter_ns) if timing else int,
             timeline=timeline, max_events=max_events, warn_unsupported=warn_unsupported,
             count_ops=bool(ops), memory=bool(memory), params=bool(params),
             op_timing=bool(op_timing), nvtx=bool(nvtx))
+        self._collector = Collector(self.root, **self._settings)
         self.timeline = self._collector.events
         self.backward_timeline = self._collector.backward_events
         if schedule is not None and not callable(schedule):
@@ -140,11 +143,6 @@ class profile(ProfileResult):
         self.all_threads = bool(all_threads)
         self.isolated = bool(isolated)
         self.step_count = 0
-        self._settings = dict(model=model, registry=self._collector.registry,
-                              clock=self._collector.clock, timeline=timeline,
-                              max_events=max_events, warn_unsupported=warn_unsupported,
-                              count_ops=bool(ops), memory=bool(memory), params=bool(params),
-                              op_timing=bool(op_timing), nvtx=bool(nvtx))
         self._entries: list[_Entry] = []
         self._phases = StepPhases()
         self.step_phases = self._phases.times  # filled step by step, in place
