@@ -519,3 +519,20 @@ def test_a_shared_module_is_named_by_each_parents_attribute(torch, with_model):
         model(torch.ones(1, 2))
     assert [n.path for n in prof.nodes()] == ["", "q", "q.inner", "direct"]
     assert prof.find("q.inner").module_key == prof.find("direct").module_key
+
+
+def test_shapes_of_torch_tensors_are_plain_int_tuples_on_both_paths():
+    with tracetorch.profile():  # the adapter registers torch.Tensor's shapes as plain ints
+        pass
+    from tracetorch.introspect import shape_of
+
+    class Lying(torch.Tensor):  # a subclass is never trusted: its sizes are converted
+        @property
+        def shape(self):
+            return (torch.tensor(2), 3)
+
+    plain, parameter = torch.zeros(2, 3), nn.Parameter(torch.zeros(4))
+    lying = torch.zeros(2, 3).as_subclass(Lying)
+    assert [shape_of(t) for t in (plain, parameter, lying)] == [(2, 3), (4,), (2, 3)]
+    assert all(type(shape_of(t)) is tuple and all(type(d) is int for d in shape_of(t))
+               for t in (plain, parameter, lying))

@@ -32,7 +32,8 @@ from tracetorch.tree import ShapeSignature
 __all__ = ("is_layer", "is_torch_module", "is_stateless", "only_calls_children",
            "runs_compiled_graph",
            "bound_inputs",
-           "named_submodules", "named_children_of", "layer_classes", "shape_of", "signature",
+           "named_submodules", "named_children_of", "layer_classes", "shape_of",
+           "register_int_shaped", "signature",
            "numel", "ndarray_of", "nbytes", "tensors_in", "tensor_bytes", "check_shape",
            "dummy_input")
 
@@ -171,8 +172,30 @@ def layer_classes(model: Any) -> list[type]:
     return list(classes)
 
 
+# Array classes whose ``.shape`` always holds plain ints, copied as it is instead of converted
+# dimension by dimension: the conversion is most of what reading a shape costs, and a layer's
+# first call reads several. Only exact classes: a subclass (torch's FakeTensor) may hold
+# symbolic sizes.
+_INT_SHAPED: set[type] = {np.ndarray}
+
+
+def register_int_shaped(cls: type) -> None:
+    """Declare that ``cls`` instances' ``.shape`` is always a tuple (or tuple subclass) of plain
+    ints, so :func:`shape_of` copies it without converting each dimension.
+
+    Example:
+        >>> register_int_shaped(np.ndarray)
+        >>> shape_of(np.zeros((2, 3)))
+        (2, 3)
+    """
+    _INT_SHAPED.add(cls)
+
+
 def shape_of(value: Any) -> tuple[int, ...] | None:
     """The shape of a tensor-like value as a plain tuple, or ``None`` for anything else."""
+    cls: type = value.__class__  # (a local: testing value.__class__ itself narrows value)
+    if cls in _INT_SHAPED:
+        return tuple(value.shape)
     shape = getattr(value, "shape", None)
     if shape is None or isinstance(value, type):
         return None

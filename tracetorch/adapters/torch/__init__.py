@@ -68,6 +68,7 @@ from tracetorch.adapters.torch.tracing import tracing
 from tracetorch.engine.collector import register_saved_meter
 from tracetorch.engine.hotpath import OpCounter
 from tracetorch.engine.patches import PatchBoard, PatchTarget
+from tracetorch.introspect import register_int_shaped
 
 __all__ = ("TorchAdapter", "FirstCalls", "wraps_forward", "targets_for")
 
@@ -225,6 +226,7 @@ class TorchAdapter:
         cleanups: list[Callable[[], None]] = []
         try:
             register_saved_meter(torch.Tensor, saved_bytes)
+            register_int_shaped(torch.Tensor)
             cleanups.append(start_op_counting(counter))
             cleanups.append(start_step_hooks())
 
