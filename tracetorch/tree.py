@@ -89,9 +89,9 @@ class CallNode:
     __slots__ = (
         "name", "type_name", "kind", "module_key", "parent", "children", "time",
         "flops", "gemm_flops", "macs", "flops_source", "params", "input_shapes",
-        "output_shapes", "backward_time", "backward_flops", "backward_gemm_flops", "errors",
+        "output_shapes", "_backward_time", "backward_flops", "backward_gemm_flops", "errors",
         "flops_cache", "children_by_owner", "rule_state", "op_flops", "op_gemm", "frame",
-        "unfolded", "memory", "ops",
+        "unfolded", "_memory", "ops",
     )
 
     def __init__(self, name: str, type_name: str, module_key: str, kind: NodeKind = "module",
@@ -110,11 +110,14 @@ class CallNode:
         self.params = 0
         self.input_shapes: list[ShapeSignature] = []
         self.output_shapes: list[ShapeSignature] = []
-        self.backward_time = TimeStats()
+        # Made at first use (see the properties): a count_flops node never needs them, and a
+        # layer's first call, which makes its node, runs inside the forward, where every
+        # allocation costs several times what it costs at the fold.
+        self._backward_time: TimeStats | None = None
         self.backward_flops = 0
         self.backward_gemm_flops = 0
         self.errors = 0
-        self.memory = MemoryStats()
+        self._memory: MemoryStats | None = None
         self.ops: dict[str, list[int]] = {}
         # Transient, while recording (folded into the fields above by Collector.fold):
         # per input signature, a counter laid out as ENTRY_FIELDS (the rule's FLOPs, the call's
@@ -133,6 +136,31 @@ class CallNode:
         # Whether the node ran since the last fold and waits in its profile's list of nodes to
         # fold (see tracetorch.engine.timing.CallTiming.touch): a step folds only those.
         self.unfolded = False
+
+    @property
+    def backward_time(self) -> TimeStats:
+        """Backward time of the gradient computation charged to this node's calls."""
+        stats = self._backward_time
+        if stats is None:
+            stats = self._backward_time = TimeStats()
+        return stats
+
+    @backward_time.setter
+    def backward_time(self, stats: TimeStats) -> None:
+        self._backward_time = stats
+
+    @property
+    def memory(self) -> MemoryStats:
+        """Bytes read, written, held as parameters and saved for backward (see
+        :mod:`tracetorch.memory`)."""
+        stats = self._memory
+        if stats is None:
+            stats = self._memory = MemoryStats()
+        return stats
+
+    @memory.setter
+    def memory(self, stats: MemoryStats) -> None:
+        self._memory = stats
 
     @classmethod
     def root(cls) -> CallNode:

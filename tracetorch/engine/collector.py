@@ -208,7 +208,8 @@ class Collector(CallTiming):
             if node is not None:
                 return node
         type_name = _type_name(owner, kind, label)
-        default = label or _DEFAULT_NAMES.get(kind, "{}").format(type_name)
+        default = label or (_DEFAULT_NAMES[kind].format(type_name) if kind in _DEFAULT_NAMES
+                            else type_name)
         if parent_owner is None or parent_node.kind == "thread":
             # One naming however the profile was opened: the model is "", as named_modules()
             # names it; without one given, the first layer called at the top stands for it.

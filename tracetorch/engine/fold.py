@@ -94,20 +94,25 @@ def _fold_node(node: CallNode, flops: int, gemm: int, macs: int) -> tuple[int, i
     node.unfolded = False
     ruled = node.rule_state in ("rule", "user")
     inclusive = inclusive_gemm = inclusive_macs = 0
-    memory = node.memory
+    read = written = saved = 0
     for entry in node.flops_cache.values():
         calls = entry[0]
         if not calls:
             continue
         entry[0] -= calls  # not "= 0": another thread may have counted a call meanwhile
         # (the slots of tracetorch.tree.ENTRY_FIELDS)
-        memory.input_bytes += calls * entry[4]
-        memory.output_bytes += calls * entry[5]
-        memory.saved_bytes += calls * entry[6]
+        read += calls * entry[4]
+        written += calls * entry[5]
+        saved += calls * entry[6]
         if ruled:
             inclusive += calls * entry[1]
             inclusive_gemm += calls * entry[2]
             inclusive_macs += calls * entry[3]
+    if read or written or saved:  # (with profile(memory=False) the node's memory stays unmade)
+        memory = node.memory
+        memory.input_bytes += read
+        memory.output_bytes += written
+        memory.saved_bytes += saved
     if ruled:
         node.flops_source = node.rule_state
     elif node.rule_state == "free":

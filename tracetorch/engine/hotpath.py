@@ -70,8 +70,13 @@ class Frame(NamedTuple):
     def of(cls, collector: Collector, node: CallNode, owner: Any, ops: bool,
            observe: bool = False) -> Frame:
         """The frame of ``node``'s calls."""
-        return cls(collector, node, owner, ops, observe, node.time.pending, node.flops_cache,
-                   node.children_by_owner)
+        # tuple.__new__ directly: NamedTuple's own __new__ is a Python function, a frame more
+        # on every node's first call.
+        return _new_tuple(cls, (collector, node, owner, ops, observe, node.time.pending,
+                                node.flops_cache, node.children_by_owner))
+
+
+_new_tuple = tuple.__new__
 
 
 #: The innermost open call of this context.
