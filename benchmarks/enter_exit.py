@@ -105,8 +105,9 @@ def transformer() -> nn.Module:
     return nn.TransformerEncoder(layer, 4, enable_nested_tensor=False).train()
 
 
-def one_shot(model: nn.Module, shape: tuple[int, ...], rounds: int) -> dict[str, float]:
-    """Median µs of each way of counting one forward, interleaved round by round."""
+def one_shot_ways(model: nn.Module, shape: tuple[int, ...]) -> dict[str, Callable[[], None]]:
+    """Each way of counting one forward of ``model`` on an input of ``shape`` (run under
+    ``torch.no_grad()``), and the plain forward they are compared with."""
     x = torch.randn(shape)
 
     def plain() -> None:
@@ -123,8 +124,13 @@ def one_shot(model: nn.Module, shape: tuple[int, ...], rounds: int) -> dict[str,
         with tracetorch.profile(model, warn_unsupported=False):
             model(x)
 
-    ways = {"plain forward": plain, "FlopCounterMode": flop_counter,
+    return {"plain forward": plain, "FlopCounterMode": flop_counter,
             "count_flops": count_flops, "profile(model)": profiled}
+
+
+def one_shot(model: nn.Module, shape: tuple[int, ...], rounds: int) -> dict[str, float]:
+    """Median µs of each way of counting one forward, interleaved round by round."""
+    ways = one_shot_ways(model, shape)
     samples: dict[str, list[float]] = {name: [] for name in ways}
     with torch.no_grad():
         for _ in range(rounds):

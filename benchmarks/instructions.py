@@ -97,7 +97,7 @@ def count_row(work: Work, steps: int, columns: list[str], valgrind: str) -> dict
         result = json.loads(done.stdout.strip().splitlines()[-1])
         dumps = sorted(Path(folder).glob("callgrind.out.*"),
                        key=lambda path: int(path.suffix[1:]))
-        counts = [_total(path) for path in dumps]
+        counts = [callgrind_total(path) for path in dumps]
     dumped = result["dumped"]
     if len(counts) != len(dumped):
         # A step that calls functools.reduce itself would toggle counting off inside it.
@@ -108,7 +108,8 @@ def count_row(work: Work, steps: int, columns: list[str], valgrind: str) -> dict
     return result
 
 
-def _total(dump: Path) -> int:
+def callgrind_total(dump: Path) -> int:
+    """The instructions a callgrind dump counted (its totals line)."""
     found = _TOTALS.search(dump.read_text())
     if found is None:
         raise RuntimeError(f"{dump}: no totals line (not a callgrind dump?)")

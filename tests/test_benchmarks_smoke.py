@@ -127,3 +127,23 @@ def test_instructions_counts_each_variant_of_a_row() -> None:
     assert re.search(r"mlp-infer: plain step [\d,]+ instructions, 101 module calls "
                      r"\(counted again: [+-]\d\.\d{3}%\), tracetorch [\d.]+x forward hooks; "
                      r"tracetorch \+[\d.]+% of the step", out)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("torch_installed")
+def test_one_shot_instructions_counts_each_way() -> None:
+    if shutil.which("valgrind") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI needs valgrind for benchmarks/one_shot_instructions.py")
+        pytest.skip("valgrind is missing")
+    out = run_benchmark("one_shot_instructions.py", "--models", "cnn", "--counts", "1",
+                        "--classes", "10", timeout=900)
+    found = dict(re.findall(r"^    (plain forward|FlopCounterMode|count_flops|profile\(model\))"
+                            r"\s+([\d.]+) M", out, re.MULTILINE))
+    assert out.count("ResNet-18-shaped CNN") == 1 and "transformer" not in out
+    assert len(found) == 4, out
+    # Counted inside the calls only: every way runs the forward's ~20 M instructions, and
+    # counting FLOPs adds to them.
+    assert all(float(found[way]) > float(found["plain forward"]) > 1
+               for way in ("FlopCounterMode", "count_flops", "profile(model)")), out
+    assert re.search(r"count_flops .* [\d.]+x FlopCounterMode's \([\d.]+x its added\)", out)
