@@ -68,7 +68,7 @@ def test_calibrate_command_prints_and_refreshes(fake_measure: list[dict[str, Any
 
 @pytest.mark.parametrize("args, message", [
     (["calibrate", "--device", "tpu"], "--device: expected 'cpu', 'cuda' or 'cuda:N'"),
-    (["calibrate", "--threads", "0"], "argument --threads: expected a positive integer"),
+    (["calibrate", "--threads", "0"], "argument --threads: must be at least 1, got 0"),
     (["report", "RUN", "--peak-flops", "1e12"], "--peak-flops and --bandwidth go together"),
     (["report", "RUN", "--peak-flops", "-3", "--bandwidth", "1"],
      "argument --peak-flops: expected a positive number"),

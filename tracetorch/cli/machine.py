@@ -21,7 +21,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Any
 
 from tracetorch.analysis.calibrate import (
@@ -32,24 +31,9 @@ from tracetorch.analysis.calibrate import (
     measurement_lines,
 )
 from tracetorch.analysis.machine import Machine
+from tracetorch.cli.argtypes import int_at_least, positive_number
 
 __all__ = ("add_calibrate_command", "add_machine_options", "machine_from_options")
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
-
-
-def _threads(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return int(text)
 
 
 def _add_target(parser: argparse.ArgumentParser) -> None:
@@ -59,7 +43,7 @@ def _add_target(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
     parser.add_argument("--dtype", default="float32", choices=sorted(set().union(
         *DTYPES.values())), help="default: float32")
-    parser.add_argument("--threads", type=_threads, metavar="N",
+    parser.add_argument("--threads", type=int_at_least(1), metavar="N",
                         help="torch only: threads while measuring (default: torch's)")
 
 
@@ -82,11 +66,11 @@ def add_machine_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--machine", choices=("calibrate",),
                        help="this machine's cached (else measured) peaks for --framework, "
                             "--device, --dtype")
-    group.add_argument("--peak-flops", type=_positive, metavar="FLOP/s",
+    group.add_argument("--peak-flops", type=positive_number, metavar="FLOP/s",
                        help="your own peak, e.g. a datasheet's dense number for the dtype")
-    group.add_argument("--bandwidth", type=_positive, metavar="BYTES/s",
+    group.add_argument("--bandwidth", type=positive_number, metavar="BYTES/s",
                        help="your own memory bandwidth (with --peak-flops)")
-    group.add_argument("--call-overhead", type=_positive, metavar="NS",
+    group.add_argument("--call-overhead", type=positive_number, metavar="NS",
                        help="one layer call's fixed cost in ns (with --peak-flops; without it "
                             "no layer is labelled overhead-bound)")
     _add_target(group)  # type: ignore[arg-type]  # an argument group adds arguments alike

@@ -26,9 +26,10 @@ import runpy
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import Callable, NoReturn, TextIO
+from typing import NoReturn, TextIO
 
 import tracetorch
+from tracetorch.cli.argtypes import int_at_least
 from tracetorch.cli.demo import run_demo
 from tracetorch.cli.diff_command import add_diff_command
 from tracetorch.cli.machine import (
@@ -94,31 +95,18 @@ class _Parser(argparse.ArgumentParser):
         raise CliError(f"{message} (see '{self.prog} --help')")
 
 
-def _at_least(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        return value
-
-    return parse
-
-
 def _parser() -> _Parser:
     view = _Parser(add_help=False)
-    view.add_argument("--depth", type=_at_least(1), metavar="N",
+    view.add_argument("--depth", type=int_at_least(1), metavar="N",
                       help="show the tree down to this level (1 = top-level calls only)")
     view.add_argument("--sort", choices=SORT_KEYS, default="total",
                       help="order of sibling rows (default: total time)")
-    view.add_argument("--top", type=_at_least(1), metavar="N", help="show at most N rows")
+    view.add_argument("--top", type=int_at_least(1), metavar="N", help="show at most N rows")
     view.add_argument("--columns", type=_column_list, metavar="A,B,...",
                       help="the table's columns, comma-separated, or 'all' (default: those that "
                            "fit the width, by priority); names: "
                            + ", ".join(s.key for s in TREE_COLUMNS))
-    view.add_argument("--width", type=_at_least(20), metavar="N",
+    view.add_argument("--width", type=int_at_least(20), metavar="N",
                       help="fit the table to N characters (default: the terminal's width, "
                            "else $COLUMNS, else 120)")
     output = _Parser(add_help=False)
@@ -153,7 +141,7 @@ def _parser() -> _Parser:
     report.add_argument("profile", metavar="RUN.json", help="a profile saved with -o/--output")
     report.add_argument("--flat", choices=FLAT_VIEWS,
                         help="one row per layer type or per module instead of the tree")
-    report.add_argument("--rank", type=_at_least(0), metavar="N",
+    report.add_argument("--rank", type=int_at_least(0), metavar="N",
                         help="of a merged distributed profile: rank N's own profile")
     report.add_argument("--ops", metavar="PATH",
                         help="print the operations run directly in the layer at call path PATH "
@@ -168,7 +156,7 @@ def _parser() -> _Parser:
     demo = commands.add_parser("demo", parents=[view, output],
                                help="train a small tracetorch.core CNN on synthetic data under "
                                     "the profiler; report on stdout")
-    demo.add_argument("--steps", type=_at_least(2), default=20, metavar="N",
+    demo.add_argument("--steps", type=int_at_least(2), default=20, metavar="N",
                       help="training steps, the first one a warm-up that is not recorded "
                            "(default: 20)")
     demo.set_defaults(handler=_cmd_demo)
