@@ -292,3 +292,20 @@ def test_subtree_counts_equal_count_parameters_core_and_duck():
     for model in (nested, deep, Holder(shared), Sequential(Holder(shared), shared)):
         _check_counts(model)
     assert subtree_parameter_counts(deep)[-1][1] == 6
+
+
+def test_merging_a_tree_deeper_than_the_recursion_limit():
+    # (a schedule's or a nested profile's recording is merged into the profile's tree)
+    import sys
+
+    source = node = CallNode.root()
+    depth = sys.getrecursionlimit() + 500
+    for level in range(depth):
+        node = node.child(f"l{level}", "Block", f"m{level}")
+        node.time.add(level + 1)
+    target = CallNode.root()
+    mapping = fold.merge_tree(source, target)
+    assert len(mapping) == depth + 1 and mapping[source] is target
+    deepest = mapping[node]
+    assert deepest.depth == depth and deepest.calls == 1 and deepest.time.total_ns == depth
+    assert [s.path for s, _ in fold.merge_below(source, CallNode.root())][:2] == ["l0", "l0.l1"]

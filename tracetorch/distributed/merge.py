@@ -34,7 +34,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tracetorch.distributed.spread import Spread
-from tracetorch.engine.fold import add_recorded
+from tracetorch.engine.fold import merge_below
 from tracetorch.result import EXACT_STEPS, ProfileResult
 from tracetorch.stats import TimeStats
 from tracetorch.tree import CallNode
@@ -210,8 +210,8 @@ class RankMerge:
             state.root = result.root
             pairs = [(node, node) for node in result.root.walk() if node is not result.root]
         else:
-            pairs = _fold_tree(state.root, result.root)
-        for node, source in pairs:
+            pairs = merge_below(result.root, state.root)
+        for source, node in pairs:
             state.nodes[node] = spread = NodeSpread()
             spread.add(rank, source)
         state.ranks[rank] = _rank_row(result, facts)
@@ -230,7 +230,7 @@ class RankMerge:
         if len(saved) != len(order):
             raise ValueError(f"merged profile: {len(saved)} node spreads for {len(order)} nodes")
         spreads = {id(node): data for node, data in zip(order, saved)}
-        for node, source in _fold_tree(self.root, result.root):
+        for source, node in merge_below(result.root, self.root):
             data = spreads[id(source)]
             self.nodes[node] = NodeSpread.from_dict(data) if data else NodeSpread()
         for data in facts.get("collectives", ()):
@@ -246,7 +246,7 @@ class RankMerge:
         both = self.ranks.keys() & other.ranks.keys()
         if both:
             raise ValueError(f"rank {min(both)} is merged twice")
-        for node, source in _fold_tree(self.root, other.root):
+        for source, node in merge_below(other.root, self.root):
             mine = self.nodes.get(node)
             theirs = other.nodes.get(source)
             if mine is None:
@@ -393,21 +393,3 @@ def _copy_stats(stats: TimeStats) -> TimeStats:
     copy = TimeStats(stats.exact_limit)
     copy.merge(stats)
     return copy
-
-
-def _fold_tree(target: CallNode, source: CallNode) -> list[tuple[CallNode, CallNode]]:
-    """Add every node of ``source`` into ``target``'s tree by call path (children matched by
-    name, new ones appended in their call order); returns (target node, source node) pairs.
-    An explicit stack: a tree hundreds of levels deep merges as well as a flat one."""
-    pairs: list[tuple[CallNode, CallNode]] = []
-    stack = [(target, source)]
-    while stack:
-        mine, theirs = stack.pop()
-        for name, child in theirs.children.items():
-            node = mine.children.get(name)
-            if node is None:
-                node = mine.child(name, child.type_name, child.module_key, child.kind)
-            add_recorded(child, node)
-            pairs.append((node, child))
-            stack.append((node, child))
-    return pairs

@@ -25,7 +25,7 @@ from tracetorch.tree import CallNode
 if TYPE_CHECKING:
     from tracetorch.engine.hotpath import Frame
 
-__all__ = ("fold_tree", "fold_touched", "merge_tree", "graft", "add_recorded")
+__all__ = ("fold_tree", "fold_touched", "merge_tree", "merge_below", "graft", "add_recorded")
 
 #: The same node in the source tree and in the tree it was merged into.
 NodeMap = dict[CallNode, CallNode]
@@ -157,19 +157,42 @@ def add_recorded(source: CallNode, target: CallNode) -> None:
         target.note_shapes(inputs, output)
 
 
-def merge_tree(source: CallNode, target: CallNode, mapping: NodeMap | None = None) -> NodeMap:
+def merge_tree(source: CallNode, target: CallNode) -> NodeMap:
     """Add ``source``'s subtree to ``target``'s, matching children by name (both trees belong
     to one profile, so names and module keys agree); return which node each source node went
     to. Fold ``source`` first."""
-    mapping = {} if mapping is None else mapping
-    mapping[source] = target
     add_recorded(source, target)
-    for name, child in source.children.items():
-        merged = target.child(name, child.type_name, child.module_key, child.kind)
-        if merged.rule_state == "none":
-            merged.rule_state = child.rule_state
-        merge_tree(child, merged, mapping)
+    mapping = {source: target}
+    mapping.update(merge_below(source, target))
     return mapping
+
+
+def merge_below(source: CallNode, target: CallNode) -> list[tuple[CallNode, CallNode]]:
+    """Add every node below ``source`` (not ``source`` itself) into ``target``'s tree by call
+    path, children matched by name and new ones appended in their call order; returns the
+    (source node, target node) pairs, each parent before its children.
+
+    An explicit stack, not recursion: a tree hundreds of levels deep merges as well as a flat
+    one.
+
+    Example:
+        >>> source, target = CallNode.root(), CallNode.root()
+        >>> fc = source.child("block", "Block", "m0").child("fc", "Linear", "m1")
+        >>> [(s.path, t.path) for s, t in merge_below(source, target)]
+        [('block', 'block'), ('block.fc', 'block.fc')]
+    """
+    pairs: list[tuple[CallNode, CallNode]] = []
+    stack = [(source, target)]
+    while stack:
+        theirs, mine = stack.pop()
+        for name, child in theirs.children.items():
+            merged = mine.child(name, child.type_name, child.module_key, child.kind)
+            if merged.rule_state == "none":
+                merged.rule_state = child.rule_state
+            add_recorded(child, merged)
+            pairs.append((child, merged))
+            stack.append((child, merged))
+    return pairs
 
 
 def graft(source: CallNode, owners: dict[str, Any], frame: Frame) -> NodeMap:
