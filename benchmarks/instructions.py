@@ -83,21 +83,9 @@ def run_child(work: Work, steps: int, columns: list[str]) -> dict[str, Any]:
 
 def count_row(work: Work, steps: int, columns: list[str], valgrind: str) -> dict[str, Any]:
     """Run ``work``'s child under callgrind; the instructions of each variant's steps."""
-    with tempfile.TemporaryDirectory() as folder:
-        out = Path(folder) / "callgrind.out"
-        command = [valgrind, "--tool=callgrind", f"--toggle-collect={MEASURED}",
-                   f"--dump-after={MEASURED}", f"--callgrind-out-file={out}",
-                   sys.executable, __file__, "--child", work.name, "--steps", str(steps),
-                   "--columns", ",".join(columns)]
-        env = dict(os.environ, PYTHONHASHSEED="0")  # the same dict layouts in every run
-        done = subprocess.run(command, capture_output=True, text=True, env=env,
-                              cwd=Path(__file__).parent)
-        if done.returncode != 0:
-            raise RuntimeError(f"{work.name}: the child failed:\n{done.stderr[-2000:]}")
-        result = json.loads(done.stdout.strip().splitlines()[-1])
-        dumps = sorted(Path(folder).glob("callgrind.out.*"),
-                       key=lambda path: int(path.suffix[1:]))
-        counts = [callgrind_total(path) for path in dumps]
+    result, counts = run_under_callgrind(
+        valgrind, ["--child", work.name, "--steps", str(steps), "--columns", ",".join(columns)],
+        __file__)
     dumped = result["dumped"]
     if len(counts) != len(dumped):
         # A step that calls functools.reduce itself would toggle counting off inside it.
@@ -106,6 +94,31 @@ def count_row(work: Work, steps: int, columns: list[str], valgrind: str) -> dict
     result["instructions"] = {name: count for name, count in zip(dumped, counts)
                               if result["outcome"][name] == "ran"}
     return result
+
+
+def run_under_callgrind(valgrind: str, arguments: list[str], script: str) -> tuple[Any, list[int]]:
+    """Run ``python script *arguments`` under callgrind, counting only inside
+    ``functools.reduce`` calls (one dump after each): what the child printed last (one JSON
+    line) and each dump's instructions, in order.
+
+    Raises:
+        RuntimeError: the child failed.
+    """
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "callgrind.out"
+        command = [valgrind, "--tool=callgrind", f"--toggle-collect={MEASURED}",
+                   f"--dump-after={MEASURED}", f"--callgrind-out-file={out}",
+                   sys.executable, script, *arguments]
+        env = dict(os.environ, PYTHONHASHSEED="0")  # the same dict layouts in every run
+        done = subprocess.run(command, capture_output=True, text=True, env=env,
+                              cwd=Path(script).parent)
+        if done.returncode != 0:
+            raise RuntimeError(f"{Path(script).name} {' '.join(arguments)}: the child failed:\n"
+                               f"{done.stderr[-2000:]}")
+        dumps = sorted(Path(folder).glob("callgrind.out.*"),
+                       key=lambda path: int(path.suffix[1:]))
+        return (json.loads(done.stdout.strip().splitlines()[-1]),
+                [callgrind_total(path) for path in dumps])
 
 
 def callgrind_total(dump: Path) -> int:

@@ -23,17 +23,13 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import shutil
-import subprocess
 import sys
-import tempfile
 import warnings
-from pathlib import Path
 
 import torch
 from enter_exit import one_shot_ways, resnet, synthetic_classes, transformer
-from instructions import MEASURED, callgrind_total
+from instructions import run_under_callgrind
 
 #: The models counted, by ``--models`` name: label, builder, input shape (batch 1, as
 #: enter_exit.py's one-shot rows).
@@ -60,21 +56,9 @@ def run_child(models: list[str], counts: int, classes: int) -> list[str]:
 
 def count(models: list[str], counts: int, classes: int, valgrind: str) -> dict[str, int]:
     """Run the child under callgrind: the instructions of one call of each way, by name."""
-    with tempfile.TemporaryDirectory() as folder:
-        out = Path(folder) / "callgrind.out"
-        command = [valgrind, "--tool=callgrind", f"--toggle-collect={MEASURED}",
-                   f"--dump-after={MEASURED}", f"--callgrind-out-file={out}",
-                   sys.executable, __file__, "--child", "--models", ",".join(models),
-                   "--counts", str(counts), "--classes", str(classes)]
-        env = dict(os.environ, PYTHONHASHSEED="0")  # the same dict layouts in every run
-        done = subprocess.run(command, capture_output=True, text=True, env=env,
-                              cwd=Path(__file__).parent)
-        if done.returncode != 0:
-            raise RuntimeError(f"the child failed:\n{done.stderr[-2000:]}")
-        dumped = json.loads(done.stdout.strip().splitlines()[-1])
-        dumps = sorted(Path(folder).glob("callgrind.out.*"),
-                       key=lambda path: int(path.suffix[1:]))
-        totals = [callgrind_total(path) for path in dumps]
+    dumped, totals = run_under_callgrind(
+        valgrind, ["--child", "--models", ",".join(models), "--counts", str(counts),
+                   "--classes", str(classes)], __file__)
     if len(totals) != len(dumped):
         raise RuntimeError(f"{len(totals)} dumps for {len(dumped)} counted ways")
     return {name: total // counts for name, total in zip(dumped, totals)}

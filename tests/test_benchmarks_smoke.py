@@ -23,6 +23,14 @@ def run_benchmark(script: str, *args: str, timeout: int = 300,
                           check=True, env=env).stdout
 
 
+def require_valgrind(script: str) -> None:
+    """Skip without valgrind, except under CI, which installs it (then fail)."""
+    if shutil.which("valgrind") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI needs valgrind for benchmarks/{script}")
+        pytest.skip("valgrind is missing")
+
+
 HEADER = ("| work | bare wrapt | forward hooks | forward + full backward hooks | torch.profiler "
           "| DeepSpeed profiler | tracetorch | tracetorch ops=False |")
 
@@ -109,10 +117,7 @@ def test_torch_call_costs_prints_its_three_tables() -> None:
 @pytest.mark.slow
 @pytest.mark.usefixtures("torch_installed")
 def test_instructions_counts_each_variant_of_a_row() -> None:
-    if shutil.which("valgrind") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI needs valgrind for benchmarks/instructions.py")
-        pytest.skip("valgrind is missing")
+    require_valgrind("instructions.py")
     out = run_benchmark("instructions.py", "--rows", "mlp-infer", "--steps", "2",
                         "--columns", "forward hooks,tracetorch", timeout=600)
     lines = out.splitlines()
@@ -132,10 +137,7 @@ def test_instructions_counts_each_variant_of_a_row() -> None:
 @pytest.mark.slow
 @pytest.mark.usefixtures("torch_installed")
 def test_one_shot_instructions_counts_each_way() -> None:
-    if shutil.which("valgrind") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI needs valgrind for benchmarks/one_shot_instructions.py")
-        pytest.skip("valgrind is missing")
+    require_valgrind("one_shot_instructions.py")
     out = run_benchmark("one_shot_instructions.py", "--models", "cnn", "--counts", "1",
                         "--classes", "10", timeout=900)
     found = dict(re.findall(r"^    (plain forward|FlopCounterMode|count_flops|profile\(model\))"
