@@ -214,6 +214,10 @@ def signature(args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Sh
         >>> signature((np.zeros((2, 3)), 5), {"mask": np.zeros(4)})
         ((2, 3), None, (4,))
     """
+    if len(args) == 1 and not kwargs:  # one tensor, as most layers are called: no walk
+        shape = shape_of(args[0])
+        if shape is not None:
+            return (shape,)
     shapes: list[tuple[int, ...] | None] = []
     for value in args:
         _collect_shapes(value, shapes)

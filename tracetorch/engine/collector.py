@@ -231,7 +231,7 @@ class Collector(CallTiming):
             if existing.frame is None:
                 self.adopt(existing, owner, kind, flops_fn, frame.ops)
             return existing
-        key = self.module_key(owner)
+        key = self.ids.module_key(owner)
         if existing is not None and existing.module_key != key:
             suffix = 2
             while f"{name}#{suffix}" in parent_node.children:
