@@ -13,7 +13,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Literal, NamedTuple, Optional
+from typing import Any, Callable, Generic, Literal, NamedTuple, Optional, TypeVar, overload
 
 from tracetorch.memory import MemoryStats
 from tracetorch.stats import TimeStats
@@ -58,6 +58,46 @@ MAX_SHAPES = 4
 Shape = tuple[int, ...]
 #: The shapes of one call's tensor arguments (``None`` for a non-tensor argument).
 ShapeSignature = tuple[Optional[Shape], ...]
+
+
+_Field = TypeVar("_Field")
+
+
+class _MadeOnFirstUse(Generic[_Field]):
+    """A node's field made by ``make()`` when it is first read, kept in the slot of the same
+    name with a leading underscore (``None`` until then). A layer's first call makes its node
+    inside the forward, where every allocation costs several times what it costs later.
+
+    Example:
+        >>> node = CallNode.root()
+        >>> node._memory is None, node.memory.saved_bytes, node._memory is node.memory
+        (True, 0, True)
+    """
+
+    def __init__(self, make: Callable[[], _Field]) -> None:
+        self.make = make
+        self.slot = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = "_" + name
+
+    @overload
+    def __get__(self, node: None, owner: type) -> _MadeOnFirstUse[_Field]: ...
+
+    @overload
+    def __get__(self, node: CallNode, owner: type) -> _Field: ...
+
+    def __get__(self, node: CallNode | None, owner: type) -> Any:
+        if node is None:
+            return self
+        value = getattr(node, self.slot)
+        if value is None:
+            value = self.make()
+            setattr(node, self.slot, value)
+        return value
+
+    def __set__(self, node: CallNode, value: _Field) -> None:
+        setattr(node, self.slot, value)
 
 
 class CallNode:
@@ -110,9 +150,7 @@ class CallNode:
         self.params = 0
         self.input_shapes: list[ShapeSignature] = []
         self.output_shapes: list[ShapeSignature] = []
-        # Made at first use (see the properties): a count_flops node never needs them, and a
-        # layer's first call, which makes its node, runs inside the forward, where every
-        # allocation costs several times what it costs at the fold.
+        # backward_time and memory, made at their first use (see _MadeOnFirstUse):
         self._backward_time: TimeStats | None = None
         self.backward_flops = 0
         self.backward_gemm_flops = 0
@@ -137,30 +175,9 @@ class CallNode:
         # fold (see tracetorch.engine.timing.CallTiming.touch): a step folds only those.
         self.unfolded = False
 
-    @property
-    def backward_time(self) -> TimeStats:
-        """Backward time of the gradient computation charged to this node's calls."""
-        stats = self._backward_time
-        if stats is None:
-            stats = self._backward_time = TimeStats()
-        return stats
-
-    @backward_time.setter
-    def backward_time(self, stats: TimeStats) -> None:
-        self._backward_time = stats
-
-    @property
-    def memory(self) -> MemoryStats:
-        """Bytes read, written, held as parameters and saved for backward (see
-        :mod:`tracetorch.memory`)."""
-        stats = self._memory
-        if stats is None:
-            stats = self._memory = MemoryStats()
-        return stats
-
-    @memory.setter
-    def memory(self, stats: MemoryStats) -> None:
-        self._memory = stats
+    # (the forward-only nodes of count_flops never use them)
+    backward_time = _MadeOnFirstUse(TimeStats)
+    memory = _MadeOnFirstUse(MemoryStats)
 
     @classmethod
     def root(cls) -> CallNode:
