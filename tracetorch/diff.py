@@ -46,6 +46,7 @@ from typing import Any, Union
 
 from tracetorch.report import diff_report
 from tracetorch.report.rows import to_rows
+from tracetorch.report.table import check_choice
 from tracetorch.result import ProfileResult
 
 __all__ = ("diff", "ProfileDiff", "LayerDiff", "DIFF_SORT_KEYS", "DEFAULT_SIGMAS")
@@ -150,13 +151,6 @@ def _load(source: Source, arg: str) -> tuple[ProfileResult, str]:
                     f"got {type(source).__name__}")
 
 
-def _check_sort(sort: object) -> str:
-    if not isinstance(sort, str) or sort not in DIFF_SORT_KEYS:
-        raise ValueError(f"sort must be one of {', '.join(map(repr, DIFF_SORT_KEYS))}; "
-                         f"got {sort!r}")
-    return sort
-
-
 class ProfileDiff:
     """The comparison :func:`diff` returns. ``print()`` it for the text report.
 
@@ -174,7 +168,7 @@ class ProfileDiff:
         if (isinstance(sigmas, bool) or not isinstance(sigmas, (int, float))
                 or not sigmas >= 0 or math.isinf(sigmas)):
             raise ValueError(f"sigmas must be a finite number >= 0; got {sigmas!r}")
-        self.sort = _check_sort(sort)
+        self.sort = check_choice("sort", sort, DIFF_SORT_KEYS)
         self.sigmas = float(sigmas)
         self.base_name, self.new_name = base_name, new_name
         a, b = _key_rows(base), _key_rows(new)

@@ -55,7 +55,7 @@ if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report
 
 __all__ = ("SORT_KEYS", "FLAT_VIEWS", "TREE_COLUMNS", "FLAT_COLUMNS", "TreeContext", "FlatContext",
            "SubtreeSums", "tree_context", "tree_rows",
-           "render_table", "render_flat", "node_label", "printable")
+           "render_table", "render_flat", "node_label", "printable", "check_choice")
 
 _TreeRow = tuple[CallNode, int]  # a node and its depth
 _FlatRow = tuple[str, "AggregateRow"]  # a type or module name and its totals
@@ -84,7 +84,13 @@ def _natural(name: str) -> list[tuple[int, int, str]]:
             for part in re.split(r"(\d+)", name) if part]
 
 
-def _check_choice(arg: str, value: object, allowed: Sequence[str]) -> str:
+def check_choice(arg: str, value: object, allowed: Sequence[str]) -> str:
+    """``value`` if it is one of the strings ``allowed``; else a ValueError naming ``arg``.
+
+    Example:
+        >>> check_choice("sort_by", "self", SORT_KEYS)
+        'self'
+    """
     if not isinstance(value, str) or value not in allowed:
         choices = ", ".join(repr(a) for a in allowed)
         raise ValueError(f"{arg} must be one of {choices}; got {value!r}")
@@ -231,7 +237,7 @@ def tree_rows(result: ProfileResult, sort_by: str = "total",
     """Every node with its depth, in the table's order (siblings sorted by ``sort_by``);
     ``sums``, when the caller has them (``tree_context(result).inc``), are not computed again."""
     inc = SubtreeSums(result.root) if sums is None else sums
-    return _select(result, _check_choice("sort_by", sort_by, SORT_KEYS), None, 0.0, inc)[0]
+    return _select(result, check_choice("sort_by", sort_by, SORT_KEYS), None, 0.0, inc)[0]
 
 
 def _bwd_time(c: TreeContext, r: _TreeRow) -> str:
@@ -344,7 +350,7 @@ def render_table(result: ProfileResult, sort_by: str = "total", depth: int | Non
         >>> print(render_table(ProfileResult(root), depth=1).splitlines()[0])
         Name         Calls    FLOPs  MACs  Self time  Total time  % time    FLOP/s
     """
-    sort_by = _check_choice("sort_by", sort_by, SORT_KEYS)
+    sort_by = check_choice("sort_by", sort_by, SORT_KEYS)
     depth = _check_positive_int("depth", depth)
     row_limit = _check_positive_int("row_limit", row_limit)
     min_percent = _check_percent(min_percent)
@@ -449,8 +455,8 @@ def render_flat(result: ProfileResult, view: str = "type", sort_by: str = "total
         >>> print(render_flat(ProfileResult(root)).splitlines()[2])
         Linear      1      1  0 FLOPs     -     500 ns      500 ns  100.0%  0 FLOP/s
     """
-    view = _check_choice("view", view, FLAT_VIEWS)
-    sort_by = _check_choice("sort_by", sort_by, SORT_KEYS)
+    view = check_choice("view", view, FLAT_VIEWS)
+    sort_by = check_choice("sort_by", sort_by, SORT_KEYS)
     if show_backward is None:
         show_backward = _has_backward(result)
     rows = _flat_rows(result, view)
