@@ -22,14 +22,20 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import json
 import shutil
 import sys
 import warnings
+from typing import Callable
 
 import torch
 from enter_exit import one_shot_ways, resnet, synthetic_classes, transformer
 from instructions import run_under_callgrind
+from torch import nn
+from torch_peers import module_calls
+
+import tracetorch
 
 #: The models counted, by ``--models`` name: label, builder, input shape (batch 1, as
 #: enter_exit.py's one-shot rows).
@@ -39,45 +45,104 @@ MODELS = {
 }
 
 
-def run_child(models: list[str], counts: int, classes: int) -> list[str]:
+#: The breakdown's blocks (see :func:`breakdown_ways`), in order.
+BREAKDOWN = ("block alone", "block, forward", "block, forward and twin", "block, forward twice")
+
+
+def breakdown_ways(build: Callable[[], nn.Module], shape: tuple[int, ...]
+                   ) -> dict[str, Callable[[], None]]:
+    """Where a one-shot count's instructions go: ``count_flops``'s block (the same profile
+    settings) around nothing, one forward, a forward and one of a twin model (the same layer
+    classes, already wrapped: its layers' first calls alone), and two forwards (the second
+    one's calls are the steady hot path)."""
+    model, twin, x = build(), build(), torch.randn(shape)
+
+    def block(*forwards: nn.Module) -> Callable[[], None]:
+        def run() -> None:
+            with tracetorch.profile(model, timing=False, isolated=True, memory=False,
+                                    params=False):
+                for forward in forwards:
+                    forward(x)
+        return run
+
+    return dict(zip(BREAKDOWN, (block(), block(model), block(model, twin),
+                                block(model, model))))
+
+
+def run_child(models: list[str], counts: int, classes: int) -> dict[str, object]:
     """Inside callgrind: each way on each model, ``counts`` times in one ``functools.reduce``
-    call (after two uncounted calls). Returns the ``model/way`` names in dump order."""
+    call (after two uncounted calls), then the breakdown's blocks with the garbage collector
+    off (their recordings are left to it, as a profile's are). Returns the ``model/way`` names
+    in dump order and each model's module calls per forward."""
     keep = synthetic_classes(classes)  # noqa: F841 - alive while counting, as in enter_exit.py
     dumped: list[str] = []
+    calls: dict[str, int] = {}
     with torch.no_grad():
         for label, build, shape in (MODELS[name] for name in models):
-            for way, fn in one_shot_ways(build(), shape).items():
+            ways = one_shot_ways(build(), shape)
+            calls[label] = module_calls(*_model_and_forward(build, shape))
+            for way, fn in [*ways.items(), *breakdown_ways(build, shape).items()]:
                 fn()
                 fn()
                 dumped.append(f"{label}/{way}")
-                functools.reduce(lambda _, __: fn(), range(counts), None)
-    return dumped
+                collecting = way not in BREAKDOWN
+                if not collecting:
+                    gc.collect()
+                    gc.disable()
+                try:
+                    functools.reduce(lambda _, __: fn(), range(counts), None)
+                finally:
+                    gc.enable()
+    return {"dumped": dumped, "calls": calls}
 
 
-def count(models: list[str], counts: int, classes: int, valgrind: str) -> dict[str, int]:
-    """Run the child under callgrind: the instructions of one call of each way, by name."""
-    dumped, totals = run_under_callgrind(
+def _model_and_forward(build: Callable[[], nn.Module], shape: tuple[int, ...]
+                       ) -> tuple[nn.Module, Callable[[], object]]:
+    model, x = build(), torch.randn(shape)
+    return model, lambda: model(x)
+
+
+def count(models: list[str], counts: int, classes: int, valgrind: str
+          ) -> tuple[dict[str, int], dict[str, int]]:
+    """Run the child under callgrind: the instructions of one call of each way, by name, and
+    each model's module calls per forward."""
+    result, totals = run_under_callgrind(
         valgrind, ["--child", "--models", ",".join(models), "--counts", str(counts),
                    "--classes", str(classes)], __file__)
+    dumped = result["dumped"]
     if len(totals) != len(dumped):
         raise RuntimeError(f"{len(totals)} dumps for {len(dumped)} counted ways")
-    return {name: total // counts for name, total in zip(dumped, totals)}
+    return {name: total // counts for name, total in zip(dumped, totals)}, result["calls"]
 
 
-def report(models: list[str], per_call: dict[str, int]) -> None:
-    """Per model: each way's instructions per call, added over the plain forward, ratios."""
+def report(models: list[str], per_call: dict[str, int], calls: dict[str, int]) -> None:
+    """Per model: each way's instructions per call, added over the plain forward, ratios; then
+    the breakdown of count_flops's block."""
     for label in (MODELS[name][0] for name in models):
         ways = {name.split("/", 1)[1]: n for name, n in per_call.items()
                 if name.startswith(label + "/")}
         plain, reference = ways["plain forward"], ways["FlopCounterMode"]
         print(f"  {label}")
         for way, n in ways.items():
+            if way in BREAKDOWN:
+                continue
             line = (f"    {way:<16} {n / 1e6:8.2f} M   +{(n - plain) / 1e6:7.2f} M over a "
                     f"plain forward")
             if way in ("count_flops", "profile(model)"):
                 line += (f"   {n / reference:.2f}x FlopCounterMode's "
                          f"({(n - plain) / (reference - plain):.2f}x its added)")
             print(line)
+        alone, once, twin, twice = (ways[way] for way in BREAKDOWN)
+        steady = twice - once - plain
+        first_calls = twin - once - plain - steady
+        wrapping = once - alone - plain - first_calls - steady
+        print(f"    count_flops's block, garbage collector off, {calls[label]} module calls per "
+              f"forward: {alone / 1e6:.2f} M entering and leaving; the first forward "
+              f"+{(once - alone - plain) / 1e6:.2f} M over a plain one:\n"
+              f"      the layers' first calls {first_calls / 1e6:.2f} M "
+              f"({first_calls / calls[label]:,.0f} per module call), the same calls again "
+              f"{steady / 1e6:.2f} M ({steady / calls[label]:,.0f} per module call), wrapping "
+              f"the classes {wrapping / 1e6:.2f} M")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"torch {torch.__version__}, 1 thread, batch 1, no_grad, callgrind instructions "
           f"per call ({args.counts} counted):")
-    report(models, count(models, args.counts, args.classes, valgrind))
+    report(models, *count(models, args.counts, args.classes, valgrind))
     return 0
 
 

@@ -149,3 +149,7 @@ def test_one_shot_instructions_counts_each_way() -> None:
     assert all(float(found[way]) > float(found["plain forward"]) > 1
                for way in ("FlopCounterMode", "count_flops", "profile(model)")), out
     assert re.search(r"count_flops .* [\d.]+x FlopCounterMode's \([\d.]+x its added\)", out)
+    assert re.search(r"count_flops's block, garbage collector off, 77 module calls per forward: "
+                     r"[\d.]+ M entering and leaving; the first forward \+[\d.]+ M over a "
+                     r"plain one:\n      the layers' first calls -?[\d.]+ M \(-?[\d,]+ per "
+                     r"module call\), the same calls again -?[\d.]+ M", out), out
