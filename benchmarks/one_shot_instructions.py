@@ -73,20 +73,21 @@ def run_child(models: list[str], counts: int, classes: int) -> dict[str, object]
     """Inside callgrind: each way on each model, ``counts`` times in one ``functools.reduce``
     call (after two uncounted calls), then the breakdown's blocks with the garbage collector
     off (their recordings are left to it, as a profile's are). Returns the ``model/way`` names
-    in dump order and each model's module calls per forward."""
+    in dump order, and per model its module calls per forward and the nodes a forward makes
+    (each a layer's first call at its call site)."""
     keep = synthetic_classes(classes)  # noqa: F841 - alive while counting, as in enter_exit.py
     dumped: list[str] = []
-    calls: dict[str, int] = {}
+    calls: dict[str, tuple[int, int]] = {}
     with torch.no_grad():
         for label, build, shape in (MODELS[name] for name in models):
-            ways = one_shot_ways(build(), shape)
-            calls[label] = module_calls(*_model_and_forward(build, shape))
-            for way, fn in [*ways.items(), *breakdown_ways(build, shape).items()]:
+            calls[label] = _calls_and_nodes(build, shape)
+            ways = [*one_shot_ways(build(), shape).items(),
+                    *breakdown_ways(build, shape).items()]
+            for way, fn in ways:
                 fn()
                 fn()
                 dumped.append(f"{label}/{way}")
-                collecting = way not in BREAKDOWN
-                if not collecting:
+                if way in BREAKDOWN:
                     gc.collect()
                     gc.disable()
                 try:
@@ -96,16 +97,17 @@ def run_child(models: list[str], counts: int, classes: int) -> dict[str, object]
     return {"dumped": dumped, "calls": calls}
 
 
-def _model_and_forward(build: Callable[[], nn.Module], shape: tuple[int, ...]
-                       ) -> tuple[nn.Module, Callable[[], object]]:
+def _calls_and_nodes(build: Callable[[], nn.Module], shape: tuple[int, ...]) -> tuple[int, int]:
     model, x = build(), torch.randn(shape)
-    return model, lambda: model(x)
+    with tracetorch.profile(model, timing=False) as prof:
+        model(x)
+    return module_calls(model, lambda: model(x)), len(prof.nodes())
 
 
 def count(models: list[str], counts: int, classes: int, valgrind: str
-          ) -> tuple[dict[str, int], dict[str, int]]:
+          ) -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
     """Run the child under callgrind: the instructions of one call of each way, by name, and
-    each model's module calls per forward."""
+    each model's module calls and nodes per forward."""
     result, totals = run_under_callgrind(
         valgrind, ["--child", "--models", ",".join(models), "--counts", str(counts),
                    "--classes", str(classes)], __file__)
@@ -115,7 +117,8 @@ def count(models: list[str], counts: int, classes: int, valgrind: str
     return {name: total // counts for name, total in zip(dumped, totals)}, result["calls"]
 
 
-def report(models: list[str], per_call: dict[str, int], calls: dict[str, int]) -> None:
+def report(models: list[str], per_call: dict[str, int],
+           calls: dict[str, tuple[int, int]]) -> None:
     """Per model: each way's instructions per call, added over the plain forward, ratios; then
     the breakdown of count_flops's block."""
     for label in (MODELS[name][0] for name in models):
@@ -133,16 +136,17 @@ def report(models: list[str], per_call: dict[str, int], calls: dict[str, int]) -
                          f"({(n - plain) / (reference - plain):.2f}x its added)")
             print(line)
         alone, once, twin, twice = (ways[way] for way in BREAKDOWN)
-        steady = twice - once - plain
+        module_calls_made, nodes = calls[label]
+        steady = twice - once - plain  # every module call of a forward, on the C hot path
+        # The twin's forward: a first call at each node, the steady cost at its other calls.
         first_calls = twin - once - plain - steady
         wrapping = once - alone - plain - first_calls - steady
-        print(f"    count_flops's block, garbage collector off, {calls[label]} module calls per "
-              f"forward: {alone / 1e6:.2f} M entering and leaving; the first forward "
-              f"+{(once - alone - plain) / 1e6:.2f} M over a plain one:\n"
-              f"      the layers' first calls {first_calls / 1e6:.2f} M "
-              f"({first_calls / calls[label]:,.0f} per module call), the same calls again "
-              f"{steady / 1e6:.2f} M ({steady / calls[label]:,.0f} per module call), wrapping "
-              f"the classes {wrapping / 1e6:.2f} M")
+        print(f"    count_flops's block, garbage collector off: {alone / 1e6:.2f} M entering and "
+              f"leaving; the first forward +{(once - alone - plain) / 1e6:.2f} M over a plain "
+              f"one:\n      {module_calls_made} module calls again {steady / 1e6:.2f} M "
+              f"({steady / module_calls_made:,.0f} each), the first calls at its {nodes} nodes "
+              f"{first_calls / 1e6:.2f} M more ({first_calls / nodes:,.0f} each), wrapping the "
+              f"classes {wrapping / 1e6:.2f} M")
 
 
 def main(argv: list[str] | None = None) -> int:

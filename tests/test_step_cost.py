@@ -5,6 +5,7 @@ what they visit.
 """
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any
 
@@ -296,8 +297,6 @@ def test_subtree_counts_equal_count_parameters_core_and_duck():
 
 def test_merging_a_tree_deeper_than_the_recursion_limit():
     # (a schedule's or a nested profile's recording is merged into the profile's tree)
-    import sys
-
     source = node = CallNode.root()
     depth = sys.getrecursionlimit() + 500
     for level in range(depth):
