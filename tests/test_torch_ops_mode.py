@@ -360,10 +360,10 @@ def test_a_scripted_module_is_a_node_with_unknown_flops_and_says_why(torch):
     import warnings
 
     import tracetorch
-    from tracetorch.engine import collector
+    from tracetorch.engine import unsupported
 
     scripted = torch.jit.script(torch.nn.Sequential(torch.nn.Linear(4, 4)))
-    collector._WARNED_UNSUPPORTED.discard("RecursiveScriptModule")
+    unsupported._WARNED.discard("RecursiveScriptModule")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with tracetorch.profile() as prof:

@@ -19,9 +19,9 @@ from typing import Any, Callable
 import numpy as np
 
 from tracetorch.adapters.base import all_subclasses
-from tracetorch.engine.collector import register_saved_meter
 from tracetorch.engine.hotpath import OpCounter
 from tracetorch.engine.patches import PatchBoard, PatchTarget
+from tracetorch.engine.saved_meters import register_saved_meter
 from tracetorch.introspect import ndarray_of, tensors_in
 from tracetorch.tree import NodeKind
 

@@ -4,8 +4,10 @@ The hot path (:mod:`tracetorch.engine.hotpath`) only appends a duration and bump
 counter. The rest happens here: naming and creating a node on its first call under a parent,
 running the FLOP rule once per distinct input shape, charging backward operations, and
 :meth:`Collector.fold`, which turns the counters into each node's own FLOPs at every step and at
-exit. Timing lives in :mod:`tracetorch.engine.timing`, folding and grafting trees in
-:mod:`tracetorch.engine.fold`.
+exit. Timing and the timeline live in :mod:`tracetorch.engine.timing`, folding and grafting trees
+in :mod:`tracetorch.engine.fold`, what a call saves for backward in
+:mod:`tracetorch.engine.saved_meters`, the layers with unknown FLOPs in
+:mod:`tracetorch.engine.unsupported`.
 
 Example:
     >>> from tracetorch.tree import CallNode
@@ -16,14 +18,15 @@ Example:
 from __future__ import annotations
 
 import threading
-import warnings
-import weakref
 from typing import Any, Callable
 
 from tracetorch.engine.fold import fold_touched, fold_tree, graft
 from tracetorch.engine.hotpath import Frame
 from tracetorch.engine.identities import Identities
+from tracetorch.engine.saved_meters import saved_bytes
 from tracetorch.engine.timing import CallTiming, Clock
+from tracetorch.engine.unsupported import unsupported_calls, warn_unsupported
+from tracetorch.engine.warm import WarmNodes
 from tracetorch.engine.wrappers import naming_through_wrappers, wrapper_name
 from tracetorch.flops.registry import NO_RULE, FlopCount, FlopRegistry, default_registry
 from tracetorch.introspect import (
@@ -37,20 +40,7 @@ from tracetorch.introspect import (
 )
 from tracetorch.tree import CallNode, NodeKind, new_entry
 
-__all__ = ("Collector", "register_saved_meter", "SavedMeter")
-
-#: ``meter(args, kwargs, output, seen, node) -> bytes`` saved for backward by one call of
-#: ``node`` (see :mod:`tracetorch.memory`), counting only storages whose keys are not in
-#: ``seen`` and adding the keys of those it counts.
-SavedMeter = Callable[[tuple[Any, ...], dict[str, Any], Any, set[int], CallNode], int]
-
-# A framework's saved-bytes meter, by its tensor class (registered by its adapter).
-_SAVED_METERS: dict[type, SavedMeter] = {}
-
-
-def register_saved_meter(tensor_type: type, meter: SavedMeter) -> None:
-    """Measure what calls returning ``tensor_type`` tensors save for backward with ``meter``."""
-    _SAVED_METERS[tensor_type] = meter
+__all__ = ("Collector",)
 
 # Node kinds whose FLOPs may come from a registered rule (backward FLOPs are always counted).
 _RULED_KINDS = frozenset({"module", "optimizer"})
@@ -62,10 +52,6 @@ _DEFAULT_NAMES = {"optimizer": "{}.step", "backward": "backward", "data": "data"
 
 # Marks a paused root frame (a schedule's wait steps): other threads are not recorded then.
 _PAUSED = object()
-
-# Types already warned about as unsupported, process-wide, so a training loop warns once.
-_WARNED_UNSUPPORTED: set[str] = set()
-
 
 class Collector(CallTiming):
     """The tree of one profile plus the caches that keep the hot path cheap."""
@@ -112,7 +98,7 @@ class Collector(CallTiming):
         # the forward node it runs again: a backward pass charges the latter.
         self._originals: dict[str, CallNode] = {}
         self.recompute_of: dict[CallNode, CallNode] = {}
-        self._warm: dict[tuple[int, int], _Warm] = {}
+        self._warm = WarmNodes()
         self._other_threads = False
         # FLOPs of the backward pass in progress, for its Tensor.backward node's summary.
         self._pass_flops = self._pass_gemm = 0
@@ -162,15 +148,12 @@ class Collector(CallTiming):
         self.touched.clear()
         # Only the nodes this opening adopted hold frames (and so the user's objects).
         self.root.children_by_owner.clear()
-        warm = self._warm
+        warm, generation = self._warm, self.registry.generation
         for node in self._adopted:
             frame = node.frame
-            if frame is not None and node.parent is not None:
-                remembered = _remembered(node, frame, self.registry)
-                if remembered is not None:
-                    warm[(id(node.parent), id(frame.owner))] = remembered
-                else:
-                    node.flops_cache.clear()
+            if (frame is not None and node.parent is not None
+                    and not warm.remember(node, frame, generation)):
+                node.flops_cache.clear()
             node.children_by_owner.clear()
             node.frame = None
             node.unfolded = False
@@ -202,11 +185,13 @@ class Collector(CallTiming):
                   flops_fn: Callable[..., int] | None) -> CallNode:
         """Name and create the node for the first call of ``owner`` under ``frame``."""
         parent_node, parent_owner = frame.node, frame.owner
-        warm = self._warm.pop((id(parent_node), id(owner)), None) if self._warm else None
-        if warm is not None:
-            node = self._readopt(warm, parent_node, owner, kind, flops_fn)
-            if node is not None:
-                return node
+        taken = (self._warm.take(parent_node, owner, flops_fn, self.registry.generation)
+                 if self._warm.nodes else None)
+        if taken is not None:  # made by an earlier opening: ready again at the cost of a frame
+            node, ops, observe = taken
+            self._install_frame(node, Frame.of(self, node, owner, ops, observe))
+            parent_node.children_by_owner[id(owner)] = node
+            return node
         type_name = _type_name(owner, kind, label)
         default = label or (_DEFAULT_NAMES[kind].format(type_name) if kind in _DEFAULT_NAMES
                             else type_name)
@@ -246,20 +231,6 @@ class Collector(CallTiming):
             original = self._originals.get(key)
             if original is not None:
                 self.recompute_of[node] = original
-        parent_node.children_by_owner[id(owner)] = node
-        return node
-
-    def _readopt(self, warm: _Warm, parent_node: CallNode, owner: Any, kind: NodeKind,
-                 flops_fn: Callable[..., int] | None) -> CallNode | None:
-        """The node an earlier opening of this profile made for ``owner`` under
-        ``parent_node``, ready again at the cost of a frame (``None``: the owner, its rule or
-        its place changed, and the node must be adopted anew)."""
-        ref, node, ops, observe, generation = warm
-        if (ref() is not owner or node.parent is not parent_node or flops_fn is not None
-                or self.registry.generation != generation):
-            node.flops_cache.clear()
-            return None
-        self._install_frame(node, Frame.of(self, node, owner, ops, observe))
         parent_node.children_by_owner[id(owner)] = node
         return node
 
@@ -326,7 +297,7 @@ class Collector(CallTiming):
         if self.memory:
             entry[4] = tensor_bytes(args) + tensor_bytes(kwargs)
             entry[5] = tensor_bytes(output)
-            entry[6] = self._saved_by(node, args, kwargs, output)
+            entry[6] = saved_bytes(args, kwargs, output, self._saved_storages, node)
         state = node.rule_state
         if state == "user":
             entry[1] = int(self._user_rules[node](*args, **kwargs))
@@ -341,35 +312,9 @@ class Collector(CallTiming):
                 entry[1] = int(result)
         elif (state == "none" and node.kind == "module" and not node.op_flops
               and not node.children and node.flops_source == "none"):
-            self._warn_unsupported(node.type_name, runs_compiled_graph(owner))
+            if self.warn_unsupported:
+                warn_unsupported(node.type_name, runs_compiled_graph(owner), stacklevel=3)
         return entry
-
-    def _saved_by(self, node: CallNode, args: tuple[Any, ...], kwargs: dict[str, Any],
-                  output: Any) -> int:
-        # Measured once per input shape, like FLOPs: the graph a call builds depends on them.
-        sample = output
-        while isinstance(sample, (tuple, list)) and sample:
-            sample = sample[0]
-        meter = _SAVED_METERS.get(type(sample))
-        if meter is None:
-            return 0
-        try:
-            return meter(args, kwargs, output, self._saved_storages, node)
-        except Exception:  # a tensor with no storage (meta, fake): nothing measurable
-            return 0
-
-    def _warn_unsupported(self, type_name: str, compiled: bool) -> None:
-        if self.warn_unsupported and type_name not in _WARNED_UNSUPPORTED:
-            _WARNED_UNSUPPORTED.add(type_name)
-            if compiled:
-                advice = (f"{type_name} runs a compiled graph, which tracetorch cannot look "
-                          f"into: its FLOPs are unknown and reported as 0 (profile the module "
-                          f"before compiling it for FLOPs; its time is measured either way).")
-            else:
-                advice = (f"tracetorch has no FLOP rule for {type_name} and saw no countable "
-                          f"tensor operations in it; its FLOPs are reported as 0. Register one "
-                          f"with @tracetorch.flop_rule({type_name}).")
-            warnings.warn(advice, stacklevel=4)
 
     def fold(self, root: CallNode | None = None) -> None:
         """Turn the counters collected since the last fold into each node's own FLOPs.
@@ -385,14 +330,9 @@ class Collector(CallTiming):
         touched.append(self.root if root is None else root)
         fold_touched(touched)
 
-    # ------------------------------------------------------------------ device clocks
     def unsupported(self) -> dict[str, int]:
         """Calls of leaf layers with no FLOP rule whose FLOPs nothing counted, by type."""
-        counts: dict[str, int] = {}
-        for node in self.root.walk():
-            if node.flops_unknown:
-                counts[node.type_name] = counts.get(node.type_name, 0) + node.calls
-        return counts
+        return unsupported_calls(self.root)
 
     # ------------------------------------------------------------------ backward
     def add_backward(self, node: CallNode, flops: int, gemm: bool, elapsed_ns: int) -> None:
@@ -432,26 +372,6 @@ class Collector(CallTiming):
         """The objects called, by module key, as far as they are still known (for grafting)."""
         return self.ids.owners_by_key()
 
-    def move_events(self, source: CallNode, mapping: dict[CallNode, CallNode] | None) -> None:
-        """Point the timeline events of the recording ``source`` at the nodes ``mapping`` merged
-        them into, or drop them (``None``: the recording was not kept, a schedule's wait or
-        warm-up step): every event of the profile's timeline names a node of its tree."""
-        if not self.events and not self.backward_events:
-            return
-        moved = mapping if mapping is not None else dict.fromkeys(source.walk())
-        for events in (self.events, self.backward_events):
-            if not events:
-                continue
-            kept = []
-            for event in events:
-                if event[0] in moved:
-                    target = moved[event[0]]
-                    if target is not None:
-                        kept.append((target, event[1], event[2], event[3]))
-                else:
-                    kept.append(event)
-            events[:] = kept  # in place: the profile holds these lists as its timelines
-
     def graft_into(self, source: CallNode, frame: Frame) -> None:
         """Hand the folded recording ``source`` to another profile, under its open call
         ``frame`` (call before :meth:`stop`, while the owners are still known)."""
@@ -467,22 +387,6 @@ class Collector(CallTiming):
                 else:
                     outer.dropped_events += 1
         outer.dropped_events += self.dropped_events
-
-
-#: An adopted node remembered between openings: a weak reference to its owner, the node, its
-#: frame's ``ops`` and ``observe``, and the rules' generation it was adopted at.
-_Warm = tuple[weakref.ref, CallNode, bool, bool, int]
-
-
-def _remembered(node: CallNode, frame: Frame, registry: FlopRegistry) -> _Warm | None:
-    owner = frame.owner
-    if node.kind not in ("module", "function", "optimizer", "backward"):
-        return None  # a thread's node is found by the thread
-    try:
-        ref = weakref.ref(owner)
-    except TypeError:  # no weak reference: adopted anew each opening
-        return None
-    return ref, node, frame.ops, frame.observe, registry.generation
 
 
 def _type_name(owner: Any, kind: str, label: str | None) -> str:

@@ -138,6 +138,26 @@ class CallTiming:
         else:
             self.dropped_events += 1
 
+    def move_events(self, source: CallNode, mapping: dict[CallNode, CallNode] | None) -> None:
+        """Point the timeline events of the recording ``source`` at the nodes ``mapping`` merged
+        them into, or drop them (``None``: the recording was not kept, a schedule's wait or
+        warm-up step): every event of the profile's timeline names a node of its tree."""
+        if not self.events and not self.backward_events:
+            return
+        moved = mapping if mapping is not None else dict.fromkeys(source.walk())
+        for events in (self.events, self.backward_events):
+            if not events:
+                continue
+            kept = []
+            for event in events:
+                if event[0] in moved:
+                    target = moved[event[0]]
+                    if target is not None:
+                        kept.append((target, event[1], event[2], event[3]))
+                else:
+                    kept.append(event)
+            events[:] = kept  # in place: the profile holds these lists as its timelines
+
     def touch(self, node: CallNode) -> None:
         """Have the next fold fold ``node`` (and its ancestors): it ran, or was charged work,
         since the last one. Each node is listed once; the hot path tests ``node.unfolded``

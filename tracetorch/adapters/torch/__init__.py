@@ -65,9 +65,9 @@ from tracetorch.adapters.torch.ops import start_op_counting
 from tracetorch.adapters.torch.saved import saved_bytes
 from tracetorch.adapters.torch.steps import start_step_hooks
 from tracetorch.adapters.torch.tracing import tracing
-from tracetorch.engine.collector import register_saved_meter
 from tracetorch.engine.hotpath import OpCounter
 from tracetorch.engine.patches import PatchBoard, PatchTarget
+from tracetorch.engine.saved_meters import register_saved_meter
 from tracetorch.introspect import register_int_shaped
 
 __all__ = ("TorchAdapter", "FirstCalls", "wraps_forward", "targets_for")

@@ -1,0 +1,49 @@
+"""What a call saves for backward, measured by its framework's meter.
+
+Each framework's adapter registers, for its tensor class, a meter that finds the storages a
+call's autograd graph keeps alive (:mod:`tracetorch.adapters.torch.saved` for torch, the core
+adapter for ``tracetorch.core``). The collector asks :func:`saved_bytes` once per node and input
+shape, as it runs FLOP rules, and keeps the set of storages already charged since the last fold
+so that a tensor kept by several calls counts once.
+
+Example:
+    >>> from tracetorch.tree import CallNode
+    >>> saved_bytes((), {}, object(), set(), CallNode.root())   # no meter for an object
+    0
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from tracetorch.tree import CallNode
+
+__all__ = ("SavedMeter", "register_saved_meter", "saved_bytes")
+
+#: ``meter(args, kwargs, output, seen, node) -> bytes`` saved for backward by one call of
+#: ``node`` (see :mod:`tracetorch.memory`), counting only storages whose keys are not in
+#: ``seen`` and adding the keys of those it counts.
+SavedMeter = Callable[[tuple[Any, ...], dict[str, Any], Any, set[int], CallNode], int]
+
+# A framework's saved-bytes meter, by its tensor class (registered by its adapter).
+_SAVED_METERS: dict[type, SavedMeter] = {}
+
+
+def register_saved_meter(tensor_type: type, meter: SavedMeter) -> None:
+    """Measure what calls returning ``tensor_type`` tensors save for backward with ``meter``."""
+    _SAVED_METERS[tensor_type] = meter
+
+
+def saved_bytes(args: tuple[Any, ...], kwargs: dict[str, Any], output: Any, seen: set[int],
+                node: CallNode) -> int:
+    """Bytes one call of ``node`` saves for backward that are not in ``seen`` yet (whose keys it
+    adds), by the meter of its output's tensor class; 0 where none is registered."""
+    sample = output
+    while isinstance(sample, (tuple, list)) and sample:
+        sample = sample[0]
+    meter = _SAVED_METERS.get(type(sample))
+    if meter is None:
+        return 0
+    try:
+        return meter(args, kwargs, output, seen, node)
+    except Exception:  # a tensor with no storage (meta, fake): nothing measurable
+        return 0
