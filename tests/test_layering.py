@@ -130,8 +130,8 @@ def _path(seen: dict[str, str], start: str, end: str) -> str:
 def test_no_report_module_reaches_result_at_run_time() -> None:
     graph = import_graph()
     report_modules = [m for m in graph if m == REPORT or m.startswith(REPORT + ".")]
-    assert {"tracetorch.report.jsonio", "tracetorch.report.table",
-            "tracetorch.report.chrome"} <= set(report_modules)
+    assert {"tracetorch.report.jsonio", "tracetorch.report.jsonread", "tracetorch.report.table",
+            "tracetorch.report.flat_table", "tracetorch.report.chrome"} <= set(report_modules)
     for module in report_modules:
         seen = reachable(graph, module)
         assert RESULT not in seen, f"import cycle: {_path(seen, module, RESULT)} -> report"
@@ -142,7 +142,7 @@ def test_result_uses_report_one_way() -> None:
     graph = import_graph()
     seen = reachable(graph, RESULT)
     # The renderers, the writer and the reader are report's; result only assembles.
-    assert {"tracetorch.report.table", "tracetorch.report.jsonio",
+    assert {"tracetorch.report.table", "tracetorch.report.jsonio", "tracetorch.report.jsonread",
             "tracetorch.report.chrome"} <= set(seen)
     assert RESULT not in seen
 

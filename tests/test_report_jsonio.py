@@ -1,7 +1,7 @@
 """Saving and loading profiles: an exact round trip, and clear errors for anything else.
 
 ``ProfileResult.from_dict`` / ``ProfileResult.load`` / ``tracetorch.load`` assemble a result from
-the parts that ``report.jsonio`` checks and returns (``parse_profile`` / ``read_profile``).
+the parts that ``report.jsonread`` checks and returns (``parse_profile`` / ``read_profile``).
 """
 from __future__ import annotations
 
@@ -16,17 +16,16 @@ from hypothesis import strategies as st
 
 import tracetorch
 from tracetorch.report.chrome import chrome_trace_events
+from tracetorch.report.flat_table import render_flat
 from tracetorch.report.jsonio import (
     FORMAT_NAME,
     FORMAT_VERSION,
-    SavedProfile,
     deep_recursion,
-    parse_profile,
-    read_profile,
     result_to_dict,
     save_result,
 )
-from tracetorch.report.table import render_flat, render_table
+from tracetorch.report.jsonread import SavedProfile, parse_profile, read_profile
+from tracetorch.report.table import render_table
 from tracetorch.result import ProfileResult
 from tracetorch.stats import TimeStats
 from tracetorch.tree import CallNode

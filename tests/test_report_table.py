@@ -6,7 +6,8 @@ import re
 import pytest
 
 from support.trees import add_flops, encoder_tree
-from tracetorch.report.table import node_label, render_flat, render_table
+from tracetorch.report.flat_table import render_flat
+from tracetorch.report.table import node_label, render_table
 from tracetorch.result import ProfileResult
 from tracetorch.stats import TimeStats
 from tracetorch.tree import CallNode
@@ -302,7 +303,8 @@ def test_flat_empty_profile() -> None:
 
 
 def test_control_characters_in_names_are_escaped():
-    from tracetorch.report.table import render_flat, render_table
+    from tracetorch.report.flat_table import render_flat
+    from tracetorch.report.table import render_table
     from tracetorch.result import ProfileResult
     from tracetorch.tree import CallNode
 

@@ -15,7 +15,8 @@ from test_report_table import build, cells, rows
 from tracetorch.cli.main import main
 from tracetorch.core import Linear, ReLU, Sequential, Tensor
 from tracetorch.report._layout import DEFAULT_WIDTH, color_enabled, elide_middle, terminal_width
-from tracetorch.report.table import FLAT_COLUMNS, TREE_COLUMNS, render_flat, render_table
+from tracetorch.report.flat_table import FLAT_COLUMNS, render_flat
+from tracetorch.report.table import TREE_COLUMNS, render_table
 from tracetorch.result import ProfileResult
 
 README = Path(__file__).resolve().parent.parent / "README.md"

@@ -45,8 +45,8 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from tracetorch.report import diff_report
+from tracetorch.report.checks import check_choice
 from tracetorch.report.rows import to_rows
-from tracetorch.report.table import check_choice
 from tracetorch.result import ProfileResult
 
 __all__ = ("diff", "ProfileDiff", "LayerDiff", "DIFF_SORT_KEYS", "DEFAULT_SIGMAS")

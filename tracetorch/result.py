@@ -25,7 +25,7 @@ from tracetorch.analysis.bottlenecks import Analysis, analyze
 from tracetorch.analysis.machine import Machine
 from tracetorch.analysis.roofline import LOOK_FIRST, LayerBound
 from tracetorch.phases import PHASES, top_level_totals
-from tracetorch.report import chrome, jsonio, speedscope
+from tracetorch.report import chrome, jsonio, jsonread, speedscope
 from tracetorch.report import rows as records
 from tracetorch.report.html import save_html
 from tracetorch.report.notebook import render_notebook
@@ -310,7 +310,7 @@ class ProfileResult:
             >>> again.find("fc").calls, again.total_time_ns
             (1, 1000)
         """
-        return ProfileResult(**jsonio.parse_profile(data, source=source)._asdict())
+        return ProfileResult(**jsonread.parse_profile(data, source=source)._asdict())
 
     @staticmethod
     def load(path: jsonio.PathLike) -> ProfileResult:
@@ -321,7 +321,7 @@ class ProfileResult:
             ValueError: the file is not a tracetorch profile, is from a newer version, or is
                 damaged; the message names the file and the problem.
         """
-        return ProfileResult(**jsonio.read_profile(path)._asdict())
+        return ProfileResult(**jsonread.read_profile(path)._asdict())
 
     # ---------------------------------------------------------------- views
     def by_type(self) -> dict[str, AggregateRow]:

@@ -44,19 +44,13 @@ from tracetorch.distributed.gather import rank_file
 from tracetorch.profiler import profile
 from tracetorch.report._layout import color_enabled, terminal_width
 from tracetorch.report.chrome import export_chrome_trace
+from tracetorch.report.flat_table import FLAT_COLUMNS, FLAT_VIEWS, render_flat
 from tracetorch.report.html import save_html
 from tracetorch.report.jsonio import save_result
 from tracetorch.report.ops import render_op_table
 from tracetorch.report.rows import write_csv
 from tracetorch.report.speedscope import export_speedscope
-from tracetorch.report.table import (
-    FLAT_COLUMNS,
-    FLAT_VIEWS,
-    SORT_KEYS,
-    TREE_COLUMNS,
-    render_flat,
-    render_table,
-)
+from tracetorch.report.table import SORT_KEYS, TREE_COLUMNS, render_table
 from tracetorch.result import ProfileResult
 
 __all__ = ("main", "run_script", "CliError", "COMMANDS")

@@ -1,16 +1,16 @@
 """Reports of a profile: text tables, versioned JSON and Chrome/Perfetto traces.
 
 One module per format: :mod:`~tracetorch.report.units` (number humanizers every renderer uses),
-:mod:`~tracetorch.report.table` (the call tree and flat views as text),
-:mod:`~tracetorch.report.jsonio` (save and load), :mod:`~tracetorch.report.chrome` (trace
-export). ``ProfileResult`` methods (``table()``, ``to_dict()``, ``save()``,
-``export_chrome_trace()``, ``from_dict()``, ``load()``) and ``tracetorch.load`` call these
-functions.
+:mod:`~tracetorch.report.table` (the call tree as text), :mod:`~tracetorch.report.flat_table`
+(the flat views), :mod:`~tracetorch.report.jsonio` (save), :mod:`~tracetorch.report.jsonread`
+(load), :mod:`~tracetorch.report.chrome` (trace export). ``ProfileResult`` methods (``table()``,
+``to_dict()``, ``save()``, ``export_chrome_trace()``, ``from_dict()``, ``load()``) and
+``tracetorch.load`` call these functions.
 
 The dependency goes one way: :mod:`tracetorch.result` imports this package, and no module here
 imports :mod:`tracetorch.result` at run time (it appears only in annotations, under
 ``TYPE_CHECKING``). Renderers only read a result; reading a saved file yields its parts
-(:class:`~tracetorch.report.jsonio.SavedProfile`), which ``ProfileResult`` assembles.
+(:class:`~tracetorch.report.jsonread.SavedProfile`), which ``ProfileResult`` assembles.
 
 Example:
     >>> from tracetorch.result import ProfileResult
@@ -22,17 +22,11 @@ Example:
 from __future__ import annotations
 
 from tracetorch.report.chrome import chrome_trace_events, export_chrome_trace
-from tracetorch.report.jsonio import (
-    FORMAT_NAME,
-    FORMAT_VERSION,
-    SavedProfile,
-    parse_profile,
-    read_profile,
-    result_to_dict,
-    save_result,
-)
+from tracetorch.report.flat_table import render_flat
+from tracetorch.report.jsonio import FORMAT_NAME, FORMAT_VERSION, result_to_dict, save_result
+from tracetorch.report.jsonread import SavedProfile, parse_profile, read_profile
 from tracetorch.report.summary import summary_lines
-from tracetorch.report.table import render_flat, render_table
+from tracetorch.report.table import render_table
 from tracetorch.report.units import (
     format_count,
     format_flops,

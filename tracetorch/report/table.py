@@ -1,13 +1,12 @@
-"""Text reports: the indented call tree (:func:`render_table`) and flat views (:func:`render_flat`).
+"""The call tree as a text table: :func:`render_table`, with the cells other tree views share.
 
 In the tree, a row stands for a call path and **includes its children**: the FLOPs, MACs and
 FLOP/s columns are inclusive (the subtree's), like Total time, so every row answers "what did
 this call cost"; Self time is what is left once the children are taken out. ``% time`` is Total time
 over the whole profile, so a row's share already holds its children's.
 
-In a flat view, a row folds every call site of one type or one module, and FLOPs, MACs and
-FLOP/s are the row's **own** (children excluded): rows never overlap, so FLOPs add up to the
-forward total and ``% time`` (of Self time) adds up to 100%.
+The flat views (one row per type or per module) live in :mod:`tracetorch.report.flat_table`,
+and the argument checks both use in :mod:`tracetorch.report.checks`.
 
 Example:
     >>> from tracetorch.result import ProfileResult
@@ -22,7 +21,6 @@ from __future__ import annotations
 
 import re
 import textwrap
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Union
 
@@ -37,6 +35,7 @@ from tracetorch.report._layout import (
     pick_columns,
     terminal_width,
 )
+from tracetorch.report.checks import check_choice, check_percent, check_positive_int
 from tracetorch.report.summary import summary_lines
 from tracetorch.report.units import (
     MISSING,
@@ -51,65 +50,32 @@ from tracetorch.report.units import (
 from tracetorch.tree import CallNode, Completeness, SubtreeSums
 
 if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
-    from tracetorch.result import AggregateRow, ProfileResult
+    from tracetorch.result import ProfileResult
 
-__all__ = ("SORT_KEYS", "FLAT_VIEWS", "TREE_COLUMNS", "FLAT_COLUMNS", "TreeContext", "FlatContext",
-           "SubtreeSums", "tree_context", "tree_rows",
-           "render_table", "render_flat", "node_label", "printable", "check_choice")
+__all__ = ("SORT_KEYS", "TREE_COLUMNS", "TreeContext", "SubtreeSums", "tree_context", "tree_rows",
+           "render_table", "node_label", "printable", "SortKey", "natural_key", "has_backward",
+           "hot_style", "dropped_note", "width_and_color")
 
 _TreeRow = tuple[CallNode, int]  # a node and its depth
-_FlatRow = tuple[str, "AggregateRow"]  # a type or module name and its totals
-_SortKey = Union[int, float, list[tuple[int, int, str]]]
+SortKey = Union[int, float, list[tuple[int, int, str]]]
 
 #: Accepted ``sort_by`` values. Siblings are sorted; children always stay under their parent.
 SORT_KEYS: tuple[str, ...] = ("total", "self", "flops", "calls", "name", "call_order")
-#: Accepted ``view`` values of :func:`render_flat`.
-FLAT_VIEWS: tuple[str, ...] = ("type", "module")
 
 LEGEND_TREE = ("FLOPs, MACs, FLOP/s, Total time and the Bwd columns include children; "
                "Self time excludes them.\n"
                "FLOP/s = FLOPs / Total time; % time = Total time / profile total.")
 LEGEND_MARKS = ("FLOPs+ = a lower bound (a layer below has unknown FLOPs); ? = unknown FLOPs "
                 "(no FLOP rule and no counted operation).")
-LEGEND_FLAT = ("FLOPs, MACs and FLOP/s are each row's own, children excluded.\n"
-               "FLOP/s = FLOPs / Self time; % time = Self time / profile total.")
 
 def _rows(n: int) -> str:
     return f"{n} row" if n == 1 else f"{n} rows"
 
 
-def _natural(name: str) -> list[tuple[int, int, str]]:
+def natural_key(name: str) -> list[tuple[int, int, str]]:
     # "layers.2" before "layers.10": digit runs compare as numbers.
     return [(0, int(part), "") if part.isdigit() else (1, 0, part.lower())
             for part in re.split(r"(\d+)", name) if part]
-
-
-def check_choice(arg: str, value: object, allowed: Sequence[str]) -> str:
-    """``value`` if it is one of the strings ``allowed``; else a ValueError naming ``arg``.
-
-    Example:
-        >>> check_choice("sort_by", "self", SORT_KEYS)
-        'self'
-    """
-    if not isinstance(value, str) or value not in allowed:
-        choices = ", ".join(repr(a) for a in allowed)
-        raise ValueError(f"{arg} must be one of {choices}; got {value!r}")
-    return value
-
-
-def _check_positive_int(arg: str, value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{arg} must be None or an integer >= 1; got {value!r}")
-    return value
-
-
-def _check_percent(value: object) -> float:
-    if (isinstance(value, bool) or not isinstance(value, (int, float))
-            or not 0.0 <= float(value) <= 100.0):
-        raise ValueError(f"min_percent must be a number between 0 and 100; got {value!r}")
-    return float(value)
 
 
 def node_label(node: CallNode) -> str:
@@ -150,12 +116,12 @@ def _marked(cell: str, completeness: Completeness) -> str:
 
 def _sorted_children(node: CallNode, sort_by: str, inc: SubtreeSums) -> list[CallNode]:
     kids = list(node.children.values())
-    keys: dict[str, Callable[[CallNode], _SortKey]] = {
+    keys: dict[str, Callable[[CallNode], SortKey]] = {
         "total": lambda n: -n.total_ns,
         "self": lambda n: -n.self_ns,
         "flops": lambda n: -inc.flops[id(n)],
         "calls": lambda n: -n.calls,
-        "name": lambda n: _natural(n.name or n.type_name),
+        "name": lambda n: natural_key(n.name or n.type_name),
     }
     if sort_by == "call_order":
         return kids
@@ -195,7 +161,7 @@ def _time_or_missing(ns: int | None) -> str:
     return MISSING if ns is None else format_time_ns(ns)
 
 
-def _has_backward(result: ProfileResult) -> bool:
+def has_backward(result: ProfileResult) -> bool:
     return any(n.backward_time.count or n.backward_flops for n in result.nodes())
 
 
@@ -225,7 +191,7 @@ def tree_context(result: ProfileResult, show_backward: bool | None = None) -> Tr
         >>> ctx.total, ctx.backward, [s.key for s in TREE_COLUMNS if s.applies(ctx)][:3]
         (500, False, ['name', 'calls', 'flops'])
     """
-    backward = _has_backward(result) if show_backward is None else show_backward
+    backward = has_backward(result) if show_backward is None else show_backward
     bounds: dict[str, str] = ({layer.path: layer.bound for layer in result.analyze().layers}
                               if "machine" in result.meta else {})
     return TreeContext(result, SubtreeSums(result.root), result.total_time_ns, backward,
@@ -248,7 +214,7 @@ def _bwd_time(c: TreeContext, r: _TreeRow) -> str:
             else _time_or_missing(c.inc.backward_ns[id(node)]))
 
 
-def _hot(part: int, whole: int) -> str:
+def hot_style(part: int, whole: int) -> str:
     # Colour marks where the time goes: a row whose own time is a large share of the profile.
     share = part / whole if whole else 0.0
     return RED if share >= HOT_SHARE else YELLOW if share >= WARM_SHARE else ""
@@ -271,7 +237,7 @@ TREE_COLUMNS: tuple[_Spec, ...] = (
           style=lambda c, r: YELLOW if c.inc.completeness[id(r[0])] != "complete" else ""),
     _Spec("macs", "MACs", lambda c, r: format_macs(c.inc.macs[id(r[0])]), priority=9),
     _Spec("self", "Self time", lambda c, r: format_time_ns(r[0].self_ns), priority=4,
-          style=lambda c, r: _hot(r[0].self_ns, c.total)),
+          style=lambda c, r: hot_style(r[0].self_ns, c.total)),
     _Spec("total", "Total time", lambda c, r: format_time_ns(r[0].total_ns), priority=1),
     _Spec("percent", "% time", lambda c, r: format_percent(r[0].total_ns, c.total), priority=2),
     _Spec("rate", "FLOP/s", lambda c, r: format_rate(c.inc.flops[id(r[0])], r[0].total_ns),
@@ -309,10 +275,17 @@ def _intensity(flops: int, moved: int) -> str:
     return f"{value:.3g}" if value < 1000 else f"{value:.0f}"
 
 
-def _dropped_note(headers: list[str], width: int) -> str:
+def dropped_note(headers: list[str], width: int) -> str:
     return textwrap.fill(f"Left out to fit {width} characters: {', '.join(headers)} "
                          "(choose with columns= or --columns; 'all' shows every one).", width,
                          break_long_words=False, break_on_hyphens=False)
+
+
+def width_and_color(width: int | None, color: bool | None) -> tuple[int, bool]:
+    if width is not None:
+        width = check_positive_int("width", width)
+    return (terminal_width() if width is None else width,
+            color_enabled() if color is None else bool(color))
 
 
 def render_table(result: ProfileResult, sort_by: str = "total", depth: int | None = None,
@@ -351,18 +324,18 @@ def render_table(result: ProfileResult, sort_by: str = "total", depth: int | Non
         Name         Calls    FLOPs  MACs  Self time  Total time  % time    FLOP/s
     """
     sort_by = check_choice("sort_by", sort_by, SORT_KEYS)
-    depth = _check_positive_int("depth", depth)
-    row_limit = _check_positive_int("row_limit", row_limit)
-    min_percent = _check_percent(min_percent)
+    depth = check_positive_int("depth", depth)
+    row_limit = check_positive_int("row_limit", row_limit)
+    min_percent = check_percent(min_percent)
     ctx = tree_context(result, show_backward)
     inc = ctx.inc
     rows, below_depth, below_percent = _select(result, sort_by, depth, min_percent, inc)
     shown = rows[:row_limit] if row_limit is not None else rows
     specs, chosen = pick_columns(TREE_COLUMNS, ctx, columns)
-    width, color = _width_and_color(width, color)
+    width, color = width_and_color(width, color)
     fitted, dropped = fit(specs, ctx, shown, width, chosen)
     lines = layout(fitted, shown, width, color) if rows else ["No calls were recorded."]
-    notes = [_dropped_note(dropped, width)] if dropped and rows else []
+    notes = [dropped_note(dropped, width)] if dropped and rows else []
     if len(shown) < len(rows):
         left_out = len(rows) - len(shown)
         notes.append(f"{left_out} more {'row' if left_out == 1 else 'rows'} not shown "
@@ -376,106 +349,4 @@ def render_table(result: ProfileResult, sort_by: str = "total", depth: int | Non
     if any(inc.completeness[id(node)] != "complete" for node, _ in shown):
         legend.append(LEGEND_MARKS)
     lines += [""] + notes + legend + summary_lines(result)
-    return "\n".join(lines)
-
-
-def _flat_rows(result: ProfileResult, view: str) -> list[_FlatRow]:
-    if view == "type":
-        return [(key or MISSING, row) for key, row in result.by_type().items()]
-    # A top-level model has the empty path; its type names it better than nothing.
-    return [(path or row.type_name, row) for path, row in result.by_module().items()]
-
-
-@dataclass(frozen=True)
-class FlatContext:
-    """What a flat view's cells read: the profile's total time and whether it has backward."""
-
-    total: int
-    backward: bool
-
-
-_FlatSpec = ColumnSpec[FlatContext, _FlatRow]
-_FLAT_SHARED: tuple[_FlatSpec, ...] = (
-    _FlatSpec("sites", "Sites", lambda c, r: format_count(len(r[1].paths)), priority=8),
-    _FlatSpec("calls", "Calls", lambda c, r: format_count(r[1].calls), priority=5),
-    _FlatSpec("flops", "FLOPs", lambda c, r: format_flops(r[1].flops), priority=3),
-    _FlatSpec("macs", "MACs", lambda c, r: format_macs(r[1].macs), priority=10),
-    _FlatSpec("self", "Self time", lambda c, r: format_time_ns(r[1].self_ns), priority=1),
-    _FlatSpec("total", "Total time", lambda c, r: format_time_ns(r[1].total_ns), priority=4),
-    _FlatSpec("percent", "% time", lambda c, r: format_percent(r[1].self_ns, c.total),
-              priority=2, style=lambda c, r: _hot(r[1].self_ns, c.total)),
-    _FlatSpec("rate", "FLOP/s", lambda c, r: format_rate(r[1].flops, r[1].self_ns), priority=7),
-    _FlatSpec("bwd_time", "Bwd time", lambda c, r: format_time_ns(r[1].backward_ns)
-              if r[1].backward_ns else MISSING, priority=6, applies=lambda c: c.backward),
-    _FlatSpec("bwd_flops", "Bwd FLOPs", lambda c, r: format_flops(r[1].backward_flops),
-              priority=9, applies=lambda c: c.backward),
-)
-#: The flat views' columns, per view, in display order (keys and priorities as in
-#: :data:`TREE_COLUMNS`).
-FLAT_COLUMNS: dict[str, tuple[_FlatSpec, ...]] = {
-    "type": (_FlatSpec("name", "Type", lambda c, r: printable(r[0]), right=False, elide=True),
-             *_FLAT_SHARED),
-    "module": (_FlatSpec("name", "Module", lambda c, r: printable(r[0]), right=False,
-                         elide=True),
-               _FlatSpec("type", "Type", lambda c, r: printable(r[1].type_name), right=False,
-                         priority=3),
-               *_FLAT_SHARED),
-}
-
-
-def _width_and_color(width: int | None, color: bool | None) -> tuple[int, bool]:
-    if width is not None:
-        width = _check_positive_int("width", width)
-    return (terminal_width() if width is None else width,
-            color_enabled() if color is None else bool(color))
-
-
-def render_flat(result: ProfileResult, view: str = "type", sort_by: str = "total",
-                show_backward: bool | None = None, columns: ColumnChoice = None,
-                width: int | None = None, color: bool | None = None) -> str:
-    """One row per layer type (``view="type"``) or per module instance (``view="module"``).
-
-    A module called from several places is one row (its Sites column counts them), so nothing
-    is counted twice; each row's FLOPs are its own, so the FLOPs column sums to the forward total.
-
-    Args:
-        result: a recorded or loaded profile.
-        view: ``"type"`` or ``"module"``.
-        sort_by: one of :data:`SORT_KEYS` (``"call_order"`` is first-call order).
-        show_backward, columns, width, color: as in :func:`render_table` (column names in
-            :data:`FLAT_COLUMNS`).
-
-    Raises:
-        ValueError: an argument outside the accepted values.
-
-    Example:
-        >>> from tracetorch.result import ProfileResult
-        >>> from tracetorch.tree import CallNode
-        >>> root = CallNode.root(); fc = root.child("fc", "Linear", "m0"); fc.time.add(500)
-        >>> print(render_flat(ProfileResult(root)).splitlines()[2])
-        Linear      1      1  0 FLOPs     -     500 ns      500 ns  100.0%  0 FLOP/s
-    """
-    view = check_choice("view", view, FLAT_VIEWS)
-    sort_by = check_choice("sort_by", sort_by, SORT_KEYS)
-    if show_backward is None:
-        show_backward = _has_backward(result)
-    rows = _flat_rows(result, view)
-    keys: dict[str, Callable[[_FlatRow], _SortKey]] = {
-        "total": lambda r: -r[1].total_ns,
-        "self": lambda r: -r[1].self_ns,
-        "flops": lambda r: -r[1].flops,
-        "calls": lambda r: -r[1].calls,
-        "name": lambda r: _natural(r[0]),
-    }
-    if sort_by != "call_order":
-        rows.sort(key=keys[sort_by])
-    total = result.total_time_ns
-
-    ctx = FlatContext(total, show_backward)
-    specs, chosen = pick_columns(FLAT_COLUMNS[view], ctx, columns)
-    width, color = _width_and_color(width, color)
-    fitted, dropped = fit(specs, ctx, rows, width, chosen)
-    lines = layout(fitted, rows, width, color) if rows else ["No calls were recorded."]
-    notes = [_dropped_note(dropped, width)] if dropped and rows else []
-    lines += [""] + notes + ([LEGEND_FLAT] if rows else []) + summary_lines(result)
     return "\n".join(lines)
