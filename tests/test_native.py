@@ -114,16 +114,16 @@ def test_the_c_marker_takes_the_observer_arguments_or_hands_them_to_python(torch
         if os.environ.get("CI") == "true":
             pytest.fail("tracetorch/adapters/torch/_marks.c was not built by pip install")
         pytest.skip("the C accelerator is not built here")
-    from tracetorch.adapters.torch import backward
+    from tracetorch.adapters.torch import marks
 
     handed: list[tuple[object, ...]] = []
-    marker = marker_type(lambda *args: handed.append(args), vars(backward))
+    marker = marker_type(lambda *args: handed.append(args), vars(marks))
     with pytest.raises(TypeError, match=r"tag_call\(\) takes 5 positional arguments"):
         marker(1, 2, 3)
     with pytest.raises(TypeError, match="5 positional"):
         marker(1, (), {}, torch.ones(1), [], extra=1)
     # What it does not mark itself (not a tensor output, arguments of other types) is Python's.
-    entry = [0] * (backward._PARTS + 1)  # long enough to hold the call's parts
+    entry = [0] * (marks._PARTS + 1)  # long enough to hold the call's parts
     odd = [(None, (), {}, "text", entry), (None, [], {}, torch.ones(1), entry),
            (None, (), None, torch.ones(1), entry)]
     for args in odd:

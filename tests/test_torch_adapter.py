@@ -437,6 +437,7 @@ def test_no_warning_for_containers_and_ruled_layers():
 
 @pytest.mark.parametrize("name", ["tracetorch.adapters.torch", "tracetorch.adapters.torch.ops",
                                   "tracetorch.adapters.torch.backward",
+                                  "tracetorch.adapters.torch.marks",
                                   "tracetorch.adapters.torch.cuda",
                                   "tracetorch.flops.torch_rules"])
 def test_docstring_examples(name):

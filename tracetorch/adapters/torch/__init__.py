@@ -40,9 +40,9 @@ first call would.
 schedulers created in a block are exactly what torch alone makes of them.
 
 **Operations and gradients.** :mod:`~tracetorch.adapters.torch.ops` counts matrix products,
-convolutions and attention in functional code; :mod:`~tracetorch.adapters.torch.backward` tags
-autograd nodes with the layer call that made them and measures backward FLOPs and times per
-layer; :mod:`~tracetorch.adapters.torch.cuda` times CUDA work with events.
+convolutions and attention in functional code; :mod:`~tracetorch.adapters.torch.marks` tags
+autograd nodes with the layer call that made them and :mod:`~tracetorch.adapters.torch.backward`
+measures backward FLOPs and times per layer from them; :mod:`~tracetorch.adapters.torch.cuda` times CUDA work with events.
 
 Example:
     >>> import torch

@@ -1,6 +1,6 @@
 /* The torch exit observer's common case in C: marking a layer call's one-tensor output.
  *
- * ``Marker(fallback, namespace)`` stands for tracetorch.adapters.torch.backward.tag_call
+ * ``Marker(fallback, namespace)`` stands for tracetorch.adapters.torch.marks.tag_call
  * (``fallback``) and reads that module's globals (``namespace``) on each call. For an output
  * that is exactly a ``torch.Tensor``, with the call's symbolic gradient parts already in its
  * per-shape counter, it does what tag_call and _mark do: read ``grad_fn``, resolve the parts
@@ -13,12 +13,13 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-/* Both types stand for a Python function of the backward module: the function itself, for
- * the cases they hand back, and that module's globals, read on each call. */
+/* Both types stand for a Python function (Marker: marks.tag_call; Boundary:
+ * backward._on_marked_node): the function itself, for the cases they hand back, and its
+ * module's globals, read on each call. */
 typedef struct {
     PyObject_HEAD
     PyObject *fallback;  /* tag_call (Marker), _on_marked_node (Boundary) */
-    PyObject *ns;        /* the backward module's globals */
+    PyObject *ns;        /* that function's module's globals */
 } Standin;
 
 static PyObject *s_Tensor, *s_PARTS, *s_MARKS, *s_HOOK_KEY, *s_on_marked_node, *s_layer_parts,
@@ -79,7 +80,7 @@ Standin_init(Standin *self, PyObject *args, PyObject *kwds)
     return 0;
 }
 
-/* A global of the backward module (borrowed; NULL with an error set when missing). */
+/* A global of the stand-in's module (borrowed; NULL with an error set when missing). */
 static PyObject *
 global(PyObject *ns, PyObject *name)
 {
@@ -89,7 +90,7 @@ global(PyObject *ns, PyObject *name)
     return value;
 }
 
-/* The call's parts resolved as backward._layer_parts resolves them, for the plain case: no
+/* The call's parts resolved as marks._layer_parts resolves them, for the plain case: no
  * keyword arguments, each need an argument index or a parameter of the layer's own, each value
  * a tensor, a parameter or nothing. A new list; NULL with no error set for any other case
  * (the Python function's), NULL with an error set on failure. */
@@ -238,7 +239,7 @@ mark(Standin *self, PyObject *frame, PyObject *args, PyObject *kwargs, PyObject 
         goto done;
     PyObject *r;
     if (hooks == Py_None) {
-        /* A fresh output: its hook dict, registered on its node (see backward._mark). */
+        /* A fresh output: its hook dict, registered on its node (see marks._mark). */
         PyObject *key = global(self->ns, s_HOOK_KEY);
         PyObject *fresh = key != NULL ? PyDict_New() : NULL;
         if (fresh == NULL)
@@ -298,7 +299,7 @@ Marker_call(Standin *self, PyObject *call_args, PyObject *call_kwargs)
 }
 
 STANDIN_TYPE(MarkerType, "Marker",
-             "The torch exit observer's common case (see backward.tag_call).", Marker_call);
+             "The torch exit observer's common case (see marks.tag_call).", Marker_call);
 
 
 /* ------------------------------------------------------------------------------ boundaries
@@ -480,7 +481,7 @@ PyInit__marks(void)
     INTERN(s_PARTS, "_PARTS");
     INTERN(s_MARKS, "MARKS");
     INTERN(s_HOOK_KEY, "_HOOK_KEY");
-    INTERN(s_on_marked_node, "_HOOK");
+    INTERN(s_on_marked_node, "MARKED_NODE_HOOK");
     INTERN(s_layer_parts, "_layer_parts");
     INTERN(s_grad_fn, "grad_fn");
     INTERN(s_metadata, "metadata");

@@ -2,16 +2,10 @@
 
 Nothing runs per operation of a backward pass. Instead:
 
-**Marking, during forward.** After each torch layer call returns (the engine's exit observer),
-the ``grad_fn`` of its output is marked, in ``node.metadata``, with a :data:`Mark`: the call's
-frame and its *gradient parts* (:mod:`tracetorch.flops.gradients`: the GEMM work its gradient
-will take, each piece with the tensors that must need a gradient for the pass to do it, resolved
-for this call: an input's ``grad_fn``, or a leaf tensor such as a weight). A counted tensor
-operation inside a layer without a rule (``x @ w`` in a custom layer) marks its own output the
-same way. A node marked for the first time gets one pre-hook (``register_prehook``); nothing is
-added to modules or tensors, and the marks live and die with the graph. Under
-``torch.no_grad()``/inference mode this costs one ``is_grad_enabled()`` check, made by the
-engine before it calls the observer.
+**Marking, during forward** (:mod:`~tracetorch.adapters.torch.marks`). After each torch layer
+call returns, the ``grad_fn`` of its output is marked with a :data:`Mark`: the call's frame and
+its gradient parts. A node marked for the first time gets this module's hook
+(``MARKED_NODE_HOOK``, below).
 
 **Sweeping, during backward.** ``Tensor.backward``, ``torch.autograd.backward`` and
 ``torch.autograd.grad`` reach the operation-counting function mode of
@@ -63,23 +57,15 @@ from tracetorch.adapters.torch.cuda import backward_timer
 from tracetorch.adapters.torch.tracing import tracing
 from tracetorch.engine.hotpath import BackwardPassOwner, Frame, current_frame, make_wrapper
 from tracetorch.engine.native import native_type
-from tracetorch.flops.gradients import GradientPart, layer_gradient_parts
-from tracetorch.introspect import bound_inputs
-from tracetorch.tree import ENTRY_FIELDS, CallNode
+from tracetorch.tree import CallNode
 
-__all__ = ("ASK_AUTOGRAD", "MARKS", "Mark", "tag_call", "mark_operation", "resolve_parts",
-           "collect_tensors",
+__all__ = ("ASK_AUTOGRAD", "MARKS", "Mark", "ResolvedPart", "collect_tensors",
            "BackwardPass", "implicit_pass", "forget_passes", "pass_recorder",
-           "PassRecorder")
-
-#: Where a call's symbolic gradient parts are kept in its per-shape counter, after the engine's
-#: own slots.
-_PARTS = len(ENTRY_FIELDS)
+           "PassRecorder", "MARKED_NODE_HOOK")
 
 #: The key under which a node's marks are kept in ``grad_fn.metadata``.
 MARKS = "tracetorch.marks"
 
-_grad_enabled = torch.is_grad_enabled
 _current_node = torch._C._current_autograd_node
 _will_execute = torch._C._will_engine_execute_node
 _gradient_edge = torch.autograd.graph.get_gradient_edge
@@ -89,7 +75,6 @@ _thread_id = threading.get_ident
 #: ``BackwardPass(leaves=ASK_AUTOGRAD)``: which leaves the pass accumulates into is unknown.
 ASK_AUTOGRAD = object()
 _Tensor = torch.Tensor
-_Parameter = torch.nn.Parameter
 
 #: A gradient part resolved for one call: FLOPs, and the tensors needing a gradient whose
 #: gradients it computes (the work is done if the pass computes any of them).
@@ -102,166 +87,6 @@ ResolvedPart = tuple[int, tuple[Any, ...]]
 #: that returned the same node earlier (a parent returning its child's output marks it after the
 #: child), or ``None``.
 Mark = tuple[Frame, Sequence[ResolvedPart], Any]
-
-
-# ----------------------------------------------------------------------------- marking
-def _mark(fn: Any, frame: Frame, parts: Sequence[ResolvedPart], output: Any = None) -> None:
-    meta = fn.metadata
-    inner = meta.get(MARKS)
-    meta[MARKS] = (frame, parts, inner)
-    if inner is not None:
-        return  # the node's hook is there already
-    if output is not None and output._backward_hooks is None:
-        # A fresh output tensor: its hook dict, registered on its node, is what
-        # ``Tensor.register_hook`` would build, less the handle that ``register_prehook``
-        # allocates on every call. The user's own ``register_hook`` adds to it; an in-place
-        # operation on the tensor resets it, leaving the hook on the node it marked.
-        output._backward_hooks = {_HOOK_KEY: _HOOK}
-        fn._register_hook_dict(output)
-    else:
-        fn.register_prehook(_HOOK)
-
-
-#: Our entry in an output tensor's hook dict (torch's own handles are ints).
-_HOOK_KEY = "tracetorch"
-
-
-def _needing_grad(value: Any, out: list[Any]) -> None:
-    # The tensors behind one named input that need a gradient: the tensor, the tensors of a
-    # tuple or list (an RNN's ``(h0, c0)``, einsum's operands), a packed sequence's data. They
-    # are kept for the pass to ask whether it computes their gradients; they are a layer's
-    # inputs and weights, which its own backward keeps alive anyway.
-    if isinstance(value, _Tensor):
-        if value.requires_grad:
-            out.append(value)
-    elif isinstance(value, (tuple, list)):
-        data = getattr(value, "data", None)  # a PackedSequence is a NamedTuple
-        if isinstance(data, _Tensor):
-            _needing_grad(data, out)
-        else:
-            for item in value:
-                _needing_grad(item, out)
-
-
-def resolve_parts(parts: Sequence[GradientPart], tensor_of: Callable[[int | str], Any]
-                  ) -> list[ResolvedPart]:
-    """The parts of one call whose work can happen: each with the tensors found through
-    ``tensor_of`` (an input index or parameter name → the value) that need a gradient.
-
-    Example:
-        >>> w = torch.ones(2, requires_grad=True)
-        >>> resolve_parts([(8, (0,)), (8, ("weight",))], {0: torch.ones(2), "weight": w}.get)
-        [(8, (tensor([1., 1.], requires_grad=True),))]
-    """
-    resolved = []
-    for flops, needs in parts:
-        tensors: list[Any] = []
-        for need in needs:
-            value = tensor_of(need)
-            if value.__class__ is _Parameter or value.__class__ is _Tensor:
-                if value.requires_grad:  # the common case, without a call
-                    tensors.append(value)
-            else:
-                _needing_grad(value, tensors)
-        if tensors:
-            resolved.append((flops, tuple(tensors)))
-    return resolved
-
-
-def _symbolic_parts(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
-                    entry: list[Any]) -> Sequence[GradientPart]:
-    # A call's symbolic parts, once per input shape, kept in its per-shape counter (``()``: its
-    # gradient is no product, or its type has no formula).
-    symbolic = None
-    if frame.node.rule_state == "rule":
-        try:
-            symbolic = layer_gradient_parts(
-                frame.owner, bound_inputs(frame.owner, args, kwargs), output)
-        except Exception:  # an unusual call is not worth breaking the model for
-            symbolic = None
-    entry.append(symbolic or ())
-    return entry[_PARTS]
-
-
-def _layer_parts(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any],
-                 symbolic: Sequence[GradientPart]) -> list[ResolvedPart]:
-    # Resolved per call: whether an input or weight needs a gradient may change between calls.
-    # Parts name inputs by position, as rules read them: keyword arguments are bound to the
-    # forward's signature, only for calls that have parts (most keyword-called layers have none).
-    if kwargs:
-        args = bound_inputs(frame.owner, args, kwargs)
-    layer = frame.owner
-    own = getattr(layer, "_parameters", None) or {}
-
-    def tensor_of(need: int | str) -> Any:
-        if isinstance(need, int):
-            return args[need] if need < len(args) else None
-        found = own.get(need)  # a parameter of its own: no Module.__getattr__
-        if found is not None:
-            return found
-        if "." not in need:
-            return getattr(layer, need, None)
-        try:  # a submodule's parameter: "self_attn.in_proj_weight"
-            return layer.get_parameter(need)
-        except AttributeError:
-            return None
-
-    return resolve_parts(symbolic, tensor_of)
-
-
-def _call_parts(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
-                entry: list[Any]) -> Sequence[ResolvedPart]:
-    # This call's resolved parts: its symbolic parts (found at the first call with its shapes),
-    # resolved for this call.
-    symbolic = (entry[_PARTS] if len(entry) > _PARTS
-                else _symbolic_parts(frame, args, kwargs, output, entry))
-    return _layer_parts(frame, args, kwargs, symbolic) if symbolic else ()
-
-
-def tag_call(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
-             entry: list[Any]) -> None:
-    """Exit observer: mark this call's output nodes with its frame and gradient parts.
-
-    It runs on every torch layer call that records autograd (the engine asks
-    ``torch.is_grad_enabled()`` first): the one-tensor output of a layer whose gradient is no
-    product (an activation, a norm) costs a grad_fn read and a mark."""
-    try:
-        if output.__class__ is _Tensor or isinstance(output, _Tensor):  # one tensor, one node
-            fn = output.grad_fn
-            if fn is not None:
-                _mark(fn, frame, _call_parts(frame, args, kwargs, output, entry), output)
-            return
-        outputs: list[torch.Tensor] = []
-        collect_tensors(output, outputs)  # a tuple, dict, dataclass... of outputs
-        fns: list[Any] = []
-        for tensor in outputs:
-            fn = tensor.grad_fn
-            if fn is not None and not any(fn is known for known in fns):
-                fns.append(fn)
-        if fns:
-            parts = _call_parts(frame, args, kwargs, output, entry)
-            for fn in fns:  # the parts on one node only: each call is charged once
-                _mark(fn, frame, parts if fn is fns[0] else ())
-    except Exception:  # marking must never break the user's model
-        return
-
-
-def mark_operation(frame: Frame, result: Any, parts: Sequence[GradientPart],
-                   args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Mark the node of a counted tensor operation with the gradient parts of its arguments
-    (an index names a positional argument, a string a keyword argument)."""
-    fn = result.grad_fn
-    if fn is None or not _grad_enabled():
-        return
-
-    def tensor_of(need: int | str) -> Any:
-        if isinstance(need, int):
-            return args[need] if need < len(args) else None
-        return kwargs.get(need)
-
-    resolved = resolve_parts(parts, tensor_of)
-    if resolved:
-        _mark(fn, frame, resolved, result)
 
 
 def collect_tensors(value: Any, out: list[torch.Tensor], depth: int = 0) -> None:
@@ -482,8 +307,9 @@ def _on_marked_node(grad_outputs: Any) -> None:
 
 #: The hook on marked nodes: :func:`_on_marked_node`, or its C version where it is built (see
 #: tracetorch.engine.native), which hands it every case but a host-clock pass of this thread.
+#: The C version reads this module's globals by name (``_current_node``, ``_PASSES``, ``MARKS``).
 _BOUNDARY = native_type("tracetorch.adapters.torch._marks", "Boundary")
-_HOOK: Callable[[Any], None] = (
+MARKED_NODE_HOOK: Callable[[Any], None] = (
     _on_marked_node if _BOUNDARY is None else _BOUNDARY(_on_marked_node, globals()))
 
 

@@ -49,13 +49,9 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from tracetorch.adapters.torch import backward as backward_module
-from tracetorch.adapters.torch.backward import (
-    forget_passes,
-    mark_operation,
-    pass_recorder,
-    tag_call,
-)
+from tracetorch.adapters.torch import marks as marks_module
+from tracetorch.adapters.torch.backward import forget_passes, pass_recorder
+from tracetorch.adapters.torch.marks import mark_operation, tag_call
 from tracetorch.adapters.torch.tracing import tracing
 from tracetorch.engine.hotpath import (
     OpCounter,
@@ -237,12 +233,12 @@ def make_switch(mode: OpCountingMode) -> Callable[[bool], bool]:
 def _exit_observer() -> Callable[..., None]:
     # tag_call, or its C version where it is built (tracetorch.engine.native).
     marker = native_type("tracetorch.adapters.torch._marks", "Marker")
-    return tag_call if marker is None else marker(tag_call, vars(backward_module))
+    return tag_call if marker is None else marker(tag_call, vars(marks_module))
 
 
 def start_op_counting(counter: OpCounter) -> Callable[[], None]:
     """Count operations and backward passes for the engine from now on: installs the switch
-    and the exit observer that tags autograd nodes (:func:`~tracetorch.adapters.torch.backward.
+    and the exit observer that tags autograd nodes (:func:`~tracetorch.adapters.torch.marks.
     tag_call`); a profile already open in this thread (torch imported inside the block) gets
     the mode at once. Returns the cleanup that undoes exactly that.
 
