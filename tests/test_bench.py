@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tracetorch.bench import Measurement, benchmark, measure_latency
-from tracetorch.introspect import dummy_input
+from tracetorch.tensors import dummy_input
 
 
 class FakeClock:

@@ -47,7 +47,7 @@ def test_a_bad_shape_names_the_argument_and_never_prints_a_tensor():
     with pytest.raises(ValueError, match=r"inputs: expected a non-empty tuple of positive ints, "
                                          r"got \(0, 3\)"):
         tracetorch.count_flops(nn.Linear(3, 2), (0, 3))
-    from tracetorch.introspect import check_shape
+    from tracetorch.tensors import check_shape
 
     with pytest.raises(ValueError) as caught:
         check_shape(torch.ones(100, 100))

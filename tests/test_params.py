@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from support.torch_models import shared_model
-from tracetorch.introspect import is_torch_module, numel
+from tracetorch.introspect import is_torch_module
 from tracetorch.params import count_parameters, parameter_table
+from tracetorch.tensors import numel
 
 
 class Dense:

@@ -15,7 +15,8 @@ import pytest
 import tracetorch
 from tracetorch.core import Linear, Module, ReLU, Sequential, Tensor
 from tracetorch.engine import fold, identities
-from tracetorch.params import count_parameters, subtree_parameter_counts
+from tracetorch.params import count_parameters
+from tracetorch.subtree_params import subtree_parameter_counts
 from tracetorch.tree import CallNode
 
 LINEAR_FLOPS = 2 * 2 * 2  # Linear(2, 2) on one row
@@ -180,15 +181,15 @@ def walks(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
                         counted("children", identities.named_children_of))
     monkeypatch.setattr(identities, "named_submodules",
                         counted("subtree", identities.named_submodules))
-    from tracetorch import params
+    from tracetorch import subtree_params
 
-    original = params._parts
+    original = subtree_params._parts
 
     def parts(module: Any) -> Any:
         counts["params"] += 1
         return original(module)
 
-    monkeypatch.setattr(params, "_parts", parts)
+    monkeypatch.setattr(subtree_params, "_parts", parts)
     return counts
 
 

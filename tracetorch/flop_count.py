@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from tracetorch.bench import as_callable
-from tracetorch.introspect import check_shape, dummy_input, is_torch_module
+from tracetorch.introspect import is_torch_module
+from tracetorch.tensors import check_shape, dummy_input
 
 __all__ = ("count_flops", "forward_flops_and_output")
 

@@ -1,9 +1,10 @@
-"""Framework-neutral looks at models and tensors: submodules' names, shapes of call arguments,
-element counts, and inputs made to fit a model.
+"""Framework-neutral looks at models: what is a layer, submodules' names, and a call's
+arguments bound to its layer's ``forward``. Shapes, sizes and inputs of tensors are in
+:mod:`tracetorch.tensors`.
 
 Everything here works on ``tracetorch.core`` modules, ``torch.nn.Module`` and duck-typed models
 (objects with a ``forward`` and layers kept in attributes or lists), without importing torch: a
-torch model or tensor can only exist once the user has imported it.
+torch model can only exist once the user has imported it.
 
 Example:
     >>> class Net:
@@ -25,17 +26,10 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-
-from tracetorch.tree import ShapeSignature
-
 __all__ = ("is_layer", "is_torch_module", "is_stateless", "only_calls_children",
            "runs_compiled_graph",
            "bound_inputs",
-           "named_submodules", "named_children_of", "layer_classes", "shape_of",
-           "register_int_shaped", "signature",
-           "numel", "ndarray_of", "nbytes", "tensors_in", "tensor_bytes", "check_shape",
-           "dummy_input")
+           "named_submodules", "named_children_of", "layer_classes")
 
 # Attributes never worth descending into when walking a duck-typed model.
 _SKIP_ATTRS = frozenset({"__dict__", "__weakref__", "__class__"})
@@ -170,210 +164,6 @@ def layer_classes(model: Any) -> list[type]:
     for _, layer in named_submodules(model):
         classes.setdefault(type(layer), None)
     return list(classes)
-
-
-# Array classes whose ``.shape`` always holds plain ints, copied as it is instead of converted
-# dimension by dimension: the conversion is most of what reading a shape costs, and a layer's
-# first call reads several. Only exact classes: a subclass (torch's FakeTensor) may hold
-# symbolic sizes.
-_INT_SHAPED: set[type] = {np.ndarray}
-
-
-def register_int_shaped(cls: type) -> None:
-    """Declare that ``cls`` instances' ``.shape`` is always a tuple (or tuple subclass) of plain
-    ints, so :func:`shape_of` copies it without converting each dimension.
-
-    Example:
-        >>> register_int_shaped(np.ndarray)
-        >>> shape_of(np.zeros((2, 3)))
-        (2, 3)
-    """
-    _INT_SHAPED.add(cls)
-
-
-def shape_of(value: Any) -> tuple[int, ...] | None:
-    """The shape of a tensor-like value as a plain tuple, or ``None`` for anything else."""
-    cls: type = value.__class__  # (a local: testing value.__class__ itself narrows value)
-    if cls in _INT_SHAPED:
-        return tuple(value.shape)
-    shape = getattr(value, "shape", None)
-    if shape is None or isinstance(value, type):
-        return None
-    try:
-        return tuple(map(int, shape))
-    except (TypeError, ValueError, OverflowError):  # a ``.shape`` that is not one (a str...)
-        return None
-
-
-def signature(args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> ShapeSignature:
-    """Shapes of a call's tensor arguments: one entry per argument, tensors inside tuples,
-    lists and dicts flattened in order, ``None`` for a non-tensor argument.
-
-    Example:
-        >>> import numpy as np
-        >>> signature((np.zeros((2, 3)), 5), {"mask": np.zeros(4)})
-        ((2, 3), None, (4,))
-    """
-    if len(args) == 1 and not kwargs:  # one tensor, as most layers are called: no walk
-        shape = shape_of(args[0])
-        if shape is not None:
-            return (shape,)
-    shapes: list[tuple[int, ...] | None] = []
-    for value in args:
-        _collect_shapes(value, shapes)
-    if kwargs:
-        for value in kwargs.values():
-            _collect_shapes(value, shapes)
-    return tuple(shapes)
-
-
-def _collect_shapes(value: Any, out: list[tuple[int, ...] | None]) -> None:
-    shape = shape_of(value)
-    if shape is not None:
-        out.append(shape)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            _collect_shapes(item, out)
-    elif isinstance(value, dict):
-        for item in value.values():
-            _collect_shapes(item, out)
-    else:
-        out.append(None)
-
-
-def numel(tensor: Any) -> int:
-    """Number of elements of a torch tensor, a ``tracetorch.core`` Tensor, an ndarray or a scalar.
-
-    Example:
-        >>> numel(np.zeros((2, 3))), numel(1.5)
-        (6, 1)
-    """
-    count = getattr(tensor, "numel", None)
-    if callable(count):
-        return int(count())
-    data = getattr(tensor, "data", None)
-    # A TinyTorch-style Tensor keeps its array in .data (its cached .shape can go stale).
-    if isinstance(data, np.ndarray):
-        return int(data.size)
-    return int(np.size(tensor))
-
-
-def ndarray_of(value: Any) -> np.ndarray | None:
-    """The array holding ``value``'s data: an ndarray itself, a ``tracetorch.core`` Tensor's
-    ``.data`` (an ndarray's own ``.data`` is a memoryview), else ``None``.
-
-    Example:
-        >>> ndarray_of(np.zeros(2)).shape, ndarray_of("text")
-        ((2,), None)
-    """
-    if isinstance(value, np.ndarray):
-        return value
-    data = getattr(value, "data", None)
-    return data if isinstance(data, np.ndarray) else None
-
-
-def nbytes(tensor: Any) -> int:
-    """Bytes of a torch tensor, a ``tracetorch.core`` Tensor or an ndarray (0 for anything
-    else).
-
-    Example:
-        >>> nbytes(np.zeros((2, 3), dtype=np.float32)), nbytes("text")
-        (24, 0)
-    """
-    size = getattr(tensor, "element_size", None)
-    if callable(size):  # torch
-        return int(size()) * int(tensor.numel())
-    array = ndarray_of(tensor)
-    return 0 if array is None else int(array.nbytes)
-
-
-def tensors_in(value: Any) -> Iterator[Any]:
-    """The tensors in ``value`` (anything with a shape), itself or inside tuples, lists and
-    dicts, in order: what :func:`signature` walks.
-
-    Example:
-        >>> [t.shape for t in tensors_in(((np.zeros(4), 3), {"mask": np.zeros(2)}))]
-        [(4,), (2,)]
-    """
-    if shape_of(value) is not None:
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from tensors_in(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from tensors_in(item)
-
-
-def tensor_bytes(value: Any) -> int:
-    """Bytes of the tensors in ``value`` (:func:`tensors_in`).
-
-    Example:
-        >>> tensor_bytes(((np.zeros(4), 3), {"mask": np.zeros(2, dtype=np.int8)}))
-        34
-    """
-    return sum(nbytes(tensor) for tensor in tensors_in(value))
-
-
-def check_shape(input_shape: Any, name: str = "input_shape") -> tuple[int, ...]:
-    """``input_shape`` as a tuple of ints, or a ValueError naming it (as ``name``) and saying
-    what it got, never a tensor's contents.
-
-    Example:
-        >>> check_shape([2, 3])
-        (2, 3)
-    """
-    valid = (isinstance(input_shape, (tuple, list)) and len(input_shape) > 0
-             and all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0
-                     for d in input_shape))
-    if not valid:
-        raise ValueError(f"{name}: expected a non-empty tuple of positive ints, "
-                         f"got {_described(input_shape)}")
-    return tuple(int(d) for d in input_shape)
-
-
-def _described(value: Any) -> str:
-    # A value in an error message: a short repr, never a tensor's contents.
-    shape = getattr(value, "shape", None)
-    if shape is not None and not isinstance(value, (tuple, list)):
-        return f"a {type(value).__name__} of shape {tuple(shape)}"
-    text = repr(value)
-    return text if len(text) <= 80 else f"{text[:77]}..."
-
-
-def dummy_input(model: Any, shape: tuple[int, ...], seed: int | None = None) -> Any:
-    """An input of ``shape`` in the model's own framework: zeros, or with ``seed`` seeded
-    standard-normal values.
-
-    A torch model gets a torch tensor of its parameters' dtype and device (float32 on the CPU
-    when it has none). Anything else gets a float32 ``tracetorch.core`` Tensor, except a core
-    token model (an int ``vocab_size``), which cannot take floats: integer ids below
-    ``vocab_size`` (zeros, or seeded random ids).
-
-    Example:
-        >>> dummy_input(object(), (2, 3)).data.tolist()
-        [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
-        >>> x = dummy_input(object(), (2, 3), seed=0)
-        >>> x.shape, str(x.data.dtype), bool((x.data != 0).all())
-        ((2, 3), 'float32', True)
-    """
-    if is_torch_module(model):
-        import torch  # already imported by the user: a torch model exists
-
-        first = next(iter(model.parameters()), None)
-        like = {} if first is None else {"dtype": first.dtype, "device": first.device}
-        if seed is None:
-            return torch.zeros(shape, **like)
-        return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(**like)
-    from tracetorch.core.tensor import Tensor
-
-    rng = np.random.default_rng(seed)
-    vocab_size = getattr(model, "vocab_size", None)
-    if isinstance(vocab_size, int) and not isinstance(vocab_size, bool):
-        ids = np.zeros(shape, np.int64) if seed is None else rng.integers(0, vocab_size, shape)
-        return Tensor(ids, dtype=np.int64)
-    values = np.zeros(shape) if seed is None else rng.standard_normal(shape)
-    return Tensor(values.astype(np.float32))
 
 
 def named_children_of(model: Any) -> Iterator[tuple[str, Any]]:

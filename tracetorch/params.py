@@ -3,7 +3,8 @@
 Works for ``tracetorch.core`` modules, ``torch.nn.Module`` (torch is never imported here: a
 torch model can only exist once the user has imported torch) and duck-typed models that keep
 their tensors in ``layers``, ``parameters()`` or ``weight``/``bias``. A tensor shared by several
-layers (tied embeddings, a block reused by three parents) is counted once, by identity.
+layers (tied embeddings, a block reused by three parents) is counted once, by identity. The
+profiler's per-module counts, every subtree in one pass, are in :mod:`tracetorch.subtree_params`.
 
 Example:
     >>> import numpy as np
@@ -16,19 +17,18 @@ Example:
 from __future__ import annotations
 
 import functools
-import sys
 import types
-import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from tracetorch.introspect import is_layer, is_torch_module, named_submodules, numel
+from tracetorch.introspect import is_layer, is_torch_module, named_submodules
+from tracetorch.tensors import numel
 
 __all__ = ("count_parameters", "parameter_table", "ParameterTable", "ParameterRow",
-           "iter_parameters", "subtree_parameter_counts")
+           "iter_parameters", "check_model")
 
 
 def count_parameters(model: Any) -> int:
@@ -72,7 +72,7 @@ def iter_parameters(model: Any) -> Iterator[Any]:
         >>> [p.tolist() for p in iter_parameters(Layer())]
         [[1.0, 1.0, 1.0]]
     """
-    _check_model(model)
+    check_model(model)
     found: dict[int, Any] = {}
     _collect(model, found, set())
     return iter(found.values())
@@ -83,7 +83,15 @@ _NOT_MODELS = (bool, int, float, complex, str, bytes, np.number, types.FunctionT
                types.BuiltinFunctionType, types.MethodType, functools.partial)
 
 
-def _check_model(model: Any) -> None:
+def check_model(model: Any) -> None:
+    """Raise ``TypeError`` unless ``model`` can be a model whose parameters are counted.
+
+    Example:
+        >>> check_model(None)
+        Traceback (most recent call last):
+        ...
+        TypeError: model: expected a model (layers, parameters() or weight/bias), got None
+    """
     if model is None:
         raise TypeError("model: expected a model (layers, parameters() or weight/bias), got None")
     if isinstance(model, type):
@@ -236,7 +244,7 @@ def parameter_table(model: Any) -> ParameterTable:
         >>> table.total, table.trainable, [r.path for r in table]
         (55, 55, [''])
     """
-    _check_model(model)
+    check_model(model)
     if callable(getattr(model, "named_modules", None)):
         holders = _named_holders(model)
     else:
@@ -322,140 +330,3 @@ def _direct_tensors(obj: Any) -> list[Any]:
     if callable(parameters):
         tensors += list(parameters())
     return [t for t in tensors if t is not None]
-
-
-def subtree_parameter_counts(model: Any, size: Callable[[Any], int] = numel
-                             ) -> list[tuple[Any, int]]:
-    """``(module, count_parameters(module))`` for ``model`` and the modules below it, in one
-    bottom-up pass, instead of walking each module's subtree again (``d**2`` at depth ``d``).
-    ``size`` measures one tensor: elements (the default) or, with :func:`~tracetorch.\
-introspect.nbytes`, bytes.
-
-    A torch or ``tracetorch.core`` module holds its own tensors plus its children's, merged
-    smaller into larger, so shared and tied tensors still count once. A module outside these
-    rules (duck-typed, or with a ``parameters()`` of its own) is counted by
-    :func:`count_parameters`, and what is below it is not listed.
-
-    Raises:
-        TypeError: ``model`` is ``None`` or a class rather than an instance.
-
-    Example:
-        >>> from tracetorch.core import Linear, ReLU, Sequential
-        >>> model = Sequential(Linear(4, 8), ReLU(), Linear(8, 2))
-        >>> [(type(m).__name__, n) for m, n in subtree_parameter_counts(model)]
-        [('Linear', 40), ('ReLU', 0), ('Linear', 18), ('Sequential', 58)]
-    """
-    _check_model(model)
-    counts: list[tuple[Any, int]] = []
-    _Subtrees(counts, size).tensors(model)
-    return counts
-
-
-# A module's distinct tensors, ``{id: numel}``, and their total (in a list, to grow in place).
-_Held = tuple[dict[int, int], list[int]]
-
-
-class _Subtrees:
-    """One pass of :func:`subtree_parameter_counts`: a parent's tensors are its largest
-    child's, grown in place by the others' and its own (each tensor moves O(log n) times)."""
-
-    def __init__(self, counts: list[tuple[Any, int]], size: Callable[[Any], int]) -> None:
-        self.counts = counts
-        self.size = size
-        # Each module's tensors and total; None once a parent grew its own from them.
-        self.held: dict[int, _Held | None] = {}
-        # Modules counted by count_parameters' own rules, and those being counted right now.
-        self.flat: set[int] = set()
-        self.open: set[int] = set()
-
-    def tensors(self, module: Any) -> _Held:
-        key = id(module)
-        known = self.held.get(key)
-        if known is not None:
-            return known
-        if key in self.held or key in self.open:
-            # Under a second parent after the first took its tensors, or inside itself:
-            # collected whole (this costs its subtree, only where modules are shared).
-            return _grow(({}, [0]), _sized(iter_parameters(module), self.size))
-        parts = _parts(module)
-        found: _Held | None = None
-        if parts is not None:
-            own, children = parts
-            self.open.add(key)
-            below = [self.tensors(child) for child in children]
-            self.open.discard(key)
-            # What count_parameters sees of a child counted by other rules may differ from
-            # what its parent's parameters() does: then the parent goes by those rules too.
-            if not any(id(child) in self.flat for child in children):
-                found = ({}, [0])
-                if below:
-                    largest = max(range(len(below)), key=lambda i: len(below[i][0]))
-                    found = below[largest]
-                    self.held[id(children[largest])] = None
-                for other in below:
-                    if other is not found:
-                        _grow(found, other[0].items())
-                _grow(found, _sized(own, self.size))
-        if found is None:
-            found = _grow(({}, [0]), _sized(iter_parameters(module), self.size))
-            self.flat.add(key)
-        self.held[key] = found
-        self.counts.append((module, found[1][0]))
-        return found
-
-
-def _grow(found: _Held, sizes: Iterable[tuple[int, int]]) -> _Held:
-    known, total = found
-    for key, size in sizes:
-        if key not in known:
-            known[key] = size
-            total[0] += size
-    return found
-
-
-def _sized(tensors: Iterable[Any], size: Callable[[Any], int]) -> Iterator[tuple[int, int]]:
-    return ((id(t), size(t)) for t in tensors if t is not None)
-
-
-def _parts(module: Any) -> tuple[list[Any], list[Any]] | None:
-    """``(own tensors, children)`` when ``module``'s count is its own tensors plus its
-    children's (torch and ``tracetorch.core`` modules that keep ``parameters()`` as it is)."""
-    if is_torch_module(module):
-        plain = _PLAIN_TORCH_CLASSES.get(type(module))
-        if plain is None:
-            base = sys.modules["torch"].nn.Module
-            plain = _PLAIN_TORCH_CLASSES[type(module)] = _inherits(
-                module, base, ("parameters", "named_parameters", "named_modules", "children"))
-        if not plain:
-            return None
-        # What parameters(recurse=False) and children() yield, read from the dicts they walk
-        # (a model is counted at the first call of each profile: their generators cost more
-        # than the counting).
-        own = [tensor for tensor in module._parameters.values() if tensor is not None]
-        children: list[Any] = []
-        seen: set[int] = set()
-        for child in module._modules.values():
-            if child is not None and id(child) not in seen:
-                seen.add(id(child))
-                children.append(child)
-        return own, children
-    base = getattr(sys.modules.get("tracetorch.core.layers"), "Module", None)
-    if base is None or not isinstance(module, base) or not _inherits(module, base,
-                                                                       ("parameters",)):
-        return None
-    children = list(module.children())
-    # count_parameters also collects the items of a ``layers`` list: nothing new when they are
-    # children, whose tensors parameters() has already.
-    layers = getattr(module, "layers", None)
-    if isinstance(layers, (list, tuple)) and not {id(c) for c in layers} <= {
-            id(c) for c in children}:
-        return None
-    return [tensor for _, tensor in module._own_parameters()], children
-
-
-#: Whether a torch module class keeps ``parameters()`` and its children as ``nn.Module`` has them.
-_PLAIN_TORCH_CLASSES: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
-
-
-def _inherits(module: Any, base: type, names: tuple[str, ...]) -> bool:
-    return all(getattr(type(module), name) is getattr(base, name) for name in names)

@@ -22,7 +22,7 @@ from tracetorch.adapters.base import all_subclasses
 from tracetorch.engine.hotpath import OpCounter
 from tracetorch.engine.patches import PatchBoard, PatchTarget
 from tracetorch.engine.saved_meters import register_saved_meter
-from tracetorch.introspect import ndarray_of, tensors_in
+from tracetorch.tensors import ndarray_of, tensors_in
 from tracetorch.tree import NodeKind
 
 __all__ = ("CoreAdapter", "saved_bytes")

@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import runpy
 import sys
-import traceback
 from collections.abc import Sequence
 from typing import NoReturn, TextIO
 
@@ -38,6 +36,7 @@ from tracetorch.cli.machine import (
     machine_from_options,
 )
 from tracetorch.cli.progress import ProgressLine
+from tracetorch.cli.script import run_script, runnable
 from tracetorch.distributed.chrome import export_ranks_chrome_trace
 from tracetorch.distributed.cli import rank_profile, ranks_text, run_gather_path
 from tracetorch.distributed.gather import rank_file
@@ -53,13 +52,11 @@ from tracetorch.report.speedscope import export_speedscope
 from tracetorch.report.table import SORT_KEYS, TREE_COLUMNS, render_table
 from tracetorch.result import ProfileResult
 
-__all__ = ("main", "run_script", "CliError", "COMMANDS")
+__all__ = ("main", "CliError", "COMMANDS")
 
 #: The subcommands; any other first argument is taken as the script to ``run``.
 COMMANDS = ("run", "report", "demo", "calibrate", "diff")
 
-#: Exit status of a script stopped with Ctrl-C, as a POSIX shell reports it (128 + SIGINT).
-EXIT_INTERRUPTED = 130
 #: Exit status for errors of the command itself, as argparse uses.
 EXIT_USAGE = 2
 
@@ -251,7 +248,7 @@ def _write_outputs(result: ProfileResult, opts: argparse.Namespace,
 def _cmd_run(opts: argparse.Namespace) -> int:
     if opts.script is None:
         raise CliError("run: which script? usage: tracetorch run [options] script.py [args...]")
-    if not _runnable(opts.script):
+    if not runnable(opts.script):
         raise CliError(f"cannot open script {opts.script!r}: no such file (or folder with a "
                        f"__main__.py)")
     _check_outputs(opts)
@@ -304,11 +301,6 @@ def _report_job(prof: profile, opts: argparse.Namespace, status: int, report: Te
     return status
 
 
-def _runnable(script: str) -> bool:
-    # What ``python script`` runs: a file, or a folder (or zip) with a __main__.py.
-    return os.path.isfile(script) or os.path.isfile(os.path.join(script, "__main__.py"))
-
-
 def _report_stream() -> TextIO:
     # Our own handle on the stderr the command started with: a script that closes sys.stderr
     # (or sys.stdout) must not cost the report.
@@ -332,62 +324,6 @@ def _say(text: str, stream: TextIO) -> None:
         print(text, file=stream, flush=True)
     except (OSError, ValueError):  # even our own handle is gone: nowhere left to report
         pass
-
-
-def run_script(prof: profile, path: str, args: Sequence[str] = ()) -> int:
-    """Run the script at ``path`` as ``python path args...`` would, inside ``prof``.
-
-    Returns the exit status Python would give: the ``sys.exit`` code, 1 after an uncaught
-    exception (its traceback printed to stderr, as Python prints it), 130 after Ctrl-C.
-    ``sys.argv`` and ``sys.path[0]`` are restored afterwards.
-
-    Example:
-        >>> import os, tempfile
-        >>> script = os.path.join(tempfile.mkdtemp(), "hello.py")
-        >>> _ = open(script, "w").write("import sys; sys.exit(len(sys.argv))")
-        >>> run_script(tracetorch.profile(), script, ["a", "b"])
-        3
-    """
-    saved_argv, saved_path = sys.argv, sys.path[0]
-    sys.argv = [path, *args]
-    sys.path[0] = os.path.dirname(os.path.abspath(path))
-    try:
-        with prof:
-            runpy.run_path(path, run_name="__main__")
-        return 0
-    except SystemExit as exc:
-        return _exit_status(exc.code)
-    except KeyboardInterrupt:
-        _print_traceback(path)
-        return EXIT_INTERRUPTED
-    except BaseException:  # noqa: B902 - anything the script raises ends it, as under python
-        _print_traceback(path)
-        return 1
-    finally:
-        sys.argv = saved_argv
-        sys.path[0] = saved_path
-
-
-def _exit_status(code: object) -> int:
-    # What the interpreter does with SystemExit's argument.
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)
-    return 1
-
-
-def _print_traceback(script: str) -> None:
-    """Print the current exception as Python would, without tracetorch's and runpy's frames."""
-    exc_type, exc, tb = sys.exc_info()
-    target = os.path.abspath(script)
-    start = tb
-    while start is not None and os.path.abspath(start.tb_frame.f_code.co_filename) != target:
-        start = start.tb_next
-    if start is None and not isinstance(exc, SyntaxError):
-        start = tb  # raised before the script's first line ran: keep every frame
-    traceback.print_exception(exc_type, exc, start)
 
 
 def _cmd_report(opts: argparse.Namespace) -> int:

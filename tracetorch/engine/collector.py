@@ -35,9 +35,8 @@ from tracetorch.introspect import (
     is_torch_module,
     only_calls_children,
     runs_compiled_graph,
-    signature,
-    tensor_bytes,
 )
+from tracetorch.tensors import signature, tensor_bytes
 from tracetorch.tree import CallNode, NodeKind, new_entry
 
 __all__ = ("Collector",)

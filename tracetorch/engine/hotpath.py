@@ -28,8 +28,8 @@ from types import GeneratorType as _Generator
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from tracetorch.engine.native import native_type
-from tracetorch.introspect import signature
 from tracetorch.stats import FLUSH_EVERY
+from tracetorch.tensors import signature
 from tracetorch.tree import CallNode, NodeKind, new_entry
 
 if TYPE_CHECKING:

@@ -21,8 +21,9 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from tracetorch.introspect import is_layer, named_children_of, named_submodules, nbytes
-from tracetorch.params import subtree_parameter_counts
+from tracetorch.introspect import is_layer, named_children_of, named_submodules
+from tracetorch.subtree_params import subtree_parameter_counts
+from tracetorch.tensors import nbytes
 
 __all__ = ("Identities",)
 

@@ -22,7 +22,8 @@ from typing import Any
 from tracetorch.core import Conv2d, Linear, Sequential
 from tracetorch.flop_count import forward_flops_and_output
 from tracetorch.flops.core_ops import conv2d_flops, linear_flops
-from tracetorch.introspect import check_shape, dummy_input, is_layer, numel
+from tracetorch.introspect import is_layer
+from tracetorch.tensors import check_shape, dummy_input, numel
 
 __all__ = ("layer_parameter_count", "linear_layer_flops", "linear_output_shape",
            "conv2d_layer_flops", "conv2d_output_shape", "flops_and_output_shape", "walk_layers")

@@ -1,6 +1,6 @@
 """Bytes of tensors, and the Python/NumPy heap one forward pass allocates (tracemalloc).
 
-Sizes are those a profile records per layer (:func:`tracetorch.introspect.nbytes`,
+Sizes are those a profile records per layer (:func:`tracetorch.tensors.nbytes`,
 :mod:`tracetorch.memory`), so the facade's parameter and activation figures equal the profile's
 ``param_bytes`` and ``input_bytes + output_bytes`` for the same call.
 
@@ -22,8 +22,8 @@ from typing import Any, Callable
 import numpy as np
 
 from tracetorch.bench import as_callable
-from tracetorch.introspect import nbytes, ndarray_of, numel
 from tracetorch.params import iter_parameters
+from tracetorch.tensors import nbytes, ndarray_of, numel
 
 __all__ = ("parameter_bytes", "gradient_bytes", "activation_bytes",
            "traced_peak_bytes", "memory_report")

@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from tracetorch import bench
-from tracetorch.introspect import check_shape, dummy_input
 from tracetorch.params import count_parameters as _count_parameters
 from tracetorch.perf.analytic import (
     conv2d_layer_flops,
@@ -50,6 +49,7 @@ from tracetorch.perf.derived import (
 from tracetorch.perf.memory import gradient_bytes, memory_report
 from tracetorch.perf.weights import analyze_weight_distribution
 from tracetorch.profiler import profile
+from tracetorch.tensors import check_shape, dummy_input
 
 __all__ = (
     "BYTES_PER_FLOAT32",

@@ -42,7 +42,8 @@ schedulers created in a block are exactly what torch alone makes of them.
 **Operations and gradients.** :mod:`~tracetorch.adapters.torch.ops` counts matrix products,
 convolutions and attention in functional code; :mod:`~tracetorch.adapters.torch.marks` tags
 autograd nodes with the layer call that made them and :mod:`~tracetorch.adapters.torch.backward`
-measures backward FLOPs and times per layer from them; :mod:`~tracetorch.adapters.torch.cuda` times CUDA work with events.
+measures backward FLOPs and times per layer from them; :mod:`~tracetorch.adapters.torch.cuda`
+times CUDA work with events.
 
 Example:
     >>> import torch
@@ -68,7 +69,7 @@ from tracetorch.adapters.torch.tracing import tracing
 from tracetorch.engine.hotpath import OpCounter
 from tracetorch.engine.patches import PatchBoard, PatchTarget
 from tracetorch.engine.saved_meters import register_saved_meter
-from tracetorch.introspect import register_int_shaped
+from tracetorch.tensors import register_int_shaped
 
 __all__ = ("TorchAdapter", "FirstCalls", "wraps_forward", "targets_for")
 

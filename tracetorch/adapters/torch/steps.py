@@ -46,7 +46,7 @@ from tracetorch.engine.hotpath import (
     current_frame,
     open_root,
 )
-from tracetorch.introspect import signature
+from tracetorch.tensors import signature
 
 __all__ = ("start_step_hooks",)
 
