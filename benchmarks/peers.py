@@ -23,10 +23,11 @@ Rows (``--rows`` takes names or prefixes, e.g. ``mlp``):
 * ``bert-train``  the same BERT's training step, as ``mlp-train``, in ``train()`` mode.
 
 A cell is ``–`` where a variant cannot run (DeepSpeed or transformers not installed, or the
-variant raised); the reason is printed under the table. Then the same table as % added to the
-plain step (± half the interquartile range over rounds: the noise), and per row tracetorch's
-added cost as a ratio of forward hooks' and torch.profiler's (the goal: at most 5% added to a
-BERT-sized training step on CPU).
+variant raised); the reason is printed under the table. ``pip install deepspeed==0.19.8`` (its
+CPU install compiles nothing) and ``transformers`` fill those columns and rows. Then the same
+table as % added to the plain step (± half the interquartile range over rounds: the noise), and
+per row tracetorch's added cost as a ratio of forward hooks' and torch.profiler's (the goal: at
+most 5% added to a BERT-sized training step on CPU).
 
 Run: ``python benchmarks/peers.py [--rounds 15] [--sample-ms 50] [--rows mlp,bert]
 [--clock cpu|wall] [--quick]``
