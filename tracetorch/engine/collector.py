@@ -23,7 +23,7 @@ from typing import Any, Callable
 from tracetorch.engine.fold import fold_touched, fold_tree, graft
 from tracetorch.engine.hotpath import Frame
 from tracetorch.engine.identities import Identities
-from tracetorch.engine.saved_meters import saved_bytes
+from tracetorch.engine.saved_meters import saved_by_call
 from tracetorch.engine.timing import CallTiming, Clock
 from tracetorch.engine.unsupported import unsupported_calls, warn_unsupported
 from tracetorch.engine.warm import WarmNodes
@@ -51,6 +51,7 @@ _DEFAULT_NAMES = {"optimizer": "{}.step", "backward": "backward", "data": "data"
 
 # Marks a paused root frame (a schedule's wait steps): other threads are not recorded then.
 _PAUSED = object()
+
 
 class Collector(CallTiming):
     """The tree of one profile plus the caches that keep the hot path cheap."""
@@ -296,7 +297,8 @@ class Collector(CallTiming):
         if self.memory:
             entry[4] = tensor_bytes(args) + tensor_bytes(kwargs)
             entry[5] = tensor_bytes(output)
-            entry[6] = saved_bytes(args, kwargs, output, self._saved_storages, node)
+            # Measured once per input shape, like FLOPs: the graph a call builds depends on them.
+            entry[6] = saved_by_call(args, kwargs, output, self._saved_storages, node)
         state = node.rule_state
         if state == "user":
             entry[1] = int(self._user_rules[node](*args, **kwargs))

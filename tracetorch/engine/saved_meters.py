@@ -2,13 +2,13 @@
 
 Each framework's adapter registers, for its tensor class, a meter that finds the storages a
 call's autograd graph keeps alive (:mod:`tracetorch.adapters.torch.saved` for torch, the core
-adapter for ``tracetorch.core``). The collector asks :func:`saved_bytes` once per node and input
+adapter for ``tracetorch.core``). The collector asks :func:`saved_by_call` once per node and input
 shape, as it runs FLOP rules, and keeps the set of storages already charged since the last fold
 so that a tensor kept by several calls counts once.
 
 Example:
     >>> from tracetorch.tree import CallNode
-    >>> saved_bytes((), {}, object(), set(), CallNode.root())   # no meter for an object
+    >>> saved_by_call((), {}, object(), set(), CallNode.root())   # no meter for an object
     0
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from tracetorch.tree import CallNode
 
-__all__ = ("SavedMeter", "register_saved_meter", "saved_bytes")
+__all__ = ("SavedMeter", "register_saved_meter", "saved_by_call")
 
 #: ``meter(args, kwargs, output, seen, node) -> bytes`` saved for backward by one call of
 #: ``node`` (see :mod:`tracetorch.memory`), counting only storages whose keys are not in
@@ -33,7 +33,7 @@ def register_saved_meter(tensor_type: type, meter: SavedMeter) -> None:
     _SAVED_METERS[tensor_type] = meter
 
 
-def saved_bytes(args: tuple[Any, ...], kwargs: dict[str, Any], output: Any, seen: set[int],
+def saved_by_call(args: tuple[Any, ...], kwargs: dict[str, Any], output: Any, seen: set[int],
                 node: CallNode) -> int:
     """Bytes one call of ``node`` saves for backward that are not in ``seen`` yet (whose keys it
     adds), by the meter of its output's tensor class; 0 where none is registered."""

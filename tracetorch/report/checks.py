@@ -31,6 +31,8 @@ def check_choice(arg: str, value: object, allowed: Sequence[str]) -> str:
 
 
 def check_positive_int(arg: str, value: object) -> int | None:
+    """``value`` if it is ``None`` or an int >= 1 (not a bool); else a ValueError naming
+    ``arg``."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -38,8 +40,9 @@ def check_positive_int(arg: str, value: object) -> int | None:
     return value
 
 
-def check_percent(value: object) -> float:
+def check_percent(arg: str, value: object) -> float:
+    """``value`` as a float if it is a number from 0 to 100; else a ValueError naming ``arg``."""
     if (isinstance(value, bool) or not isinstance(value, (int, float))
             or not 0.0 <= float(value) <= 100.0):
-        raise ValueError(f"min_percent must be a number between 0 and 100; got {value!r}")
+        raise ValueError(f"{arg} must be a number between 0 and 100; got {value!r}")
     return float(value)

@@ -62,7 +62,8 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 # ------------------------------------------------------------------------------------ writing
 def plain_number(value: Any) -> int | float:
-    # Rules may hand back numpy integers or floats; JSON wants plain numbers, ints when exact.
+    """``value`` as a plain int (when exact) or float: rules may hand back numpy integers or
+    floats, and JSON wants plain numbers."""
     if isinstance(value, numbers.Integral):
         return int(value)
     as_float = float(value)

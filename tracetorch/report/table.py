@@ -73,7 +73,8 @@ def _rows(n: int) -> str:
 
 
 def natural_key(name: str) -> list[tuple[int, int, str]]:
-    # "layers.2" before "layers.10": digit runs compare as numbers.
+    """The sort key of ``name`` with its digit runs compared as numbers ("layers.2" before
+    "layers.10")."""
     return [(0, int(part), "") if part.isdigit() else (1, 0, part.lower())
             for part in re.split(r"(\d+)", name) if part]
 
@@ -162,6 +163,7 @@ def _time_or_missing(ns: int | None) -> str:
 
 
 def has_backward(result: ProfileResult) -> bool:
+    """Whether any node of ``result`` has backward time or FLOPs (the Bwd columns apply)."""
     return any(n.backward_time.count or n.backward_flops for n in result.nodes())
 
 
@@ -215,7 +217,8 @@ def _bwd_time(c: TreeContext, r: _TreeRow) -> str:
 
 
 def hot_style(part: int, whole: int) -> str:
-    # Colour marks where the time goes: a row whose own time is a large share of the profile.
+    """The colour of a row whose own time ``part`` is a large share of ``whole`` ("" when it is
+    not): colour marks where the time goes."""
     share = part / whole if whole else 0.0
     return RED if share >= HOT_SHARE else YELLOW if share >= WARM_SHARE else ""
 
@@ -276,12 +279,14 @@ def _intensity(flops: int, moved: int) -> str:
 
 
 def dropped_note(headers: list[str], width: int) -> str:
+    """The note under a table that left the columns ``headers`` out to fit ``width``."""
     return textwrap.fill(f"Left out to fit {width} characters: {', '.join(headers)} "
                          "(choose with columns= or --columns; 'all' shows every one).", width,
                          break_long_words=False, break_on_hyphens=False)
 
 
 def width_and_color(width: int | None, color: bool | None) -> tuple[int, bool]:
+    """The table's width and colour: as given, or the terminal's where ``None``."""
     if width is not None:
         width = check_positive_int("width", width)
     return (terminal_width() if width is None else width,
@@ -326,7 +331,7 @@ def render_table(result: ProfileResult, sort_by: str = "total", depth: int | Non
     sort_by = check_choice("sort_by", sort_by, SORT_KEYS)
     depth = check_positive_int("depth", depth)
     row_limit = check_positive_int("row_limit", row_limit)
-    min_percent = check_percent(min_percent)
+    min_percent = check_percent("min_percent", min_percent)
     ctx = tree_context(result, show_backward)
     inc = ctx.inc
     rows, below_depth, below_percent = _select(result, sort_by, depth, min_percent, inc)
