@@ -22,7 +22,8 @@ typedef struct {
     PyObject *ns;        /* that function's module's globals */
 } Standin;
 
-static PyObject *s_Tensor, *s_PARTS, *s_MARKS, *s_HOOK_KEY, *s_on_marked_node, *s_layer_parts,
+static PyObject *s_Tensor, *s_PARTS, *s_MARKS, *s_HOOK_KEY, *s_HookDict, *s_on_marked_node,
+    *s_layer_parts,
     *s_grad_fn, *s_metadata, *s_backward_hooks, *s_register_hook_dict, *s_register_prehook,
     *s_current_node, *s_PASSES, *s_timer, *s_clock, *s_collector, *s_recompute_of, *s_charge,
     *s_boundaries, *s_reach, *s_Parameter, *s_parameters, *s_requires_grad;
@@ -239,12 +240,15 @@ mark(Standin *self, PyObject *frame, PyObject *args, PyObject *kwargs, PyObject 
         goto done;
     PyObject *r;
     if (hooks == Py_None) {
-        /* A fresh output: its hook dict, registered on its node (see marks._mark). */
+        /* A fresh output: its hook dict, registered on its node (see marks._mark). An
+         * OrderedDict, filled through its own __setitem__ (PyDict_SetItem would skip its order
+         * links): the handle of the user's register_hook holds it by weak reference. */
         PyObject *key = global(self->ns, s_HOOK_KEY);
-        PyObject *fresh = key != NULL ? PyDict_New() : NULL;
+        PyObject *make = key != NULL ? global(self->ns, s_HookDict) : NULL;
+        PyObject *fresh = make != NULL ? PyObject_CallNoArgs(make) : NULL;
         if (fresh == NULL)
             goto done;
-        if (PyDict_SetItem(fresh, key, hook) < 0 ||
+        if (PyObject_SetItem(fresh, key, hook) < 0 ||
                 PyObject_SetAttr(output, s_backward_hooks, fresh) < 0) {
             Py_DECREF(fresh);
             goto done;
@@ -481,6 +485,7 @@ PyInit__marks(void)
     INTERN(s_PARTS, "_PARTS");
     INTERN(s_MARKS, "MARKS");
     INTERN(s_HOOK_KEY, "_HOOK_KEY");
+    INTERN(s_HookDict, "_HookDict");
     INTERN(s_on_marked_node, "MARKED_NODE_HOOK");
     INTERN(s_layer_parts, "_layer_parts");
     INTERN(s_grad_fn, "grad_fn");

@@ -14,12 +14,13 @@ engine before it calls the observer.
 The hook a marked node gets, and the backward passes that read the marks and charge each layer,
 are :mod:`~tracetorch.adapters.torch.backward`'s. The C ``Marker`` (``_marks.c``), which stands
 for :func:`tag_call`, reads this module's globals by name on each call (``_Tensor``,
-``_Parameter``, ``_PARTS``, ``MARKS``, ``MARKED_NODE_HOOK``, ``_HOOK_KEY``, ``_layer_parts``):
-the two that :mod:`~tracetorch.adapters.torch.backward` defines are imported here by name for
-it.
+``_Parameter``, ``_PARTS``, ``MARKS``, ``MARKED_NODE_HOOK``, ``_HOOK_KEY``, ``_HookDict``,
+``_layer_parts``): the two that :mod:`~tracetorch.adapters.torch.backward` defines are imported
+here by name for it.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Callable
 
@@ -57,9 +58,12 @@ def _mark(fn: Any, frame: Frame, parts: Sequence[ResolvedPart], output: Any = No
     if output is not None and output._backward_hooks is None:
         # A fresh output tensor: its hook dict, registered on its node, is what
         # ``Tensor.register_hook`` would build, less the handle that ``register_prehook``
-        # allocates on every call. The user's own ``register_hook`` adds to it; an in-place
-        # operation on the tensor resets it, leaving the hook on the node it marked.
-        output._backward_hooks = {_HOOK_KEY: MARKED_NODE_HOOK}
+        # allocates on every call. The user's own ``register_hook`` adds to it (its handle holds
+        # the dict by weak reference: an OrderedDict, as torch's own); an in-place operation on
+        # the tensor resets it, leaving the hook on the node it marked.
+        hooks = _HookDict()
+        hooks[_HOOK_KEY] = MARKED_NODE_HOOK
+        output._backward_hooks = hooks
         fn._register_hook_dict(output)
     else:
         fn.register_prehook(MARKED_NODE_HOOK)
@@ -67,6 +71,9 @@ def _mark(fn: Any, frame: Frame, parts: Sequence[ResolvedPart], output: Any = No
 
 #: Our entry in an output tensor's hook dict (torch's own handles are ints).
 _HOOK_KEY = "tracetorch"
+#: The type of an output tensor's hook dict: what ``Tensor.register_hook`` makes, which its
+#: ``RemovableHandle`` can hold by weak reference (a plain dict cannot be).
+_HookDict = OrderedDict
 
 
 def _needing_grad(value: Any, out: list[Any]) -> None:
