@@ -405,3 +405,67 @@ def test_a_pass_that_raises_leaves_no_open_pass_behind():
         second(first(torch.randn(2, 4))).sum().backward()
     assert prof.find("backward").calls == 1
     assert prof.backward_gemm_flops == 2 * 2 * 4 * 4 + 2 * (2 * 2 * 4 * 4)  # dW1; dW2 and dX2
+
+
+# ----------------------------------------------------------------------------- parametrized weights
+def _parametrized(wrap, make):
+    torch.manual_seed(0)
+    return getattr(nn.utils.parametrizations, wrap)(make())
+
+
+PARAMETRIZED = [  # (layer, input shape, forward product 2·rows·in·out per call)
+    (lambda: nn.Linear(8, 6), (4, 8), 2 * 4 * 8 * 6),
+    (lambda: nn.Conv1d(4, 6, 3), (2, 4, 10), 2 * 2 * 6 * 4 * 3 * 8),
+]
+
+
+@pytest.mark.parametrize("wrap", ["weight_norm", "spectral_norm"])
+@pytest.mark.parametrize("make, shape, product", PARAMETRIZED)
+@pytest.mark.parametrize("input_grad", [False, True])
+def test_a_parametrized_weights_gradient_is_counted(wrap, make, shape, product, input_grad):
+    # The weight is computed through torch.nn.utils.parametrize from leaves (weight_norm's g
+    # and v): its gradient is the layer's product all the same, as FlopCounterMode counts it.
+    x = torch.randn(shape, requires_grad=input_grad)
+    fcm = fcm_counts(fwd_bwd(_parametrized(wrap, make), x))["Global"]
+    layer = _parametrized(wrap, make)
+    with tracetorch.profile(layer) as prof:
+        layer(x).sum().backward()
+    assert prof.backward_gemm_flops == fcm - product == product * (1 + input_grad)
+    # The weight's originals frozen: only the input's gradient, if it needs one.
+    for p in layer.parameters():
+        p.requires_grad_(False)
+    with tracetorch.profile(layer) as prof:
+        out = layer(x)
+        if input_grad:
+            out.sum().backward()
+    assert prof.backward_gemm_flops == product * input_grad
+
+
+class _SpectralSelfAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        mha = nn.MultiheadAttention(8, 2)
+        self.mha = nn.utils.parametrizations.spectral_norm(mha, "in_proj_weight")
+
+    def forward(self, x):
+        return self.mha(x, x, x)[0]
+
+
+SPECTRAL = [(lambda m=make: _parametrized("spectral_norm", m), shape)
+            for make, shape, _ in PARAMETRIZED] + [(_SpectralSelfAttention, (3, 2, 8))]
+
+
+@pytest.mark.parametrize("make, shape", SPECTRAL)
+def test_resolving_a_parametrized_weight_does_not_run_its_parametrization(make, shape):
+    # spectral_norm's power iteration updates its buffers each time the weight is computed in
+    # training: a profiled step leaves them as a plain step does.
+    x = torch.randn(shape)
+    plain, profiled = make(), make()
+    profiled.load_state_dict(plain.state_dict())
+    for _ in range(2):
+        plain(x).sum().backward()
+    with tracetorch.profile(profiled):
+        for _ in range(2):
+            profiled(x).sum().backward()
+    for (name, a), b in zip(plain.state_dict().items(), profiled.state_dict().values()):
+        assert torch.equal(a, b), name

@@ -69,6 +69,14 @@ def _params(layer: nn.Module, prefix: str) -> Needs:
     return tuple(name for name, _ in layer.named_parameters() if name.startswith(prefix))
 
 
+def _has(layer: nn.Module, name: str) -> bool:
+    # Whether a layer has the tensor ``name``, without computing a parametrized one
+    # (torch.nn.utils.parametrize), which would run its parametrization.
+    return (layer._parameters.get(name) is not None
+            or nn.utils.parametrize.is_parametrized(layer, name)
+            or getattr(layer, name, None) is not None)
+
+
 def _kept(parts: list[GradientPart]) -> list[GradientPart]:
     return [(flops, needs) for flops, needs in parts if flops and needs]
 
@@ -92,9 +100,9 @@ def _mha_parts(mha: nn.MultiheadAttention, prefix: str, dims: tuple[int, int, in
     e = mha.embed_dim
 
     def own(name: str) -> Needs:
-        return (prefix + name,) if getattr(mha, name, None) is not None else ()
+        return (prefix + name,) if _has(mha, name) else ()
 
-    packed = mha.in_proj_weight is not None
+    packed = _has(mha, "in_proj_weight")
     weights = (("in_proj_weight",) * 3 if packed
                else ("q_proj_weight", "k_proj_weight", "v_proj_weight"))
     bias = own("in_proj_bias")
@@ -107,7 +115,7 @@ def _mha_parts(mha: nn.MultiheadAttention, prefix: str, dims: tuple[int, int, in
                                        (source, mha.vdim, operands[2], weights[2])):
         projection = 2 * n * rows * width * e
         parts += [(projection, needs), (projection, own(weight))]
-    keys = source + (mha.bias_k is not None) + mha.add_zero_attn  # positions attended to
+    keys = source + _has(mha, "bias_k") + mha.add_zero_attn  # positions attended to
     attend = 2 * n * length * keys * e  # each of dP = dO·vᵀ, dV = Pᵀ·dO, dQ = dS·k, dK = dSᵀ·q
     out = 2 * n * length * e * e
     return parts + [(attend, _union(q, k)), (attend, v), (attend, q), (attend, k),
@@ -153,7 +161,7 @@ def _recurrent(layer: nn.RNNBase, inputs: tuple[Any, ...], output: Any) -> list[
     gradient is needed once anything upstream needs one; the first step's only for ``hx``."""
     rows, firsts = _sequence(layer, inputs[0])
     h, proj = layer.hidden_size, layer.proj_size
-    gates = layer.weight_ih_l0.shape[0] // h
+    gates = {"LSTM": 4, "GRU": 3}.get(layer.mode, 1)  # not read off a weight: see _has
     hx: Needs = (1,) if len(inputs) > 1 and inputs[1] is not None else ()
     into: Needs = (0,)  # what makes this layer's input need a gradient
     parts: list[GradientPart] = []
@@ -164,7 +172,7 @@ def _recurrent(layer: nn.RNNBase, inputs: tuple[Any, ...], output: Any) -> list[
             suffix = f"_l{index}" + ("_reverse" if direction else "")
             own = tuple(name + suffix for name in ("weight_ih", "bias_ih", "weight_hh", "bias_hh",
                                                    "weight_hr")
-                        if getattr(layer, name + suffix, None) is not None)
+                        if _has(layer, name + suffix))
             upstream = _union(below, hx, own)
             ih = 2 * rows * width * gates * h
             hh = 2 * gates * h * (proj or h)

@@ -44,6 +44,7 @@ __all__ = ("tag_call", "mark_operation", "resolve_parts")
 _PARTS = len(ENTRY_FIELDS)
 
 _grad_enabled = torch.is_grad_enabled
+_is_parametrized = torch.nn.utils.parametrize.is_parametrized
 _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
 
@@ -147,16 +148,25 @@ def _layer_parts(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any],
         if isinstance(need, int):
             return args[need] if need < len(args) else None
         found = own.get(need)  # a parameter of its own: no Module.__getattr__
-        if found is not None:
-            return found
-        if "." not in need:
-            return getattr(layer, need, None)
-        try:  # a submodule's parameter: "self_attn.in_proj_weight"
-            return layer.get_parameter(need)
-        except AttributeError:
-            return None
+        return found if found is not None else _named_tensor(layer, need)
 
     return resolve_parts(symbolic, tensor_of)
+
+
+def _named_tensor(layer: Any, name: str) -> Any:
+    # A tensor a part names: a submodule's parameter ("self_attn.in_proj_weight"), an attribute.
+    # A parametrized one (torch.nn.utils.parametrize: weight_norm, spectral_norm...) is computed
+    # on each read, a new tensor outside the graph, and reading it runs the parametrization
+    # (spectral_norm's power iteration): it stands for the tensors it is computed from, its
+    # originals and the parametrizations' own parameters, whose gradients need its gradient.
+    path, _, leaf = name.rpartition(".")
+    try:
+        module = layer.get_submodule(path) if path else layer
+    except AttributeError:
+        return None
+    if _is_parametrized(module, leaf):
+        return tuple(module.parametrizations[leaf].parameters())
+    return getattr(module, leaf, None)
 
 
 def _call_parts(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
