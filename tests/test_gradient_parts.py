@@ -24,6 +24,7 @@ from tracetorch.flops.gradients import (  # noqa: E402
     layer_gradient_parts,
 )
 from tracetorch.flops.torch_functions import torch_function_formulas  # noqa: E402
+from tracetorch.introspect import bound_inputs  # noqa: E402
 
 nn = torch.nn
 F = torch.nn.functional
@@ -458,3 +459,94 @@ def test_sdpa_with_a_mask_that_needs_a_gradient_runs_the_math_kernel():
                                     {"attn_mask": mask}, result)
     assert charged(parts, (q, k, v), {"attn_mask": mask}) == fcm_backward(
         F.scaled_dot_product_attention, q, k, v, attn_mask=mask) == 4 * 2 * 2 * 4 * 8 * 8 * 16
+
+
+# ----------------------------------------------------------------------------- MHA's kernels
+def cpu_attention_formulas():
+    """FlopCounterMode's own sdpa formulas, registered for the CPU flash kernels it lacks."""
+    from torch.utils import flop_counter
+    aten = torch.ops.aten
+    return {aten._scaled_dot_product_flash_attention_for_cpu: flop_counter.sdpa_flop.__wrapped__,
+            aten._scaled_dot_product_flash_attention_for_cpu_backward:
+                flop_counter.sdpa_backward_flop.__wrapped__}
+
+
+def _mha_call(mha, x, memory, options):
+    return mha(x, memory, memory, **options)
+
+
+MHA_CALLS = {  # (dropout, training, keyword arguments): what torch runs on CPU
+    "flash": (0.0, True, {"need_weights": False}),
+    "flash-eval-with-grad": (0.1, False, {"need_weights": False}),
+    "math-dropout": (0.1, True, {"need_weights": False}),
+    "bmm-need-weights": (0.0, True, {}),
+    "flash-padding-mask": (0.0, True, {"need_weights": False, "key_padding_mask": "padding"}),
+    "flash-causal": (0.0, True, {"need_weights": False, "attn_mask": "causal", "is_causal": True}),
+    "math-learned-mask": (0.0, True, {"need_weights": False, "attn_mask": "learned"}),
+    "bmm-need-weights-padding-mask": (0.0, True, {"key_padding_mask": "padding"}),
+}
+
+
+def _mha_case(name):
+    torch.manual_seed(0)
+    dropout, training, options = MHA_CALLS[name]
+    mha = nn.MultiheadAttention(16, 2, dropout=dropout, batch_first=True).train(training)
+    x = torch.randn(2, 6, 16, requires_grad=True)
+    masks = {"padding": torch.tensor([[False] * 6, [False] * 4 + [True] * 2]),
+             "causal": nn.Transformer.generate_square_subsequent_mask(6),
+             "learned": torch.zeros(6, 6, requires_grad=True)}
+    return mha, x, {k: masks.get(v, v) if isinstance(v, str) else v for k, v in options.items()}
+
+
+@pytest.mark.parametrize("name", list(MHA_CALLS))
+def test_mha_parts_follow_the_attention_kernel_that_ran(name):
+    # The fused kernels (flash on CPU) recompute the scores in backward, as sdpa's parts count
+    # them; the math kernel and need_weights' bmm keep the weights.
+    mha, x, options = _mha_case(name)
+    kernel = name.split("-")[0]
+    torch.manual_seed(1)
+    result = mha(x, x, x, **options)
+    inputs = bound_inputs(mha, (x, x, x), options)
+    parts = layer_gradient_parts(mha, inputs, result)
+    expected = charged(parts, inputs, dict(mha.named_parameters()))
+    torch.manual_seed(1)  # the same dropout
+    assert expected == fcm_backward(_mha_call, mha, x, x, options,
+                                    mapping=cpu_attention_formulas())
+    # 2·N·L·S·E for each of the scores recomputed, dP, dV, dQ, dK; N=2, L=S=6, E=16
+    attention = 2 * 2 * 6 * 6 * 16
+    projections = 4 * 2 * (2 * 2 * 6 * 16 * 16)  # q, k, v, out: input and weight
+    assert expected == projections + (5 if kernel == "flash" else 4) * attention
+
+
+class _FunctionalAttention(nn.Module):
+    """nn.MultiheadAttention's products written with F.scaled_dot_product_attention, as
+    transformers' attention layers are."""
+
+    def __init__(self, mha):
+        super().__init__()
+        self.mha = mha
+
+    def forward(self, x, mask=None, causal=False):
+        mha, (n, length, e) = self.mha, x.shape
+        heads = mha.num_heads
+        q, k, v = F.linear(x, mha.in_proj_weight, mha.in_proj_bias).chunk(3, dim=-1)
+        q, k, v = (t.view(n, length, heads, e // heads).transpose(1, 2) for t in (q, k, v))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                             dropout_p=mha.dropout if mha.training else 0.0)
+        return F.linear(out.transpose(1, 2).reshape(n, length, e), mha.out_proj.weight,
+                        mha.out_proj.bias)
+
+
+@pytest.mark.parametrize("name", ["flash", "math-dropout", "flash-causal", "math-learned-mask"])
+def test_mha_and_functional_attention_count_the_same_backward(name):
+    import tracetorch
+
+    mha, x, options = _mha_case(name)
+    functional = _FunctionalAttention(mha)
+    mask = options.get("attn_mask")
+    with tracetorch.profile() as module_run:
+        mha(x, x, x, **options)[0].sum().backward()
+    with tracetorch.profile() as functional_run:
+        functional(x, None if options.get("is_causal") else mask,
+                   bool(options.get("is_causal"))).sum().backward()
+    assert module_run.backward_gemm_flops == functional_run.backward_gemm_flops > 0

@@ -22,8 +22,11 @@ baddbmm, matmul, functions    counted
 einsum                        per pairwise ``bmm`` ATen runs, one part per side
 scaled_dot_product_attention  the fused kernels: scores recomputed (q, k or v), dP = dO·vᵀ (q or
                               k), dV (v), dQ (q), dK (k)
-MultiheadAttention            projections per operand; dP, dV, dQ, dK (the weights are kept);
-                              the output projection
+MultiheadAttention            projections per operand; the attention as the kernel that runs:
+                              as scaled_dot_product_attention's where a fused one does
+                              (``need_weights=False``, no dropout), else dP, dV, dQ, dK (the
+                              weights are kept: ``need_weights``' bmm, the math kernel); the
+                              output projection
 RNN, LSTM, GRU, cells         per layer and direction: input projection (input; weight); hidden
                               product: weight over all steps, hidden gradient after the first
                               step (anything upstream) and at it (``hx``); LSTM projection alike
@@ -91,11 +94,54 @@ def _per_operand(rule: Callable[..., Any], operands: Needs) -> LayerFormula:
     return formula
 
 
+def _stand_in(like: torch.Tensor, shape: tuple[int, ...], requires_grad: bool) -> torch.Tensor:
+    # What the attention kernel choice reads of a tensor of ``shape`` (sizes, dtype, device, a
+    # last stride of 1) without its memory: one row, expanded.
+    row = like.new_empty(shape[-1:]).requires_grad_(requires_grad)
+    return row.expand(shape)
+
+
+def _keys(mha: nn.MultiheadAttention, source: int) -> int:
+    # The positions each query attends to: the source sequence, bias_k's, add_zero_attn's.
+    return source + _has(mha, "bias_k") + mha.add_zero_attn
+
+
+def _mha_recomputes(mha: nn.MultiheadAttention, inputs: tuple[Any, ...],
+                    dims: tuple[int, int, int]) -> bool:
+    """Whether this MultiheadAttention call's attention is a fused kernel's, which recomputes
+    the scores in backward (as :func:`_sdpa` counts them): not with ``need_weights`` (plain
+    ``bmm`` products that keep the weights), nor where torch picks the math kernel (dropout in
+    training, a mask that needs a gradient...). ``inputs`` as ``forward`` takes them; the kernel
+    is asked as F.multi_head_attention_forward calls it: (N, heads, L or S, head size), the
+    padding and attention masks merged into one of the query's dtype."""
+    def argument(index: int, default: Any) -> Any:
+        return inputs[index] if len(inputs) > index else default
+
+    padding, need_weights, mask, causal = (argument(3, None), argument(4, True),
+                                           argument(5, None), bool(argument(7, False)))
+    if need_weights or not isinstance(inputs[0], torch.Tensor):
+        return False
+    if causal and padding is None:
+        mask = None  # the causal hint goes to the kernel as is
+    else:
+        causal = False  # a padding mask merged into the attention mask: no longer causal
+    masks = [m for m in (mask, padding) if isinstance(m, torch.Tensor)]
+    n, length, source = dims
+    keys = _keys(mha, source)
+    heads, like = mha.num_heads, inputs[0]
+    q, k, v = (_stand_in(like, (n, heads, rows, mha.embed_dim // heads), True)
+               for rows in (length, keys, keys))
+    merged = (_stand_in(like, (n, heads, length, keys), any(m.requires_grad for m in masks))
+              if masks else None)
+    return not _math_kernel(q, k, v, merged, float(mha.dropout) if mha.training else 0.0, causal)
+
+
 def _mha_parts(mha: nn.MultiheadAttention, prefix: str, dims: tuple[int, int, int],
-               operands: tuple[Needs, Needs, Needs]) -> list[GradientPart]:
-    """MultiheadAttention off the fast path, with ``need_weights`` (``bmm``) or the math attention
-    kernel (dropout in training): the same products. ``operands``: what makes query, key and
-    value need a gradient; parameter names get ``prefix``."""
+               operands: tuple[Needs, Needs, Needs], recompute: bool) -> list[GradientPart]:
+    """MultiheadAttention off the fast path: projections, attention, output projection; the
+    scores recomputed first where a fused kernel ran (``recompute``, see
+    :func:`_mha_recomputes`). ``operands``: what makes query, key and value need a gradient;
+    parameter names get ``prefix``."""
     n, length, source = dims
     e = mha.embed_dim
 
@@ -115,9 +161,11 @@ def _mha_parts(mha: nn.MultiheadAttention, prefix: str, dims: tuple[int, int, in
                                        (source, mha.vdim, operands[2], weights[2])):
         projection = 2 * n * rows * width * e
         parts += [(projection, needs), (projection, own(weight))]
-    keys = source + _has(mha, "bias_k") + mha.add_zero_attn  # positions attended to
+    keys = _keys(mha, source)
     attend = 2 * n * length * keys * e  # each of dP = dO·vᵀ, dV = Pᵀ·dO, dQ = dS·k, dK = dSᵀ·q
     out = 2 * n * length * e * e
+    if recompute:
+        parts.append((attend, _union(q, k, v)))
     return parts + [(attend, _union(q, k)), (attend, v), (attend, q), (attend, k),
                     (out, _union(q, k, v)), (out, (prefix + "out_proj.weight",))]
 
@@ -126,19 +174,23 @@ def _mha(layer: nn.MultiheadAttention, inputs: tuple[Any, ...], output: Any
          ) -> list[GradientPart]:
     key = inputs[1] if len(inputs) > 1 and isinstance(inputs[1], torch.Tensor) else None
     dims = torch_rules._mha_dims(layer, inputs[0], key)
-    return _mha_parts(layer, "", dims, ((0,), (1,), (2,)))
+    return _mha_parts(layer, "", dims, ((0,), (1,), (2,)), _mha_recomputes(layer, inputs, dims))
 
 
 def _encoder_layer(layer: nn.TransformerEncoderLayer, inputs: tuple[Any, ...], output: Any
                    ) -> list[GradientPart]:
-    """Training path: self-attention (``need_weights=False``: the math kernel under dropout),
-    then linear1, linear2; the norms decide what feeds what (``norm_first``)."""
+    """Training path: self-attention (``need_weights=False``, with the layer's masks), then
+    linear1, linear2; the norms decide what feeds what (``norm_first``)."""
     n, length, _ = torch_rules._mha_dims(layer.self_attn, inputs[0], None)
+    x, mask, padding, causal = (*inputs, None, None, False)[:4]
+    recompute = _mha_recomputes(layer.self_attn, (x, x, x, padding, False, mask, False, causal),
+                                (n, length, length))
     attention, norm1, norm2 = (_params(layer, p) for p in ("self_attn.", "norm1.", "norm2."))
     into_attention: Needs = _union((0,), norm1) if layer.norm_first else (0,)
     into_ffn = _union(into_attention, attention, norm2 if layer.norm_first else norm1)
     ffn = 2 * n * length * layer.linear1.in_features * layer.linear1.out_features
-    return _mha_parts(layer.self_attn, "self_attn.", (n, length, length), (into_attention,) * 3) + [
+    return _mha_parts(layer.self_attn, "self_attn.", (n, length, length), (into_attention,) * 3,
+                      recompute) + [
         (ffn, into_ffn), (ffn, ("linear1.weight",)),
         (ffn, _union(into_ffn, _params(layer, "linear1."))), (ffn, ("linear2.weight",))]
 
@@ -364,22 +416,31 @@ def _einsum(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any
             for flops, *sides in contractions for side in sides]
 
 
-_SDPA_OPTIONS = (("attn_mask", 3, None), ("dropout_p", 4, 0.0), ("is_causal", 5, False))
+_SDPA_OPTIONS: tuple[tuple[str, int, Any], ...] = (
+    ("attn_mask", 3, None), ("dropout_p", 4, 0.0), ("is_causal", 5, False))
 
 
-def _runs_math_kernel(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+def _math_kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: Any,
+                 dropout: float, causal: bool, scale: float | None = None, gqa: bool = False
+                 ) -> bool:
     """Whether torch runs this attention as plain products (the math kernel: a mask that needs
-    a gradient, an unusual head size on CPU...), which keep the weights and need no recompute."""
-    options = [kwargs.get(name, args[index] if len(args) > index else default)
-               for name, index, default in _SDPA_OPTIONS]
-    tensors = [_value(args, kwargs, _where(args, kwargs, i, name))
-               for i, name in enumerate(("query", "key", "value"))]
+    a gradient, dropout or an unusual head size on CPU...), which keep the weights and need no
+    recompute."""
     try:
-        choice = torch._fused_sdp_choice(*tensors, *options, scale=kwargs.get("scale"),
-                                         enable_gqa=bool(kwargs.get("enable_gqa", False)))
+        choice = torch._fused_sdp_choice(query, key, value, mask, dropout, causal, scale=scale,
+                                         enable_gqa=gqa)
     except (RuntimeError, TypeError, AttributeError):  # no answer: the fused kernels' formula
         return False
     return int(choice) == int(torch.nn.attention.SDPBackend.MATH)
+
+
+def _runs_math_kernel(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    mask, dropout, causal = (kwargs.get(name, args[index] if len(args) > index else default)
+                             for name, index, default in _SDPA_OPTIONS)
+    q, k, v = (_value(args, kwargs, _where(args, kwargs, i, name))
+               for i, name in enumerate(("query", "key", "value")))
+    return _math_kernel(q, k, v, mask, float(dropout), bool(causal), scale=kwargs.get("scale"),
+                        gqa=bool(kwargs.get("enable_gqa", False)))
 
 
 def _sdpa(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> list[GradientPart]:
