@@ -469,3 +469,60 @@ def test_resolving_a_parametrized_weight_does_not_run_its_parametrization(make, 
             profiled(x).sum().backward()
     for (name, a), b in zip(plain.state_dict().items(), profiled.state_dict().values()):
         assert torch.equal(a, b), name
+
+
+# ----------------------------------------------------------------------------- composite layers
+def _cpu_attention_formulas():
+    """FlopCounterMode's own sdpa formulas for the CPU flash kernels it has none for."""
+    from torch.utils import flop_counter
+    aten = torch.ops.aten
+    return {aten._scaled_dot_product_flash_attention_for_cpu: flop_counter.sdpa_flop.__wrapped__,
+            aten._scaled_dot_product_flash_attention_for_cpu_backward:
+                flop_counter.sdpa_backward_flop.__wrapped__}
+
+
+def _transformer(kind, norm_first):
+    torch.manual_seed(0)
+    options = dict(dim_feedforward=32, dropout=0.0, batch_first=True, norm_first=norm_first)
+    if kind == "encoder-layer":
+        return nn.TransformerEncoderLayer(16, 2, **options)
+    if kind == "decoder-layer":
+        return nn.TransformerDecoderLayer(16, 2, **options)
+    if kind == "encoder":
+        return nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, **options), 2,
+                                     enable_nested_tensor=False)
+    return nn.Transformer(16, 2, 1, 1, **options)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("kind", ["encoder-layer", "decoder-layer", "encoder", "transformer"])
+def test_a_composite_layers_backward_is_its_childrens_once(kind, norm_first):
+    # A layer whose gradient formula includes its children's (TransformerEncoderLayer's) is
+    # charged only what they were not: its children run and charge their own parts.
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = _transformer(kind, norm_first)
+    torch.manual_seed(1)
+    inputs = (torch.randn(2, 5, 16),) + ((torch.randn(2, 7, 16),) if "encoder" not in kind
+                                          else ())
+    with FlopCounterMode(display=False, custom_mapping=_cpu_attention_formulas()) as counter:
+        out = model(*inputs)
+        forward = counter.get_total_flops()
+        out.sum().backward()
+    backward = counter.get_total_flops() - forward
+    model.zero_grad()
+    with tracetorch.profile(model) as prof:
+        model(*inputs).sum().backward()
+    assert prof.backward_gemm_flops == prof.find("").subtree_backward_flops == backward
+    # N=2, L=5, E=16, FFN 32: the q, k, v projections (their weights; their input's gradient
+    # only after norm1, whose parameters need one), five attention products of the flash kernel
+    # (scores recomputed, dP, dV, dQ, dK), output projection, the two FFN Linears.
+    if kind == "encoder-layer":
+        projections = 3 * (2 * 2 * 5 * 16 * 16) * (1 + norm_first)
+        attention = 5 * 2 * 2 * 5 * 5 * 16
+        out_proj = 2 * (2 * 2 * 5 * 16 * 16)
+        ffn = 2 * 2 * (2 * 2 * 5 * 16 * 32)
+        assert backward == projections + attention + out_proj + ffn
+    for node in prof.nodes():
+        if node.type_name.startswith("Transformer"):
+            assert node.backward_flops == 0, node.path

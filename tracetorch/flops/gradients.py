@@ -6,7 +6,8 @@ the pass does it when ANY tensor named in ``needs`` needs a gradient. An ``int``
 positional argument (every tensor inside it if it is a tuple or list: an LSTM's ``(h0, c0)``,
 einsum's operand list); a ``str`` a layer's parameter as ``named_parameters`` spells it
 (``"self_attn.in_proj_weight"``) or a function's keyword argument. Parts are *inclusive*, like
-the forward rules (a TransformerEncoderLayer's include its children's).
+the forward rules (a TransformerEncoderLayer's include its children's): a backward pass charges
+such a layer what its children did not charge themselves, as the fold does with forward FLOPs.
 
 What is counted is what ``torch.utils.flop_counter.FlopCounterMode`` counts in a backward pass
 (mm/addmm/bmm/baddbmm, convolution and attention backward; FLOPs = 2 x MACs). Not ``mv`` or

@@ -18,9 +18,10 @@ node — with its enclosing layers, from the tree — becomes the open one. Each
 parts are charged when its output's node is reached, counting a part only if the pass computes
 one of its tensors' gradients (``torch._C._will_engine_execute_node`` for a non-leaf; for a
 leaf, the pass accumulates into every leaf, or ``inputs=`` names it). When the pass ends each
-layer it reached gets one backward sample. Time before the first boundary and after a layer's
-last node (a loss written with tensor maths) stays on the pass's own node; products at the
-profile's root charge their gradients to it as well.
+layer it reached gets one backward sample, and a layer with inclusive parts (a rule's, which
+count its children's) keeps what its children did not charge themselves. Time before the first
+boundary and after a layer's last node (a loss written with tensor maths) stays on the pass's
+own node; products at the profile's root charge their gradients to it as well.
 
 **Passes no mode saw.** With ``profile(ops=False)`` no function mode is pushed at all, and
 inside a layer with a rule it is popped: a pass started there is found at its first marked node
@@ -227,12 +228,28 @@ class BackwardPass:
             for frame, elapsed in self.timer.resolve():
                 if frame is not None and frame.node in spent:
                     spent[frame.node] += elapsed
+        _exclude_descendants(self.flops)
         add = self.collector.add_backward
         for node, elapsed in spent.items():
             add(node, self.flops.pop(node, 0), True, elapsed)
         for node, flops in self.flops.items():  # the pass's own node
             add(node, flops, True, 0)
         self.collector.flush_backward()
+
+
+def _exclude_descendants(flops: dict[CallNode, int]) -> None:
+    """A layer's gradient parts are inclusive, like its forward rule (a TransformerEncoderLayer's
+    count its Linears'), and its children that ran in the pass charged their own: as the fold
+    does with forward FLOPs, each such layer keeps what its subtree was not charged in this pass
+    (never less than 0), innermost layers first. Only a layer with a FLOP rule charges inclusive
+    parts; one without charges its own products, which are no child's."""
+    composite = [node for node in flops if node.children and node.rule_state == "rule"]
+    if not composite:
+        return
+    depth = {node: node.depth for node in composite}
+    for node in sorted(composite, key=depth.__getitem__, reverse=True):
+        below = sum(flops.get(inner, 0) for inner in node.walk() if inner is not node)
+        flops[node] = max(0, flops[node] - below)
 
 
 def _opens(node: CallNode) -> bool:
