@@ -95,7 +95,10 @@ def test_a_real_training_loop_with_an_injected_clock(torch: Any) -> None:
             opt.zero_grad()
             prof.step()
     use = prof.analyze().utilization
-    model_flops = prof.forward_flops + prof.backward_flops   # SGD's step counts no FLOPs here
+    # SGD's steps: 2 per parameter element (16·32 + 32 + 32 + 1 = 577), 4 steps; MFU leaves
+    # them out of the model's FLOPs.
+    assert prof.find("SGD.step").flops == 4 * 2 * 577
+    model_flops = prof.forward_flops - prof.find("SGD.step").flops + prof.backward_flops
     assert use.model_flops == model_flops and use.steps == 4
     assert use.mfu == pytest.approx(model_flops / (prof.step_times.total_ns / 1e9) / 1e12)
     assert f"MFU {use.mfu:.1%}:" in str(prof)

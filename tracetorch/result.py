@@ -126,7 +126,8 @@ class ProfileResult:
         """How complete :attr:`forward_flops` is: ``"complete"``; ``"partial"`` (a lower bound:
         the layer types in :attr:`unsupported` ran with unknown FLOPs); ``"unknown"`` when every
         layer that ran is one of those."""
-        forward = [n for n in self._forward_nodes() if n.kind in ("module", "function")]
+        forward = [n for n in self._forward_nodes()
+                   if n.kind in ("module", "function", "optimizer")]
         unknown = [n for n in forward if n.flops_unknown]
         if not unknown:
             return "complete"

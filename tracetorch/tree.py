@@ -219,9 +219,10 @@ class CallNode:
     @property
     def flops_unknown(self) -> bool:
         """Whether this layer's own FLOPs are unknown: it ran, has no FLOP rule, and neither
-        counted operations nor calls below it explain its work (see :attr:`completeness`)."""
-        return (self.kind == "module" and self.flops_source == "none" and not self.children
-                and self.calls > 0)
+        counted operations nor calls below it explain its work (see :attr:`completeness`); an
+        optimizer step with no rule, whatever ran below it (LBFGS's closure)."""
+        return (self.flops_source == "none" and self.calls > 0
+                and (self.kind == "optimizer" or (self.kind == "module" and not self.children)))
 
     @property
     def completeness(self) -> Completeness:

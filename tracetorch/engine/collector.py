@@ -27,7 +27,8 @@ from tracetorch.engine.saved_meters import saved_by_call
 from tracetorch.engine.timing import CallTiming, Clock
 from tracetorch.engine.unsupported import unsupported_calls, warn_unsupported
 from tracetorch.engine.warm import WarmNodes
-from tracetorch.engine.wrappers import naming_through_wrappers, wrapper_name
+from tracetorch.engine.wrappers import is_wrapper, naming_through_wrappers, wrapper_name
+from tracetorch.flops.optimizers import optimizer_scope
 from tracetorch.flops.registry import NO_RULE, FlopCount, FlopRegistry, default_registry
 from tracetorch.introspect import (
     bound_inputs,
@@ -195,6 +196,8 @@ class Collector(CallTiming):
         type_name = _type_name(owner, kind, label)
         default = label or (_DEFAULT_NAMES[kind].format(type_name) if kind in _DEFAULT_NAMES
                             else type_name)
+        if kind == "optimizer" and label is None:
+            default += self._scope_of(owner)
         if parent_owner is None or parent_node.kind == "thread":
             # One naming however the profile was opened: the model is "", as named_modules()
             # names it; without one given, the first layer called at the top stands for it.
@@ -233,6 +236,16 @@ class Collector(CallTiming):
                 self.recompute_of[node] = original
         parent_node.children_by_owner[id(owner)] = node
         return node
+
+    def _scope_of(self, optimizer: Any) -> str:
+        # Several optimizers of one class (a GAN's) are told apart by what they update: the
+        # module of the profiled model holding all their parameters, as "[netG]" ("" when they
+        # span the model, or without one; the "#2" of a name taken then tells them apart).
+        model = self.model
+        while model is not None and is_wrapper(model):  # DDP's parameters are "module.<path>"
+            model = model.module
+        scope = optimizer_scope(optimizer, model) if model is not None else ""
+        return f"[{scope}]" if scope else ""
 
     def _install_frame(self, node: CallNode, frame: Frame) -> None:
         # Every node given a frame is listed for stop() to drop it again; a forward module node

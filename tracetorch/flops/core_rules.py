@@ -26,9 +26,17 @@ MultiHeadAttention      4 projections 2·rows·E·E each, QKᵀ and AV 2·B·L·
                         mask's fill (1 per score) is not counted
 MSELoss                 3·N_in (subtract, square, accumulate)
 CrossEntropyLoss        5·N·C + N (log-softmax 5 per logit, pick-and-accumulate 1 per row)
-SGD.step                2 per parameter element, +2 with momentum, +2 with weight decay
-Adam.step               12 per parameter element, +2 with weight decay
+SGD.step                2 per element of a parameter with a gradient, +2 with momentum, +2
+                        with weight decay (:func:`~tracetorch.flops.optimizers.sgd_flops`)
+Adam.step               13 per element of a parameter with a gradient, +2 with weight decay
+                        (:func:`~tracetorch.flops.optimizers.adam_flops`)
 ======================  =================================================================
+
+The optimizers follow torch's by :mod:`tracetorch.flops.optimizers`' formulas and convention,
+so a step costs the same in both frameworks. A step takes no input, so the engine runs its
+rule once, at the end of the first step, and keeps the count: the parameters with a gradient
+then, and the steady state of SGD's momentum (its first step, a copy, costs 2 less per element
+in fact, which torch's steps, counted before each, do show).
 
 Every number comes from :mod:`tracetorch.flops.core_ops`, where the core tensor operations get
 theirs, so a layer costs the same whether its rule or its counted operations report it. Layers
@@ -63,6 +71,7 @@ from tracetorch.flops.core_ops import (
     norm_flops,
     pool2d_flops,
 )
+from tracetorch.flops.optimizers import adam_flops, sgd_flops
 from tracetorch.flops.registry import FlopCount, FlopRegistry, default_registry
 
 __all__ = ("register_core_rules", "linear_rule", "conv2d_rule", "attention_rule")
@@ -136,20 +145,23 @@ def _norm_rule(layer: Any, inputs: Inputs, output: Any) -> int:
     return norm_flops(_size(output))
 
 
-def _parameter_elements(optimizer: Any) -> int:
-    return sum(int(p.data.size) for p in optimizer.params)
+def _elements_with_grad(optimizer: Any) -> int:
+    # What a step updates: the parameters with a gradient (core's steps skip the others).
+    return sum(int(p.data.size) for p in optimizer.params if p.grad is not None)
 
 
 def _sgd_rule(optimizer: Any, inputs: Inputs, output: Any) -> int:
     """2 per element (scale and subtract), +2 with momentum, +2 with weight decay."""
-    per_element = 2 + (2 if optimizer.momentum else 0) + (2 if optimizer.weight_decay else 0)
-    return per_element * _parameter_elements(optimizer)
+    return _elements_with_grad(optimizer) * sgd_flops(
+        lr=optimizer.lr, momentum=optimizer.momentum, weight_decay=optimizer.weight_decay)
 
 
 def _adam_rule(optimizer: Any, inputs: Inputs, output: Any) -> int:
-    """12 per element: both moment updates (7), sqrt, eps, divide, scale, subtract (5); +2 decay."""
-    per_element = 12 + (2 if optimizer.weight_decay else 0)
-    return per_element * _parameter_elements(optimizer)
+    """13 per element: both moments (7), the denominator (3), scale, divide, subtract (3); +2
+    with weight decay."""
+    beta1, beta2 = optimizer.betas
+    return _elements_with_grad(optimizer) * adam_flops(
+        beta1=beta1, beta2=beta2, weight_decay=optimizer.weight_decay)
 
 
 def register_core_rules(registry: FlopRegistry = default_registry) -> None:

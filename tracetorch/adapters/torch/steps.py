@@ -9,6 +9,12 @@ profile closes. Nothing of an optimizer, its class or an LR scheduler (which wra
 ``optimizer.step`` on the instance) is touched, so objects created inside a block run no
 tracetorch code after it.
 
+A step's FLOPs come from the rule registered for the optimizer's class (the ``torch.optim``
+ones: :mod:`tracetorch.flops.optimizers`), run in the pre-hook, before the step: which
+parameters have a gradient and which branch the step takes (SGD's first momentum step, RAdam's
+rectification) are read then, at every step. An optimizer class with no rule has unknown FLOPs
+(``?``, listed in ``prof.unsupported``), never a silent 0.
+
 A step that raises never reaches its post-hook. The profile notices at the next step in the
 same context (the torch call of the failed step is no longer on the stack): the step counts as
 a call that raised (``errors``), timed to that moment — an upper bound, which still covers what
@@ -23,8 +29,9 @@ Example:
     >>> with tracetorch.profile() as prof:
     ...     weight.grad = torch.ones(2)
     ...     opt.step()
-    >>> (prof.find("SGD.step").kind, prof.find("SGD.step").calls)
-    ('optimizer', 1)
+    >>> step = prof.find("SGD.step")
+    >>> (step.kind, step.calls, step.flops)          # param - lr·grad: 2 per element
+    ('optimizer', 1, 4)
 """
 from __future__ import annotations
 
@@ -33,6 +40,7 @@ from contextvars import ContextVar
 from types import FrameType
 from typing import Any, Callable
 
+from torch._C import DisableTorchFunction
 from torch.optim.optimizer import (
     register_optimizer_step_post_hook,
     register_optimizer_step_pre_hook,
@@ -46,17 +54,28 @@ from tracetorch.engine.hotpath import (
     current_frame,
     open_root,
 )
-from tracetorch.tensors import signature
+from tracetorch.engine.unsupported import warn_unsupported
+from tracetorch.flops.optimizers import register_torch_optimizer_rules
+from tracetorch.flops.registry import FlopCount
+from tracetorch.tensors import signature, tensor_bytes
+from tracetorch.tree import CallNode, new_entry
 
 __all__ = ("start_step_hooks",)
 
+# The rules of torch.optim's classes go into the registry once, when the first profile opens.
+_RULES_REGISTERED = False
+
+# The user's frame, counted from _first_entry: close, _post_step, torch's hook runner, the user.
+_USER_FRAME = 5
+
 
 class _OpenStep:
-    """One ``step()`` between its hooks: torch's frame running it, and the node it opened
-    (``frame`` is ``None`` when it records nothing: no profile, or the same optimizer's step
-    called again from its own, as ``super().step()`` does)."""
+    """One ``step()`` between its hooks: torch's frame running it, the node it opened and its
+    FLOPs as the rule counted them before the step (``frame`` is ``None`` when it records
+    nothing: no profile, or the same optimizer's step called again from its own, as
+    ``super().step()`` does; ``counted`` is ``None`` when the FLOPs are unknown)."""
 
-    __slots__ = ("outer", "caller", "frame", "opened", "start")
+    __slots__ = ("outer", "caller", "frame", "opened", "start", "counted")
 
     def __init__(self, outer: _OpenStep | None, caller: FrameType) -> None:
         self.outer = outer
@@ -64,13 +83,24 @@ class _OpenStep:
         self.frame: Frame | None = None
         self.opened: Any = None
         self.start = 0
+        self.counted: int | FlopCount | None = None
 
-    def open(self, parent: Frame, optimizer: Any) -> None:
-        """Open the optimizer's node under ``parent``, the innermost open call."""
+    def open(self, parent: Frame, optimizer: Any, args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> None:
+        """Open the optimizer's node under ``parent``, the innermost open call, and count the
+        step's FLOPs before it runs."""
         collector, parent_node = parent.collector, parent.node
         node = parent_node.children_by_owner.get(id(optimizer))
         if node is None:
             node = collector.new_child(parent, optimizer, "optimizer", None, None)
+        if node.rule_state == "rule":
+            rule = collector.registry.lookup(type(optimizer))
+            # Outside the profile's function mode: each p.grad it reads would go through it
+            # (~2 µs a parameter), and a rule's own operations are no operations of the step.
+            with DisableTorchFunction():
+                self.counted = rule(optimizer, args + tuple(kwargs.values()), None)
+        elif node.rule_state == "free":
+            self.counted = 0
         self.frame = node.frame
         self.opened = open_root(node.frame)
         self.start = collector.clock()
@@ -80,7 +110,7 @@ class _OpenStep:
         frame = self.frame
         if frame is None:
             return
-        collector, node, owner = frame[:3]
+        collector, node = frame[:2]
         end = collector.clock()
         if current_frame() is frame:  # not when the profile reopened its root meanwhile
             close_root(collector, self.opened)
@@ -90,11 +120,33 @@ class _OpenStep:
             collector.record_failure(node, self.start, end)
             return
         collector.add_duration(node, self.start, end)
-        key = signature(args, kwargs)
+        # Per count as well as per shape: a step's FLOPs change with the gradients present and
+        # the branch it took, and each distinct count is one counter.
+        key = (signature(args, kwargs), self.counted)
         entry = node.flops_cache.get(key)
         if entry is None:
-            entry = node.flops_cache[key] = collector.first_call(node, owner, args, kwargs, None)
+            entry = node.flops_cache[key] = _first_entry(collector, node, args, kwargs,
+                                                         self.counted)
         entry[0] += 1
+
+
+def _first_entry(collector: Any, node: CallNode, args: tuple[Any, ...],
+                 kwargs: dict[str, Any], counted: int | FlopCount | None) -> list[Any]:
+    """The counter of a step's first call with these arguments and this count (see
+    :data:`~tracetorch.tree.ENTRY_FIELDS`): what ``Collector.first_call`` makes for a layer,
+    with the FLOPs counted before the step instead of a rule run after it."""
+    node.note_shapes(signature(args, kwargs), signature((None,)))
+    entry = new_entry()
+    if collector.memory:
+        entry[4] = tensor_bytes(args) + tensor_bytes(kwargs)  # a closure: nothing
+    if isinstance(counted, FlopCount):
+        macs = counted.macs if counted.macs is not None else counted.gemm // 2
+        entry[1:4] = int(counted.flops), int(counted.gemm), int(macs)
+    elif counted is not None:
+        entry[1] = int(counted)
+    elif node.rule_state == "none" and collector.warn_unsupported:
+        warn_unsupported(node.type_name, False, stacklevel=_USER_FRAME)
+    return entry
 
 
 #: The steps open in this context, innermost first (a linked list through ``outer``).
@@ -112,7 +164,7 @@ def _pre_step(optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
         watcher = all_threads_collector()
         parent = watcher.thread_frame() if watcher is not None else None
     if parent is not None and parent.owner is not optimizer and parent.collector.active:
-        step.open(parent, optimizer)
+        step.open(parent, optimizer, args[1:], kwargs)
     _OPEN.set(step)
 
 
@@ -150,8 +202,12 @@ def _close_failed(step: _OpenStep | None, caller: FrameType) -> _OpenStep | None
 
 
 def start_step_hooks() -> Callable[[], None]:
-    """Register the step hooks; returns the function that removes them (and forgets the steps
-    this context still holds open)."""
+    """Register the step hooks (and, the first time, the ``torch.optim`` FLOP rules); returns
+    the function that removes them (and forgets the steps this context still holds open)."""
+    global _RULES_REGISTERED
+    if not _RULES_REGISTERED:
+        register_torch_optimizer_rules()
+        _RULES_REGISTERED = True
     handles = [register_optimizer_step_pre_hook(_pre_step),
                register_optimizer_step_post_hook(_post_step)]
 

@@ -1,0 +1,463 @@
+"""Optimizer steps: FLOPs per parameter element from the optimizer's class and settings, and
+what an optimizer updates (which also names its node).
+
+One step costs, for each parameter with a gradient (``p.grad is not None``: what torch
+updates), its element count times the per-element cost of the algorithm under the settings of
+its parameter group. The per-element costs count the operations torch's single-tensor
+implementation (``foreach=False``) runs on each element, by this convention:
+
+* every elementwise operation on one element is 1 FLOP: add, subtract, multiply (by a tensor
+  or a scalar), divide, negate, square root, absolute value, sign, reciprocal, maximum, a
+  comparison, a masked select (``x[mask] = v``); ``clamp`` with both bounds is 2;
+* a scalar factor torch folds into an operation (``add``'s ``alpha``, ``addcmul`` and
+  ``addcdiv``'s ``value``, ``lerp``'s weight) is a multiply, so 1 more, unless it is 1 or -1:
+  ``x.add(y, alpha=a)`` is 2, ``x.add(y)`` 1; ``addcmul``/``addcdiv`` are 3 (2 with a value of
+  ±1); ``lerp(end, w)`` is 3 (``end - x``, times ``w``, plus ``x``). A factor that changes with
+  the step (bias corrections, ASGD's eta) is always counted;
+* copies, clones and new state buffers are 0, and so is the bookkeeping on 0-dim tensors (step
+  counters, NAdam's mu product, ASGD's eta and mu): not per element;
+* the branch a step takes is the one torch takes at that step: SGD's first momentum step
+  copies the gradient (no momentum arithmetic), RAdam rectifies once its rho_t exceeds 5,
+  ASGD averages once the step passes t0. It is read from the state of the group's first
+  parameter with a gradient, before the step.
+
+Per element, with torch's default settings (``maximize`` adds 1, a negation, to each)::
+
+    optimizer  default  settings that change it
+    ---------  -------  ---------------------------------------------------------------
+    SGD        2        momentum +2 (+1 with dampening, 0 on the first step), nesterov
+                        +2, weight_decay +2, lr of ±1: -1
+    Adam       13       weight_decay +2 (L2: grad + wd·p), decoupled (AdamW) +1, amsgrad +1
+    AdamW      14       (default weight_decay=0.01, decoupled)
+    Adamax     10       weight_decay +2
+    NAdam      16       weight_decay +2, decoupled +1
+    RAdam      10 / 16  10 before rectification, 16 after; weight_decay +2, decoupled +1
+    RMSprop    9        centered +5, momentum +2, weight_decay +2
+    Adagrad    7        weight_decay +2
+    Adadelta   15       weight_decay +2, an lr other than ±1 +1
+    ASGD       3        averaging (step > t0 + 2) +3, weight_decay +2
+    Rprop      16       (three compare-and-selects, clamp 2)
+
+Every ``foreach`` and ``fused`` path gets the same count: the same algorithm, organised in
+fewer kernels (RAdam's foreach path even runs the rectified arithmetic at every step and masks
+it, 14 per element; the count follows the algorithm's branch). ``capturable`` and
+``differentiable`` paths fold a few scalars differently and are counted as the default path.
+Sparse gradients are counted as dense and a complex parameter as one element per complex
+number. Optimizers not listed (``SparseAdam``, ``LBFGS``, ``Adafactor``, ``Muon``, any other
+class) have unknown FLOPs unless a rule is registered with :func:`tracetorch.flop_rule`: an
+optimizer's rule runs before each step as ``rule(optimizer, step_args, None)``, so it can read
+which parameters have gradients.
+
+``tracetorch.core``'s optimizers use the same formulas (:mod:`tracetorch.flops.core_rules`).
+
+Example:
+    >>> adam_flops(), adam_flops(weight_decay=0.01, decoupled_weight_decay=True)
+    (13, 14)
+    >>> sgd_flops(momentum=0.9), sgd_flops(momentum=0.9, first_step=True)
+    (4, 2)
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Callable
+
+from tracetorch.flops.registry import FlopRegistry, FlopRule, default_registry
+
+__all__ = (
+    "sgd_flops", "adam_flops", "adamax_flops", "nadam_flops", "radam_flops", "radam_rectifies",
+    "rmsprop_flops", "adagrad_flops", "adadelta_flops", "asgd_flops", "asgd_averages",
+    "rprop_flops", "TORCH_STEP_FLOPS", "torch_step_rule", "register_torch_optimizer_rules",
+    "updated_parameters", "optimizer_scope",
+)
+
+#: Stands for a scalar factor that changes with the step: always counted as a multiply.
+_VARIES: Any = None
+
+#: A parameter without state yet (its first step).
+_NO_STATE: Mapping[str, Any] = {}
+
+
+def _factor(value: Any) -> int:
+    """A scalar torch folds into an operation: a multiply, unless it is 1 or -1."""
+    return 0 if type(value) in (int, float) and abs(value) == 1 else 1
+
+
+def _axpy(alpha: Any) -> int:
+    """``x.add(y, alpha=alpha)``: the add, and the multiply by ``alpha``."""
+    return 1 + _factor(alpha)
+
+
+def _fused(value: Any) -> int:
+    """``x.addcmul(y, z, value=v)`` or ``addcdiv``: the product or quotient, the add, and the
+    multiply by ``value``."""
+    return 2 + _factor(value)
+
+
+def _lerp(weight: Any) -> int:
+    """``x.lerp(end, weight)``: ``end - x``, times ``weight``, plus ``x``."""
+    return 2 + _factor(weight)
+
+
+def _gradient(maximize: bool, weight_decay: Any, decoupled: bool = False) -> int:
+    """The gradient's preparation: negated under ``maximize``; weight decay as L2
+    (``grad + wd·param``) or decoupled (``param·(1 - lr·wd)``, one multiply)."""
+    flops = 1 if maximize else 0
+    if weight_decay:
+        flops += 1 if decoupled else _axpy(weight_decay)
+    return flops
+
+
+def sgd_flops(*, lr: Any = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
+              nesterov: bool = False, weight_decay: Any = 0.0, maximize: bool = False,
+              first_step: bool = False) -> int:
+    """SGD per element: ``buf·momentum + (1 - dampening)·grad`` (not on the ``first_step``,
+    which copies the gradient), ``grad + momentum·buf`` with Nesterov, ``param - lr·update``.
+
+    Example:
+        >>> sgd_flops(), sgd_flops(momentum=0.9, dampening=0.1), sgd_flops(lr=1.0)
+        (2, 5, 1)
+    """
+    flops = _gradient(maximize, weight_decay)
+    if momentum:
+        if not first_step:
+            flops += 1 + _axpy(1 - dampening)
+        if nesterov:
+            flops += _axpy(momentum)
+    return flops + _axpy(-lr)
+
+
+def adam_flops(*, beta1: Any = 0.9, beta2: Any = 0.999, weight_decay: Any = 0.0,
+               decoupled_weight_decay: bool = False, amsgrad: bool = False,
+               maximize: bool = False) -> int:
+    """Adam and AdamW per element: both moments (``lerp`` 3; ``mul`` and ``addcmul`` 4), the
+    running maximum with ``amsgrad`` (1), the denominator (sqrt, divide by the second bias
+    correction's root, add eps: 3) and ``param.addcdiv(m, denom, value=-step_size)`` (3).
+
+    Example:
+        >>> adam_flops(amsgrad=True), adam_flops(weight_decay=0.1)
+        (14, 15)
+    """
+    return (_gradient(maximize, weight_decay, decoupled_weight_decay)
+            + _lerp(1 - beta1) + 1 + _fused(1 - beta2) + (1 if amsgrad else 0)
+            + 3 + _fused(_VARIES))
+
+
+def adamax_flops(*, beta1: Any = 0.9, weight_decay: Any = 0.0, maximize: bool = False) -> int:
+    """Adamax per element: the first moment (``lerp`` 3), the infinity norm (``exp_inf·beta2``,
+    ``|grad|``, ``+ eps``, maximum: 4) and ``addcdiv`` with the bias-corrected lr (3).
+
+    Example:
+        >>> adamax_flops()
+        10
+    """
+    return _gradient(maximize, weight_decay) + _lerp(1 - beta1) + 4 + _fused(_VARIES)
+
+
+def nadam_flops(*, beta1: Any = 0.9, beta2: Any = 0.999, weight_decay: Any = 0.0,
+                decoupled_weight_decay: bool = False, maximize: bool = False) -> int:
+    """NAdam per element: both moments (7), the denominator (divide by the second bias
+    correction, sqrt, add eps: 3) and two ``addcdiv`` (gradient and momentum terms: 6).
+
+    Example:
+        >>> nadam_flops(), nadam_flops(weight_decay=0.1, decoupled_weight_decay=True)
+        (16, 17)
+    """
+    return (_gradient(maximize, weight_decay, decoupled_weight_decay)
+            + _lerp(1 - beta1) + 1 + _fused(1 - beta2) + 3 + 2 * _fused(_VARIES))
+
+
+def radam_rectifies(beta2: float, step: float) -> bool:
+    """Whether RAdam's step number ``step`` (1 for the first) takes the rectified branch: its
+    rho_t, computed as torch computes it, exceeds 5.
+
+    Example:
+        >>> [radam_rectifies(0.999, step) for step in (1, 5, 6)]
+        [False, False, True]
+    """
+    rho_inf = 2 / (1 - beta2) - 1
+    rho_t = rho_inf - 2 * step * (beta2**step) / (1 - beta2**step)
+    return rho_t > 5.0
+
+
+def radam_flops(*, step: float, beta1: Any = 0.9, beta2: Any = 0.999, weight_decay: Any = 0.0,
+                decoupled_weight_decay: bool = False, maximize: bool = False) -> int:
+    """RAdam per element at step number ``step``: both moments (7) and the first's bias
+    correction (1); rectified, the adaptive lr (sqrt, + eps, then ``c / x``, which torch runs as
+    a reciprocal and a multiply: 4), three multiplies (lr, adaptive lr, rectification) and the
+    subtraction (8 in all); before that, times lr and the subtraction (2).
+
+    Example:
+        >>> radam_flops(step=1), radam_flops(step=6)
+        (10, 16)
+    """
+    base = (_gradient(maximize, weight_decay, decoupled_weight_decay)
+            + _lerp(1 - beta1) + 1 + _fused(1 - beta2) + 1)
+    return base + (8 if radam_rectifies(float(beta2), step) else 2)
+
+
+def rmsprop_flops(*, lr: Any = 1e-2, alpha: Any = 0.99, weight_decay: Any = 0.0,
+                  momentum: float = 0.0, centered: bool = False, maximize: bool = False) -> int:
+    """RMSprop per element: the square average (``mul`` and ``addcmul`` 4); centered, the
+    gradient average (``lerp`` 3) and its square taken off (``addcmul`` with value -1: 2);
+    sqrt and eps (2); then ``addcdiv`` into the parameter (3), or with momentum into the
+    buffer (``mul`` and ``addcdiv`` 3) and ``param - lr·buf`` (2).
+
+    Example:
+        >>> rmsprop_flops(), rmsprop_flops(centered=True), rmsprop_flops(momentum=0.9)
+        (9, 14, 11)
+    """
+    flops = _gradient(maximize, weight_decay) + 1 + _fused(1 - alpha)
+    if centered:
+        flops += _lerp(1 - alpha) + _fused(-1)
+    flops += 2
+    if momentum > 0:
+        return flops + 1 + _fused(1) + _axpy(-lr)
+    return flops + _fused(-lr)
+
+
+def adagrad_flops(*, lr: Any = 1e-2, lr_decay: float = 0.0, weight_decay: Any = 0.0,
+                  maximize: bool = False) -> int:
+    """Adagrad per element: the sum of squares (``addcmul`` with value 1: 2), sqrt and eps (2)
+    and ``addcdiv`` with the decayed lr (3).
+
+    Example:
+        >>> adagrad_flops(), adagrad_flops(weight_decay=0.1)
+        (7, 9)
+    """
+    step_lr = -lr if not lr_decay else _VARIES
+    return _gradient(maximize, weight_decay) + _fused(1) + 2 + _fused(step_lr)
+
+
+def adadelta_flops(*, lr: Any = 1.0, rho: Any = 0.9, weight_decay: Any = 0.0,
+                   maximize: bool = False) -> int:
+    """Adadelta per element: the square average (4), ``sqrt(avg + eps)`` twice (4), the delta
+    (divide, times grad: 2), the delta average (4) and ``param - lr·delta`` (1 at lr 1, else 2).
+
+    Example:
+        >>> adadelta_flops(), adadelta_flops(lr=0.5)
+        (15, 16)
+    """
+    return (_gradient(maximize, weight_decay) + 1 + _fused(1 - rho) + 4 + 2
+            + 1 + _fused(1 - rho) + _axpy(-lr))
+
+
+def asgd_averages(step: float, t0: float) -> bool:
+    """Whether ASGD's step number ``step`` (1 for the first) updates its average (a mu other
+    than 1: the one set by the previous step, ``1 / max(1, step - 1 - t0)``).
+
+    Example:
+        >>> asgd_averages(1, 0.0), asgd_averages(2, 0.0), asgd_averages(4, 0.0)
+        (False, False, True)
+    """
+    return step > 1 and step - 1 - t0 > 1
+
+
+def asgd_flops(*, weight_decay: Any = 0.0, maximize: bool = False,
+               averaging: bool = False) -> int:
+    """ASGD per element: the decay (``param·(1 - lambd·eta)``: 1), ``param - eta·grad`` (2)
+    and, while ``averaging``, ``ax + mu·(param - ax)`` (3; else a copy).
+
+    Example:
+        >>> asgd_flops(), asgd_flops(averaging=True)
+        (3, 6)
+    """
+    return _gradient(maximize, weight_decay) + 1 + _axpy(_VARIES) + (3 if averaging else 0)
+
+
+def rprop_flops(*, maximize: bool = False) -> int:
+    """Rprop per element: ``sign(grad·prev)`` (2), three compare-and-selects making it a factor
+    (6), the step size times it and clamped (3), the gradient zeroed where the sign flipped
+    (compare and select: 2), ``param - sign(grad)·step_size`` (``addcmul`` with value -1 and
+    the sign: 3).
+
+    Example:
+        >>> rprop_flops()
+        16
+    """
+    return _gradient(maximize, 0) + 2 + 6 + 3 + 2 + 1 + _fused(-1)
+
+
+def _step_number(state: Mapping[str, Any]) -> float:
+    """The number of the step about to run, from a parameter's state (1 for the first)."""
+    done = state.get("step")
+    return float(done) + 1 if done is not None else 1.0
+
+
+def _torch_sgd(group: Mapping[str, Any], state: Mapping[str, Any]) -> int:
+    return sgd_flops(lr=group["lr"], momentum=group["momentum"],
+                     dampening=group["dampening"], nesterov=group.get("nesterov", False),
+                     weight_decay=group["weight_decay"], maximize=group.get("maximize", False),
+                     first_step=state.get("momentum_buffer") is None)
+
+
+def _torch_adam(group: Mapping[str, Any], state: Mapping[str, Any]) -> int:
+    beta1, beta2 = group["betas"]
+    return adam_flops(beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"],
+                      decoupled_weight_decay=group.get("decoupled_weight_decay", False),
+                      amsgrad=group.get("amsgrad", False), maximize=group.get("maximize", False))
+
+
+def _torch_adamw(group: Mapping[str, Any], state: Mapping[str, Any]) -> int:
+    beta1, beta2 = group["betas"]
+    return adam_flops(beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"],
+                      decoupled_weight_decay=True, amsgrad=group.get("amsgrad", False),
+                      maximize=group.get("maximize", False))
+
+
+def _torch_adamax(group: Mapping[str, Any], state: Mapping[str, Any]) -> int:
+    return adamax_flops(beta1=group["betas"][0], weight_decay=group["weight_decay"],
+                        maximize=group.get("maximize", False))
+
+
+def _torch_nadam(group: Mapping[str, Any], state: Mapping[str, Any]) -> int:
+    beta1, beta2 = group["betas"]
+    return nadam_flops(beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"],
+                       decoupled_weight_decay=group.get("decoupled_weight_decay", False),
+                       maximize=group.get("maximize", False))
+
+
+def _torch_radam(group: Mapping[str, Any], state: Mapping[str, Any]) -> int:
+    beta1, beta2 = group["betas"]
+    return radam_flops(step=_step_number(state), beta1=beta1, beta2=beta2,
+                       weight_decay=group["weight_decay"],
+                       decoupled_weight_decay=group.get("decoupled_weight_decay", False),
+                       maximize=group.get("maximize", False))
+
+
+def _torch_rmsprop(group: Mapping[str, Any], state: Mapping[str, Any]) -> int:
+    return rmsprop_flops(lr=group["lr"], alpha=group["alpha"], weight_decay=group["weight_decay"],
+                         momentum=group.get("momentum", 0), centered=group.get("centered", False),
+                         maximize=group.get("maximize", False))
+
+
+def _torch_adagrad(group: Mapping[str, Any], state: Mapping[str, Any]) -> int:
+    return adagrad_flops(lr=group["lr"], lr_decay=group["lr_decay"],
+                         weight_decay=group["weight_decay"], maximize=group.get("maximize", False))
+
+
+def _torch_adadelta(group: Mapping[str, Any], state: Mapping[str, Any]) -> int:
+    return adadelta_flops(lr=group["lr"], rho=group["rho"], weight_decay=group["weight_decay"],
+                          maximize=group.get("maximize", False))
+
+
+def _torch_asgd(group: Mapping[str, Any], state: Mapping[str, Any]) -> int:
+    return asgd_flops(weight_decay=group["weight_decay"], maximize=group.get("maximize", False),
+                      averaging=asgd_averages(_step_number(state), group["t0"]))
+
+
+def _torch_rprop(group: Mapping[str, Any], state: Mapping[str, Any]) -> int:
+    return rprop_flops(maximize=group.get("maximize", False))
+
+
+#: Per-element cost of one step of each ``torch.optim`` class, by class name, from a parameter
+#: group's settings and the state of its first parameter with a gradient.
+TORCH_STEP_FLOPS: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], int]] = {
+    "SGD": _torch_sgd, "Adam": _torch_adam, "AdamW": _torch_adamw, "Adamax": _torch_adamax,
+    "NAdam": _torch_nadam, "RAdam": _torch_radam, "RMSprop": _torch_rmsprop,
+    "Adagrad": _torch_adagrad, "Adadelta": _torch_adadelta, "ASGD": _torch_asgd,
+    "Rprop": _torch_rprop,
+}
+
+
+def torch_step_rule(
+        per_element: Callable[[Mapping[str, Any], Mapping[str, Any]], int]) -> FlopRule:
+    """The FLOP rule of a torch optimizer whose per-element cost is ``per_element(group,
+    state)``: each group's cost times its elements with a gradient, read before the step.
+
+    Example:
+        >>> import torch
+        >>> weights = torch.nn.Parameter(torch.ones(3, 4))
+        >>> frozen = torch.nn.Parameter(torch.ones(5))        # no gradient: not updated
+        >>> weights.grad = torch.ones(3, 4)
+        >>> rule = torch_step_rule(TORCH_STEP_FLOPS["Adam"])
+        >>> rule(torch.optim.Adam([weights, frozen]), (), None)   # 13 per element, 12 elements
+        156
+    """
+    def rule(optimizer: Any, inputs: tuple[Any, ...], output: Any) -> int:
+        flops = 0
+        state = optimizer.state
+        for group in optimizer.param_groups:
+            elements = 0
+            first = None
+            for param in group["params"]:
+                if param.grad is not None:
+                    elements += param.numel()
+                    if first is None:
+                        first = param
+            if first is not None:
+                flops += elements * per_element(group, state.get(first, _NO_STATE))
+        return flops
+
+    rule.__doc__ = f"FLOPs of one step: {per_element.__name__[len('_torch_'):]} per element."
+    return rule
+
+
+def register_torch_optimizer_rules(registry: FlopRegistry = default_registry) -> None:
+    """Register the rules of :data:`TORCH_STEP_FLOPS` for the ``torch.optim`` classes (built-in
+    rules: a user's :func:`~tracetorch.flop_rule` wins; registering again replaces them)."""
+    import torch.optim
+
+    for name, per_element in TORCH_STEP_FLOPS.items():
+        optimizer_class = getattr(torch.optim, name, None)
+        if optimizer_class is not None:
+            registry.register(optimizer_class, builtin=True)(torch_step_rule(per_element))
+
+
+def updated_parameters(optimizer: Any) -> Iterator[Any]:
+    """The parameters ``optimizer`` updates: those of its ``param_groups`` (torch) or its
+    ``params`` (``tracetorch.core``).
+
+    Example:
+        >>> class Plain:
+        ...     params = ["w", "b"]
+        >>> list(updated_parameters(Plain()))
+        ['w', 'b']
+    """
+    groups = getattr(optimizer, "param_groups", None)
+    if groups is None:
+        yield from getattr(optimizer, "params", ())
+        return
+    for group in groups:
+        yield from group["params"]
+
+
+def optimizer_scope(optimizer: Any, model: Any) -> str:
+    """The path of the module of ``model`` that holds every parameter ``optimizer`` updates:
+    ``""`` when it updates them all, when they span the model's top level, or when some are not
+    the model's parameters.
+
+    Example:
+        >>> import torch
+        >>> gan = torch.nn.ModuleDict({"netG": torch.nn.Linear(2, 2),
+        ...                            "netD": torch.nn.Linear(2, 1)})
+        >>> optimizer_scope(torch.optim.Adam(gan["netG"].parameters()), gan)
+        'netG'
+        >>> optimizer_scope(torch.optim.Adam(gan.parameters()), gan)
+        ''
+    """
+    named = getattr(model, "named_parameters", None)
+    if named is None:
+        return ""
+    names = {id(param): name for name, param in named()}
+    common: list[str] | None = None
+    updated = 0
+    for param in updated_parameters(optimizer):
+        updated += 1
+        name = names.get(id(param))
+        if name is None:
+            return ""
+        module_path = name.split(".")[:-1]
+        if common is None:
+            common = module_path
+        else:
+            size = 0
+            for mine, theirs in zip(common, module_path):
+                if mine != theirs:
+                    break
+                size += 1
+            del common[size:]
+        if not common:
+            return ""
+    if updated >= len(names):  # the whole model, whose parameters all sit in one attribute
+        return ""
+    return ".".join(common or ())
