@@ -19,7 +19,8 @@ implementation (``foreach=False``) runs on each element, by this convention:
 * the branch a step takes is the one torch takes at that step: SGD's first momentum step
   copies the gradient (no momentum arithmetic), RAdam rectifies once its rho_t exceeds 5,
   ASGD averages once the step passes t0. It is read from the state of the group's first
-  parameter with a gradient, before the step.
+  parameter with a gradient, before the step (RAdam and ASGD read its step counter: a device
+  synchronisation where ``capturable`` keeps the counter on the GPU).
 
 Per element, with torch's default settings (``maximize`` adds 1, a negation, to each)::
 
