@@ -326,7 +326,12 @@ class Collector(CallTiming):
                 entry[1] = int(result)
         elif (state == "none" and node.kind == "module" and not node.op_flops
               and not node.children and node.flops_source == "none"):
-            if self.warn_unsupported:
+            if (not node.ops and node.frame is not None and node.frame.ops
+                    and is_torch_module(owner) and _returns_an_input(args, kwargs, output)):
+                # A torch module whose operations were counted ran none and handed back what
+                # it was given (a DropPath in eval): it costs a known 0.
+                node.flops_source = "ops"
+            elif self.warn_unsupported:
                 warn_unsupported(node.type_name, runs_compiled_graph(owner), stacklevel=3)
         return entry
 
@@ -411,3 +416,8 @@ def _type_name(owner: Any, kind: str, label: str | None) -> str:
     if kind == "function":
         return str(label or getattr(owner, "__qualname__", type(owner).__name__))
     return type(owner).__name__
+
+
+def _returns_an_input(args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> bool:
+    return any(output is value for value in args) or any(
+        output is value for value in kwargs.values())

@@ -40,12 +40,14 @@ def warn_unsupported(type_name: str, compiled: bool, stacklevel: int) -> None:
     if type_name in _WARNED:
         return
     _WARNED.add(type_name)
+    unknown = ("its FLOPs are unknown, shown as '?', and the FLOP counts that include it "
+               "are lower bounds, marked '+'")
     if compiled:
         advice = (f"{type_name} runs a compiled graph, which tracetorch cannot look "
-                  f"into: its FLOPs are unknown and reported as 0 (profile the module "
-                  f"before compiling it for FLOPs; its time is measured either way).")
+                  f"into: {unknown}. Profile the module before compiling it for FLOPs; its "
+                  f"time is measured either way.")
     else:
         advice = (f"tracetorch has no FLOP rule for {type_name} and saw no countable "
-                  f"tensor operations in it; its FLOPs are reported as 0. Register one "
+                  f"tensor operations in it: {unknown}. Register one "
                   f"with @tracetorch.flop_rule({type_name}).")
     warnings.warn(advice, stacklevel=stacklevel + 1)

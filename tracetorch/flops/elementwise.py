@@ -30,7 +30,59 @@ both frameworks::
     batch_norm                                           7 in training, 4 with running stats
     rms_norm                                             3 (square, mean, scale), +1 with weight
 
-    losses: cross_entropy 5·N·C + N (core's), nll_loss N, mse_loss and l1_loss 3 per element
+    losses, per input element (the reduction's sum included; LOSS_PER_ELEMENT)
+    ---------------------------------------------------  --------------------------------------
+    mse_loss l1_loss                                     3 (difference, square or abs, sum)
+    smooth_l1_loss / huber_loss                          7 / 8 (difference, abs, both branches:
+                                                         square and scale, abs minus half of
+                                                         beta (times delta); select, sum)
+    binary_cross_entropy                                 11 (log x, log(1 - x), each clamped
+                                                         at -100, 1 - x, 1 - y, two products,
+                                                         add, negate, sum)
+    binary_cross_entropy_with_logits                     10 ((1 - y)·x, |x|, negate, exp, log1p,
+                                                         max(-x, 0), two adds, sum); +4 with
+                                                         pos_weight ((p - 1)·y + 1, multiply)
+    kl_div                                               4 (log target or exp, subtract,
+                                                         multiply, sum)
+    poisson_nll_loss                                     4 (exp(x) - y·x, sum); 5 without
+                                                         log_input (x - y·log(x + eps)); +9
+                                                         with full (Stirling's term, masked)
+    gaussian_nll_loss                                    8 (clamp var, log, difference, square,
+                                                         divide, add, halve, sum); +1 with full
+    soft_margin_loss                                     6 (y·x, negate, softplus 3, sum)
+    multilabel_soft_margin_loss                          15 (two logsigmoids 4 each, negate x,
+                                                         1 - y, two products, add, negate,
+                                                         sum)
+    hinge_embedding_loss margin_ranking_loss             6 (margin - x, clamp, two selects, add,
+                                                         sum / difference, times -y, add
+                                                         margin, clamp, sum)
+    multi_margin_loss                                    4 (margin - x[y] + x[i], clamp, sum);
+                                                         +1 with p = 2; +1 per sample (mean)
+
+    losses and distances by rows (criterion_flops; n input elements, R rows of D elements)
+    ---------------------------------------------------  --------------------------------------
+    cross_entropy / nll_loss                             5·n + R (core's) / R
+    cosine_similarity                                    6·n (three dot products) + 4·R
+                                                         (product of the norms, clamp, sqrt,
+                                                         divide)
+    pairwise_distance                                    4·n (difference, + eps, square, add)
+                                                         + R (root)
+    cosine_embedding_loss                                cosine_similarity + 5·R (1 - cos,
+                                                         cos - margin, clamp, select, sum)
+    triplet_margin_loss                                  2 pairwise distances (3 with swap)
+                                                         + 4·R (difference, margin, clamp, sum)
+    multilabel_margin_loss                               4·R·D² (every target slot against
+                                                         every class: the target count is data)
+                                                         + R
+    ctc_loss                                             13·N·T·(2S + 1): per time step and
+                                                         state of the blank-extended target, a
+                                                         log-sum-exp of 3 predecessors (12) and
+                                                         the log-probability's add; + N
+    local_response_norm                                  (5 + size) per element (square, a sum
+                                                         of size neighbours, scale, add k, pow,
+                                                         divide)
+    fold                                                 1 per input element (overlapping blocks
+                                                         are summed)
 
 Data movement (views, permutes, copies, indexing, concatenation: :data:`DATA_MOVEMENT`) costs 0;
 a layer that runs nothing but it is known to cost 0, not unknown.
@@ -42,6 +94,10 @@ Example:
     400
 """
 from __future__ import annotations
+
+from collections.abc import Mapping
+from math import ceil, prod
+from typing import Any
 
 from tracetorch.flops.core_ops import (
     ADD,
@@ -65,7 +121,8 @@ from tracetorch.flops.core_ops import (
 )
 
 __all__ = ("PER_ELEMENT", "PER_INPUT_ELEMENT", "DATA_MOVEMENT", "NORMALIZATIONS",
-           "normalization_flops", "loss_flops")
+           "LOSS_PER_ELEMENT", "CRITERIA", "normalization_flops", "loss_flops",
+           "criterion_flops")
 
 _ONE = 1  # one elementary operation per element
 _SOFTPLUS = EXP.forward + ADD.forward + LOG.forward
@@ -140,4 +197,113 @@ def loss_flops(name: str, logits_elements: int, classes: int) -> int:
         return cross_entropy_flops(logits_elements // max(classes, 1), classes)
     if name == "nll_loss":
         return logits_elements // max(classes, 1)
-    return 3 * logits_elements  # mse_loss, l1_loss: difference, square or abs, sum
+    return LOSS_PER_ELEMENT[name] * logits_elements
+
+
+#: FLOPs per input element of the elementwise losses, the reduction's sum included (options
+#: add to some: see the module docstring and :func:`criterion_flops`).
+LOSS_PER_ELEMENT: dict[str, int] = {
+    "mse_loss": 3, "l1_loss": 3, "smooth_l1_loss": 7, "huber_loss": 8,
+    "binary_cross_entropy": 11, "binary_cross_entropy_with_logits": 10, "kl_div": 4,
+    "poisson_nll_loss": 4, "gaussian_nll_loss": 8, "soft_margin_loss": 6,
+    "multilabel_soft_margin_loss": 15, "hinge_embedding_loss": 6, "margin_ranking_loss": 6,
+    "multi_margin_loss": 4,
+}
+
+
+def _numel(value: Any) -> int:
+    return prod(value.shape) if hasattr(value, "shape") else 0
+
+
+def _rows(value: Any, dim: int = -1) -> tuple[int, int]:
+    """(elements, rows) of ``value`` reduced along ``dim``."""
+    shape = tuple(getattr(value, "shape", ()))
+    if not shape:
+        return 1, 1
+    return prod(shape), prod(shape) // max(shape[dim], 1)
+
+
+def _cosine(first: Any, second: Any, dim: int) -> int:
+    elements = max(_numel(first), _numel(second))  # broadcast operands
+    shape = first.shape if _numel(first) >= _numel(second) else second.shape
+    width = shape[dim] if shape else 1
+    return 6 * elements + 4 * (elements // max(width, 1))
+
+
+def _distance(first: Any, second: Any) -> int:
+    elements, rows = _rows(first if _numel(first) >= _numel(second) else second)
+    return 4 * elements + rows
+
+
+def _options(name: str, arguments: Mapping[str, Any]) -> int:
+    """FLOPs per input element that an elementwise loss's options add."""
+    if name == "binary_cross_entropy_with_logits":
+        return 4 if arguments.get("pos_weight") is not None else 0
+    if name == "poisson_nll_loss":
+        return (0 if arguments.get("log_input", True) else 1) + (9 if arguments.get("full") else 0)
+    if name == "gaussian_nll_loss":
+        return 1 if arguments.get("full") else 0
+    if name == "multi_margin_loss":
+        return 1 if arguments.get("p", 1) == 2 else 0
+    return 0
+
+
+def _ctc(arguments: Mapping[str, Any]) -> int:
+    log_probs, targets = arguments["log_probs"], arguments["targets"]
+    shape, target_shape = tuple(log_probs.shape), tuple(targets.shape)
+    steps, batch = shape[0], (shape[1] if len(shape) == 3 else 1)
+    # Padded targets (N, S) give S; concatenated ones (sum of lengths,) their mean length.
+    length = target_shape[-1] if len(target_shape) == 2 or len(shape) == 2 else ceil(
+        _numel(targets) / max(batch, 1))
+    return 13 * batch * steps * (2 * length + 1) + batch
+
+
+def criterion_flops(name: str, arguments: Mapping[str, Any]) -> int:
+    """FLOPs of a loss, distance or other function of :data:`CRITERIA` called with
+    ``arguments`` by the names of its ``torch.nn.functional`` parameters (tensors are read for
+    their ``shape`` only): the formulas of the module docstring.
+
+    Example:
+        >>> class T:
+        ...     def __init__(self, *shape): self.shape = shape
+        >>> criterion_flops("binary_cross_entropy", {"input": T(4, 5), "target": T(4, 5)})
+        220
+        >>> criterion_flops("cosine_similarity", {"x1": T(3, 8), "x2": T(3, 8)})
+        156
+    """
+    if name in LOSS_PER_ELEMENT:
+        first = arguments.get("input", arguments.get("input1"))
+        return (LOSS_PER_ELEMENT[name] + _options(name, arguments)) * _numel(first) + (
+            _rows(first)[1] if name == "multi_margin_loss" else 0)
+    if name in ("cross_entropy", "nll_loss"):
+        logits = arguments["input"]
+        classes = logits.shape[1] if len(logits.shape) > 1 else logits.shape[0]
+        return loss_flops(name, _numel(logits), classes)
+    if name == "cosine_similarity":
+        return _cosine(arguments["x1"], arguments["x2"], arguments.get("dim", 1))
+    if name == "pairwise_distance":
+        return _distance(arguments["x1"], arguments["x2"])
+    if name == "cosine_embedding_loss":
+        first = arguments["input1"]
+        rows = _rows(first)[1]
+        return _cosine(first, arguments["input2"], -1) + 5 * rows
+    if name == "triplet_margin_loss":
+        anchor = arguments["anchor"]
+        distances = 3 if arguments.get("swap") else 2
+        return distances * _distance(anchor, arguments["positive"]) + 4 * _rows(anchor)[1]
+    if name == "multilabel_margin_loss":
+        elements, rows = _rows(arguments["input"])
+        return 4 * elements * (elements // max(rows, 1)) + rows
+    if name == "ctc_loss":
+        return _ctc(arguments)
+    if name == "local_response_norm":
+        return (5 + int(arguments["size"])) * _numel(arguments["input"])
+    if name == "fold":
+        return _numel(arguments["input"])
+    raise KeyError(f"criterion_flops: no formula for {name!r}")
+
+
+#: The functions :func:`criterion_flops` costs, by ``torch.nn.functional`` name.
+CRITERIA = (*LOSS_PER_ELEMENT, "cross_entropy", "nll_loss", "cosine_similarity",
+            "pairwise_distance", "cosine_embedding_loss", "triplet_margin_loss",
+            "multilabel_margin_loss", "ctc_loss", "local_response_norm", "fold")

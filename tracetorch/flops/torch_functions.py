@@ -54,16 +54,17 @@ from math import prod
 from typing import Any, Callable
 
 from tracetorch.flops.elementwise import (
+    CRITERIA,
     DATA_MOVEMENT,
     NORMALIZATIONS,
     PER_ELEMENT,
     PER_INPUT_ELEMENT,
-    loss_flops,
+    criterion_flops,
     normalization_flops,
 )
 
-__all__ = ("Shape", "CallFormula", "matmul_flops", "einsum_flops", "conv_flops", "sdpa_flops",
-           "torch_function_formulas", "data_movement_functions")
+__all__ = ("Shape", "CallFormula", "CRITERION_PARAMETERS", "matmul_flops", "einsum_flops",
+           "conv_flops", "sdpa_flops", "torch_function_formulas", "data_movement_functions")
 
 Shape = tuple[int, ...]
 #: The FLOPs of one call, from its positional arguments, keyword arguments and result.
@@ -264,11 +265,31 @@ def _normalization(name: str) -> CallFormula:
     return formula
 
 
-def _loss(name: str) -> CallFormula:
+_TWO = ("input", "target")
+_PAIRED = ("input1", "input2", "target")
+#: The leading parameters of each function of :data:`~tracetorch.flops.elementwise.CRITERIA`,
+#: as ``torch.nn.functional`` names them, up to the last one its formula reads (a layer's
+#: ``forward`` takes the same tensors in the same order).
+CRITERION_PARAMETERS: dict[str, tuple[str, ...]] = {
+    **{name: _TWO for name in CRITERIA},
+    "binary_cross_entropy_with_logits": _TWO + ("weight", "size_average", "reduce",
+                                                "reduction", "pos_weight"),
+    "poisson_nll_loss": _TWO + ("log_input", "full"),
+    "gaussian_nll_loss": _TWO + ("var", "full"),
+    "multi_margin_loss": _TWO + ("p",),
+    "margin_ranking_loss": _PAIRED, "cosine_embedding_loss": _PAIRED,
+    "cosine_similarity": ("x1", "x2", "dim"), "pairwise_distance": ("x1", "x2"),
+    "triplet_margin_loss": ("anchor", "positive", "negative", "margin", "p", "eps", "swap"),
+    "ctc_loss": ("log_probs", "targets", "input_lengths", "target_lengths"),
+    "local_response_norm": ("input", "size"), "fold": ("input",),
+}
+
+
+def _criterion(name: str) -> CallFormula:
+    parameters = CRITERION_PARAMETERS[name]
+
     def formula(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
-        logits = _arg(args, kwargs, 0, "input")
-        classes = int(logits.shape[1] if logits.dim() > 1 else logits.shape[0])
-        return loss_flops(name, int(logits.numel()), classes)
+        return criterion_flops(name, {**dict(zip(parameters, args)), **kwargs})
     return formula
 
 
@@ -290,8 +311,8 @@ def _elementwise_table(torch: Any) -> list[tuple[Any, str, str, CallFormula]]:
         table += [(torch, name, name, formula), (tensor, name, name, formula)]
     for name in NORMALIZATIONS:
         table.append((functional, name, name, _normalization(name)))
-    for name in ("cross_entropy", "nll_loss", "mse_loss", "l1_loss"):
-        table.append((functional, name, name, _loss(name)))
+    for name in CRITERIA:
+        table.append((functional, name, name, _criterion(name)))
     return table
 
 

@@ -9,7 +9,11 @@ lists, ``macs`` is ``gemm // 2`` where products exist. Counts cover the whole ba
 elementwise part follows :mod:`tracetorch.flops.elementwise`, the convention torch's functions
 and ``tracetorch.core`` share: an activation costs what its function does per output element
 (ReLU 1, Sigmoid 4, GELU 6, Softmax 5), a normalization 7 per input element where it computes
-statistics (4 with BatchNorm's running statistics).
+statistics (4 with BatchNorm's running statistics). Losses, distances, LocalResponseNorm and
+Fold cost what their ``torch.nn.functional`` function does (``criterion_flops``); pure data
+movement (padding, pixel and channel shuffles, Unfold, MaxUnpool) is a known 0; quantized
+Linear and convolutions count their integer product as the float one; a layer whose weight is
+parametrized (``weight_norm``, ``spectral_norm``) also counts computing it.
 
 Example:
     >>> import torch
@@ -26,8 +30,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from tracetorch.flops.elementwise import PER_ELEMENT, normalization_flops
+from tracetorch.flops.elementwise import (
+    PER_ELEMENT,
+    criterion_flops,
+    loss_flops,
+    normalization_flops,
+)
 from tracetorch.flops.registry import FlopCount, FlopRegistry, default_registry
+from tracetorch.flops.torch_functions import CRITERION_PARAMETERS
 
 __all__ = ("register_torch_rules", "linear_rule", "mha_count")
 
@@ -60,7 +70,8 @@ def _elementwise(flops: int) -> FlopCount:
 
 # ----------------------------------------------------------------------------- products
 def linear_rule(layer: nn.Linear, inputs: tuple[Any, ...], output: Any) -> FlopCount:
-    """Linear: 2·rows·in·out for the product."""
+    """Linear: 2·rows·in·out for the product (also quantized Linears: an int8 product counts
+    as a float one)."""
     return _gemm(2 * _numel(output) * layer.in_features)
 
 
@@ -252,8 +263,77 @@ def upsample_rule(layer: nn.Upsample, inputs: tuple[Any, ...], output: Any) -> F
 
 
 def free_rule(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -> FlopCount:
-    """Lookups, copies and reshapes (Embedding, Identity, Flatten, Dropout...): 0 FLOPs."""
+    """Lookups, copies, reshapes and padding (Embedding, Identity, Flatten, Dropout,
+    PixelShuffle, ChannelShuffle, Unfold, MaxUnpool, the padding layers...): 0 FLOPs."""
     return _elementwise(0)
+
+
+# ----------------------------------------------------------------------------- losses
+#: The function each loss, distance or normalization layer applies, by class: it costs what
+#: the function does (tracetorch.flops.elementwise.criterion_flops), so a layer and its function
+#: agree.
+_CRITERIA: dict[type, str] = {
+    nn.L1Loss: "l1_loss", nn.MSELoss: "mse_loss", nn.SmoothL1Loss: "smooth_l1_loss",
+    nn.HuberLoss: "huber_loss", nn.CrossEntropyLoss: "cross_entropy", nn.NLLLoss: "nll_loss",
+    nn.BCELoss: "binary_cross_entropy", nn.BCEWithLogitsLoss: "binary_cross_entropy_with_logits",
+    nn.KLDivLoss: "kl_div", nn.PoissonNLLLoss: "poisson_nll_loss",
+    nn.GaussianNLLLoss: "gaussian_nll_loss", nn.SoftMarginLoss: "soft_margin_loss",
+    nn.MultiLabelSoftMarginLoss: "multilabel_soft_margin_loss",
+    nn.HingeEmbeddingLoss: "hinge_embedding_loss", nn.MarginRankingLoss: "margin_ranking_loss",
+    nn.MultiMarginLoss: "multi_margin_loss", nn.MultiLabelMarginLoss: "multilabel_margin_loss",
+    nn.CosineEmbeddingLoss: "cosine_embedding_loss", nn.TripletMarginLoss: "triplet_margin_loss",
+    nn.CTCLoss: "ctc_loss", nn.CosineSimilarity: "cosine_similarity",
+    nn.PairwiseDistance: "pairwise_distance", nn.LocalResponseNorm: "local_response_norm",
+    nn.CrossMapLRN2d: "local_response_norm", nn.Fold: "fold",
+}
+# The layer attributes that are options of their function (BCEWithLogitsLoss.pos_weight...).
+_CRITERION_OPTIONS = ("pos_weight", "log_input", "full", "p", "swap", "dim", "size")
+
+
+def criterion_rule(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -> FlopCount:
+    """Losses, distances, LocalResponseNorm and Fold: what their ``torch.nn.functional`` function
+    costs (see tracetorch.flops.elementwise), the forward's inputs in the function's places and
+    the layer's settings (``pos_weight``, ``full``, ``swap``, ``size``...) as its options."""
+    name = next(_CRITERIA[klass] for klass in type(layer).__mro__ if klass in _CRITERIA)
+    arguments = dict(zip(CRITERION_PARAMETERS[name], inputs))
+    for option in _CRITERION_OPTIONS:
+        if option not in arguments and hasattr(layer, option):
+            arguments[option] = getattr(layer, option)
+    return _elementwise(criterion_flops(name, arguments))
+
+
+def linear_cross_entropy_rule(layer: nn.Module, inputs: tuple[Any, ...],
+                              output: Any) -> FlopCount:
+    """LinearCrossEntropyLoss: its Linear's product (2·rows·in·out, run inside
+    ``F.linear_cross_entropy``, not by the child) and the cross entropy of the logits."""
+    linear = layer.linear
+    logits = _numel(inputs[:1]) // max(linear.in_features, 1) * linear.out_features
+    product = 2 * logits * linear.in_features
+    return _gemm(product, loss_flops("cross_entropy", logits, layer.num_classes))
+
+
+# ----------------------------------------------------------------------------- parametrizations
+def weight_norm_rule(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -> FlopCount:
+    """``parametrizations.weight_norm``: g·v/‖v‖ — the norm of v (2 per element of v: square,
+    add), a root and a division per norm (2 per element of g), the scaling (1 per element of v)."""
+    magnitude, direction = (_numel(value) for value in inputs[:2])
+    return _elementwise(3 * direction + 2 * magnitude)
+
+
+def spectral_norm_rule(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -> FlopCount:
+    """``parametrizations.spectral_norm`` of an m x n weight: while training, each power
+    iteration's two matrix-vector products (2·m·n each) and normalizations of u and v (3 per
+    element: norm 2, divide); then σ = u·(W v) (2·m·n + 2·m) and W / σ (m·n). A 1-D weight is
+    normalized (3 per element). Matrix-vector products are not ``gemm`` (as FlopCounterMode)."""
+    weight = _first_tensor(inputs)
+    if weight is None:
+        return _elementwise(0)
+    if weight.dim() == 1:
+        return _elementwise(3 * weight.numel())
+    m = weight.shape[layer.dim]
+    n = weight.numel() // max(m, 1)
+    iterations = layer.n_power_iterations if layer.training else 0
+    return _elementwise(iterations * (4 * m * n + 3 * (m + n)) + 3 * m * n + 2 * m)
 
 
 def embedding_bag_rule(layer: nn.EmbeddingBag, inputs: tuple[Any, ...], output: Any) -> FlopCount:
@@ -279,12 +359,40 @@ def _spatial_dims(layer: nn.Module) -> int:
     return 1
 
 
+def _parametrizations_flops(layer: nn.Module) -> int:
+    """FLOPs of the parametrizations (weight_norm, spectral_norm...) that compute ``layer``'s
+    weights when its forward reads them: child calls, which a rule's inclusive count must
+    include (those without a rule of their own add nothing here)."""
+    flops = 0
+    for plist in layer._modules["parametrizations"].values():
+        originals = tuple(tensor for name, tensor in plist.named_parameters(recurse=False))
+        for parametrization in plist:
+            rule = default_registry.lookup(type(parametrization))
+            if callable(rule):
+                result = rule(parametrization, originals, None)
+                flops += result.flops if isinstance(result, FlopCount) else int(result)
+    return flops
+
+
+def _counting_parametrizations(rule: Any) -> Any:
+    """``rule`` for a layer whose weights may be parametrized: plus what computing them costs."""
+    def counted(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -> Any:
+        result = rule(layer, inputs, output)
+        if "parametrizations" not in layer._modules:
+            return result
+        return result._replace(flops=result.flops + _parametrizations_flops(layer))
+    counted.__doc__ = rule.__doc__
+    counted.__name__ = rule.__name__
+    return counted
+
+
 # ----------------------------------------------------------------------------- registration
 def register_torch_rules(registry: FlopRegistry = default_registry) -> None:
     """Register every built-in torch rule (user rules registered before or after still win)."""
     def add(types: Any, rule: Any) -> None:
+        counted = _counting_parametrizations(rule)
         for layer_type in types if isinstance(types, tuple) else (types,):
-            registry.register(layer_type, builtin=True)(rule)
+            registry.register(layer_type, builtin=True)(counted)
 
     add(nn.Linear, linear_rule)
     add(nn.Bilinear, bilinear_rule)
@@ -302,10 +410,26 @@ def register_torch_rules(registry: FlopRegistry = default_registry) -> None:
         add(nn.RMSNorm, rmsnorm_rule)
     add(tuple(_ACTIVATIONS), activation_rule)
     add((nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d,
-         nn.LPPool1d, nn.LPPool2d), pool_rule)
+         nn.LPPool1d, nn.LPPool2d, nn.LPPool3d, nn.FractionalMaxPool2d, nn.FractionalMaxPool3d),
+        pool_rule)
     add((nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d,
          nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d), adaptive_pool_rule)
     add(nn.Upsample, upsample_rule)
     add(nn.EmbeddingBag, embedding_bag_rule)
+    add(tuple(_CRITERIA), criterion_rule)
+    add(nn.LinearCrossEntropyLoss, linear_cross_entropy_rule)
     add((nn.Embedding, nn.Identity, nn.Flatten, nn.Unflatten, nn.Dropout, nn.Dropout1d,
          nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout), free_rule)
+    padding = nn.modules.padding
+    add((nn.PixelShuffle, nn.PixelUnshuffle, nn.ChannelShuffle, nn.Unfold,
+         padding._ConstantPadNd, padding._ReflectionPadNd, padding._ReplicationPadNd,
+         padding._CircularPadNd, nn.modules.pooling._MaxUnpoolNd), free_rule)
+    # Quantized layers (torch.ao: static, and dynamic ones such as quantize_dynamic's int8
+    # Linear) run the same product in integers: the same count, 2 x MACs.
+    quantized = torch.ao.nn.quantized
+    add(quantized.Linear, linear_rule)
+    add(quantized.modules.conv._ConvNd, conv_rule)
+    add(quantized.modules.conv._ConvTransposeNd, conv_transpose_rule)
+    parametrizations = nn.utils.parametrizations
+    add(parametrizations._WeightNorm, weight_norm_rule)
+    add(parametrizations._SpectralNorm, spectral_norm_rule)
