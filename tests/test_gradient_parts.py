@@ -48,6 +48,15 @@ def fcm_backward(run, *args, mapping=None, **kwargs):
         return counter.get_total_flops() - forward
 
 
+def cpu_attention_formulas():
+    """FlopCounterMode's own sdpa formulas, registered for the CPU flash kernels it lacks."""
+    from torch.utils import flop_counter
+    aten = torch.ops.aten
+    return {aten._scaled_dot_product_flash_attention_for_cpu: flop_counter.sdpa_flop.__wrapped__,
+            aten._scaled_dot_product_flash_attention_for_cpu_backward:
+                flop_counter.sdpa_backward_flop.__wrapped__}
+
+
 def profiled_backward(run, *args, **kwargs):
     """FLOPs of the mm/bmm products a backward pass runs, from the profiler's record of shapes:
     for kernels that do their products inside (``_trilinear``), which FlopCounterMode cannot see."""
@@ -422,14 +431,9 @@ def test_sdpa_parts_are_flop_counter_modes_fused_backward(shapes):
                                                                         v.shape)
     # On CPU the flash kernel runs; FlopCounterMode has no formula for it, so give it its own
     # formulas for the fused kernels: with every input needing a gradient, the same total.
-    from torch.utils import flop_counter
-    aten = torch.ops.aten
-    mapping = {aten._scaled_dot_product_flash_attention_for_cpu: flop_counter.sdpa_flop.__wrapped__,
-               aten._scaled_dot_product_flash_attention_for_cpu_backward:
-                   flop_counter.sdpa_backward_flop.__wrapped__}
     q, k, v = (x.requires_grad_() for x in (q, k, v))
     assert fcm_backward(F.scaled_dot_product_attention, q, k, v,
-                        mapping=mapping) == sum(flops for flops, _ in parts)
+                        mapping=cpu_attention_formulas()) == sum(flops for flops, _ in parts)
 
 
 @pytest.mark.parametrize("by_keyword", [False, True])
@@ -462,15 +466,6 @@ def test_sdpa_with_a_mask_that_needs_a_gradient_runs_the_math_kernel():
 
 
 # ----------------------------------------------------------------------------- MHA's kernels
-def cpu_attention_formulas():
-    """FlopCounterMode's own sdpa formulas, registered for the CPU flash kernels it lacks."""
-    from torch.utils import flop_counter
-    aten = torch.ops.aten
-    return {aten._scaled_dot_product_flash_attention_for_cpu: flop_counter.sdpa_flop.__wrapped__,
-            aten._scaled_dot_product_flash_attention_for_cpu_backward:
-                flop_counter.sdpa_backward_flop.__wrapped__}
-
-
 def _mha_call(mha, x, memory, options):
     return mha(x, memory, memory, **options)
 

@@ -6,6 +6,7 @@ import pytest
 torch = pytest.importorskip("torch") if os.environ.get("CI") != "true" else __import__("torch")
 
 import tracetorch  # noqa: E402
+from test_gradient_parts import cpu_attention_formulas  # noqa: E402
 from test_torch_models import GPTBlock, Shared, fcm_counts, resnet18  # noqa: E402
 
 nn = torch.nn
@@ -472,15 +473,6 @@ def test_resolving_a_parametrized_weight_does_not_run_its_parametrization(make, 
 
 
 # ----------------------------------------------------------------------------- composite layers
-def _cpu_attention_formulas():
-    """FlopCounterMode's own sdpa formulas for the CPU flash kernels it has none for."""
-    from torch.utils import flop_counter
-    aten = torch.ops.aten
-    return {aten._scaled_dot_product_flash_attention_for_cpu: flop_counter.sdpa_flop.__wrapped__,
-            aten._scaled_dot_product_flash_attention_for_cpu_backward:
-                flop_counter.sdpa_backward_flop.__wrapped__}
-
-
 def _transformer(kind, norm_first):
     torch.manual_seed(0)
     options = dict(dim_feedforward=32, dropout=0.0, batch_first=True, norm_first=norm_first)
@@ -505,7 +497,7 @@ def test_a_composite_layers_backward_is_its_childrens_once(kind, norm_first):
     torch.manual_seed(1)
     inputs = (torch.randn(2, 5, 16),) + ((torch.randn(2, 7, 16),) if "encoder" not in kind
                                           else ())
-    with FlopCounterMode(display=False, custom_mapping=_cpu_attention_formulas()) as counter:
+    with FlopCounterMode(display=False, custom_mapping=cpu_attention_formulas()) as counter:
         out = model(*inputs)
         forward = counter.get_total_flops()
         out.sum().backward()
