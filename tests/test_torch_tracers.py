@@ -117,8 +117,9 @@ def test_compilers_give_the_same_results_inside_and_after_a_block(case, torch_in
         assert result["compiling"] == []
     elif case == "compile(fullgraph)":
         assert result["compiling"] == []
-        # The eager graph's ops, seen: both products and the ReLU between them.
-        assert rows == [["", 1, "ops", LINEARS + 3 * 8, "OptimizedModule"]]
+        # What the compiled graph dispatches, counted as torch's FlopCounterMode counts it: the
+        # two products (the ReLU between them is elementwise, not counted there).
+        assert rows == [["", 1, "ops", LINEARS, "OptimizedModule"]]
     elif case == "compile(inductor)":
         assert [[row[0], row[1], row[4]] for row in rows] == [["", 1, "OptimizedModule"]]
         assert rows[0][2] == "ops" or result["unsupported"] == {"OptimizedModule": 1}

@@ -59,21 +59,27 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 import torch
+from torch._C._dynamo.eval_frame import get_eval_frame_callback as frame_callback
 
 from tracetorch.adapters.torch.call_hooks import configure_call_hooks
+from tracetorch.adapters.torch.compiled import compiled_call, start_compiled_counting
 from tracetorch.adapters.torch.cuda import configure as cuda_configure
 from tracetorch.adapters.torch.ops import start_op_counting
 from tracetorch.adapters.torch.saved import saved_bytes
 from tracetorch.adapters.torch.steps import start_step_hooks
-from tracetorch.adapters.torch.tracing import tracing
-from tracetorch.engine.hotpath import OpCounter
-from tracetorch.engine.patches import PatchBoard, PatchTarget
+from tracetorch.adapters.torch.tracing import skip_frames, tracing
+from tracetorch.engine.hotpath import OpCounter, make_wrapper
+from tracetorch.engine.patches import PatchBoard, PatchTarget, is_instrumented, reusable_wrapper
 from tracetorch.engine.saved_meters import register_saved_meter
 from tracetorch.tensors import register_int_shaped
 
 __all__ = ("TorchAdapter", "FirstCalls", "wraps_forward", "targets_for")
 
 _RULES_REGISTERED = False
+
+# The engine's Python wrapper (a layer's first call runs it, under the C wrapper too): a frame
+# Dynamo must not start at, as the first-call function (see tracing.skip_frames).
+skip_frames(*(code for code in make_wrapper.__code__.co_consts if isinstance(code, types.CodeType)))
 
 
 def wraps_forward(cls: type) -> bool:
@@ -88,11 +94,20 @@ def wraps_forward(cls: type) -> bool:
     return not (graph_module is not None and issubclass(cls, graph_module))
 
 
-def _runs_a_graph(cls: type) -> bool:
-    """A module class whose calls run a compiled graph: scripted, traced, or compiled."""
+def _is_compiled(cls: type) -> bool:
+    """Whether ``cls`` is ``torch.compile``'s ``OptimizedModule``."""
     # By name: OptimizedModule is seen by the subclass watcher before its module binds it.
-    return cls is torch.jit.ScriptModule or (
-        cls.__module__ == "torch._dynamo.eval_frame" and cls.__qualname__ == "OptimizedModule")
+    return cls.__module__ == "torch._dynamo.eval_frame" and cls.__qualname__ == "OptimizedModule"
+
+
+def wrap_compiled(board: PatchBoard, cls: type) -> None:
+    """Record the calls of ``torch.compile``'s module class ``cls`` as the calls of
+    :func:`~.compiled.compiled_call` (without the function mode, counting what they dispatch)."""
+    original = vars(cls).get("__call__", torch.nn.Module.__call__)
+    if is_instrumented(original):
+        return
+    board.install(cls, "__call__", reusable_wrapper(cls, "__call__", compiled_call(original),
+                                                    "module", tracing))
 
 
 def targets_for(cls: type) -> Iterator[PatchTarget]:
@@ -105,7 +120,7 @@ def targets_for(cls: type) -> Iterator[PatchTarget]:
     """
     if wraps_forward(cls):
         yield PatchTarget(cls, "forward", "module", tracing)
-    elif _runs_a_graph(cls):
+    elif cls is torch.jit.ScriptModule:
         # ScriptModule inherits __call__ from Module: the copy set on it is deleted on exit.
         yield PatchTarget(cls, "__call__", "module", tracing, inherited=True)
 
@@ -142,10 +157,13 @@ class FirstCalls:
         is_compiling = torch.compiler.is_compiling
 
         def _call_impl(module: Any, *args: Any, **kwargs: Any) -> Any:
-            if not is_compiling():  # Dynamo folds this and traces only the call below
+            # Dynamo folds is_compiling() and traces only the call below; a compiled function
+            # running (its frame callback set) is one call, its layers unseen.
+            if not (is_compiling() or frame_callback()):
                 seen(type(module))
             return original(module, *args, **kwargs)
 
+        skip_frames(_call_impl.__code__)
         self.first_call = _call_impl
         #: Classes whose own targets are wrapped in this opening (only ever grows while open).
         self._wrapped: set[type] = set()
@@ -176,6 +194,8 @@ class FirstCalls:
             return
         for klass in cls.__mro__:
             if klass not in wrapped and issubclass(klass, torch.nn.Module):
+                if _is_compiled(klass):
+                    wrap_compiled(self.board, klass)
                 for target in targets_for(klass):
                     self.board.patch(target)
                 wrapped.add(klass)  # after patching: another thread never skips it too early
@@ -187,14 +207,10 @@ class TorchAdapter:
     module_name = "torch"
 
     def patch_targets(self) -> Iterator[PatchTarget]:
-        """What is wrapped on entry: ``__call__`` of scripted and compiled modules (layers are
-        wrapped at their first call; backward passes reach the function mode of .ops) and the
-        ``DataLoader`` iterators' ``__next__``."""
+        """What is wrapped on entry: ``__call__`` of scripted modules (layers are wrapped at their
+        first call, compiled modules at the start: see .compiled; backward passes reach the
+        function mode of .ops) and the ``DataLoader`` iterators' ``__next__``."""
         yield from targets_for(torch.jit.ScriptModule)
-        eval_frame = sys.modules.get("torch._dynamo.eval_frame")
-        compiled = getattr(eval_frame, "OptimizedModule", None)
-        if compiled is not None:
-            yield from targets_for(compiled)
         loader = sys.modules.get("torch.utils.data.dataloader")
         iterator = getattr(loader, "_BaseDataLoaderIter", None)
         if iterator is not None and "__next__" in vars(iterator):
@@ -230,6 +246,12 @@ class TorchAdapter:
             register_int_shaped(torch.Tensor)
             cleanups.append(start_op_counting(counter))
             cleanups.append(start_step_hooks())
+
+            cleanups.append(start_compiled_counting(counter, board))
+            eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+            compiled = getattr(eval_frame, "OptimizedModule", None)
+            if compiled is not None:  # else imported later: the subclass watcher wraps it
+                wrap_compiled(board, compiled)
 
             first_calls = FirstCalls(board)
             board.watch_subclasses(torch.nn.Module, first_calls.wrap)
