@@ -253,6 +253,30 @@ def test_a_profile_exited_in_another_thread_leaves_a_pass_through_until_the_next
     assert stack_depth(torch) == 0
 
 
+def test_profiles_exited_out_of_order_around_a_users_mode_leave_only_that_mode(torch):
+    from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
+
+    import tracetorch
+
+    class Mine(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None):
+            return func(*args, **(kwargs or {}))
+
+    layer, x = matmul_layer(torch), torch.ones(1, 4)
+    first, second, mine = tracetorch.profile(), tracetorch.profile(), Mine()
+    first.__enter__()
+    layer(x)
+    mine.__enter__()  # the user's mode, on top of the profile's
+    second.__enter__()
+    layer(x)
+    first.__exit__(None, None, None)  # not the last entered: A, B exited A, B
+    layer(x)
+    second.__exit__(None, None, None)
+    assert _get_current_function_mode_stack() == [mine]  # the profile's mode taken from under it
+    mine.__exit__(None, None, None)  # pops the user's own mode, as without a profile
+    assert stack_depth(torch) == 0
+
+
 # ----------------------------------------------------------------------------- backward
 def test_backward_is_timed_with_the_profiles_clock(torch):
     import tracetorch

@@ -68,7 +68,7 @@ from tracetorch.flops.torch_functions import (
     torch_function_formulas,
 )
 
-__all__ = ("OpCountingMode", "make_switch", "start_op_counting")
+__all__ = ("OpCountingMode", "drop_retired", "make_switch", "start_op_counting")
 
 #: ``entry(func, args, kwargs) -> result`` for a function the mode does more than call.
 Entry = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
@@ -219,15 +219,43 @@ def make_switch(mode: OpCountingMode) -> Callable[[bool], bool]:
             return True
         if not on:
             return False
-        # A retired mode on top was left by a profile exited in another thread: drop it now.
-        while isinstance(top, OpCountingMode) and top.retired:
-            _pop()
-            depth -= 1
-            top = _stack_at(depth - 1) if depth else None
+        # A retired mode was left by a profile exited in another thread: drop it now.
+        drop_retired()
         _push(mode)
         return True
 
     return switch
+
+
+def drop_retired(mode: OpCountingMode | None = None) -> None:
+    """Take the retired profiles' modes (and ``mode``) off the calling thread's function-mode
+    stack, wherever they are: the modes above one are popped and pushed back in their order,
+    so a user's own mode entered after the profile's stays where it is among the user's modes
+    and its own exit still pops it.
+
+    Example:
+        >>> retired = OpCountingMode(OpCounter())
+        >>> retired.retire()
+        >>> torch._C._push_on_torch_function_stack(retired)
+        >>> drop_retired(), torch._C._len_torch_function_stack()
+        (None, 0)
+    """
+    depth = _stack_len()
+    if not any(_dropped(_stack_at(i), mode) for i in range(depth)):
+        return  # the usual case: one pass of reads, nothing moved
+    above: list[Any] = []
+    while _stack_len():
+        top = _pop()
+        if not _dropped(top, mode):
+            above.append(top)
+        if not any(_dropped(_stack_at(i), mode) for i in range(_stack_len())):
+            break
+    for kept in reversed(above):
+        _push(kept)
+
+
+def _dropped(candidate: Any, mode: OpCountingMode | None) -> bool:
+    return candidate is mode or (isinstance(candidate, OpCountingMode) and candidate.retired)
 
 
 def _exit_observer() -> Callable[..., None]:
@@ -268,7 +296,7 @@ def start_op_counting(counter: OpCounter) -> Callable[[], None]:
         if installed[0] is not observer:
             set_exit_observer(*installed)
         mode.retire()
-        switch(False)
+        drop_retired(mode)  # also from under a user's mode entered inside the block
         forget_passes()
 
     return stop
