@@ -185,6 +185,7 @@ def test_backward_gemm_flops_match_flop_counter_mode(name):
     assert prof.unsupported == {} and prof.completeness == "complete"
 
 
+@pytest.mark.filterwarnings("ignore:TypedStorage is deprecated")  # copying quantized weights
 @pytest.mark.parametrize("name", MODELS)
 def test_the_model_is_left_as_it_was(name):
     model, inputs = build(name)
