@@ -1,7 +1,10 @@
 """A rule sees a call's arguments however they were passed: positional or keyword, defaults
-applied; an argument whose ``.shape`` is not a shape never breaks the call (issue 10, item 1)."""
+applied; an argument whose ``.shape`` is not a shape never breaks the call (issue 10, item 1).
+A ``forward`` assigned on the instance is the layer's call, and a ``forward`` that returns a
+generator hands back that very generator (issue 28)."""
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 
@@ -79,3 +82,84 @@ def test_an_argument_whose_shape_is_not_a_shape_is_recorded(shape):
             for _ in range(2):
                 assert layer(_Holder(shape)).shape == shape
     assert prof.find("").calls == 2
+
+
+class _Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(4, 3), nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.fc2(self.fc1(x))
+
+
+def _fp32_outputs(forward):
+    """Stands for a mixed-precision wrapper set on the instance: the bound original inside."""
+    @functools.wraps(forward)
+    def wrapped(*args, **kwargs):
+        return forward(*args, **kwargs).float()
+    return wrapped
+
+
+def _accelerate_forward(model):
+    """What accelerate's mixed precision sets: ``convert_outputs_to_fp32`` of the class's
+    function, bound to the model (``Accelerator.prepare_model``)."""
+    operations = pytest.importorskip("accelerate.utils.operations") if os.environ.get(
+        "CI") != "true" else __import__("accelerate.utils.operations").utils.operations
+    import types
+
+    return types.MethodType(operations.convert_outputs_to_fp32(type(model).forward), model)
+
+
+@pytest.mark.parametrize("assign", [
+    lambda model: _fp32_outputs(model.forward),
+    lambda model: functools.partial(type(model).forward, model),
+    _accelerate_forward,
+], ids=["wraps", "partial", "accelerate"])
+def test_a_forward_assigned_on_the_instance_is_the_layers_call(assign):
+    model, x = _Net(), torch.randn(5, 4)
+    model.forward = assign(model)
+    own, names = vars(model), list(vars(model))
+    forward = own["forward"]
+    with tracetorch.profile(model) as prof:
+        assert model(x).shape == (5, 2)
+        assert vars(model)["forward"] is not forward  # recorded on the instance meanwhile
+    assert [(n.path, n.depth, n.calls) for n in prof.nodes()] == [
+        ("", 1, 1), ("fc1", 2, 1), ("fc2", 2, 1)]
+    assert prof.find("").subtree_flops == 2 * 5 * 4 * 3 + 2 * 5 * 3 * 2
+    # Put back exactly: the same dict, the same keys in their order, the very object.
+    assert vars(model) is own and list(own) == names and own["forward"] is forward
+    model(x)  # and calls after the block are not recorded
+    assert prof.find("").calls == 1
+
+
+def test_an_instance_forward_assigned_inside_the_block_is_the_users():
+    model, x = _Net(), torch.randn(5, 4)
+    with tracetorch.profile(model) as prof:
+        model(x)
+        model.forward = _fp32_outputs(model.forward)  # the recorded forward, bound
+        model(x)
+        mine = model.forward
+    assert vars(model)["forward"] is mine
+    assert prof.find("").calls == 2 and prof.find("fc1").calls == 2
+
+
+def test_a_forward_returning_a_generator_hands_back_that_generator():
+    class Chunks(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, chunks):
+            self.made = (self.lin(chunk) for chunk in chunks)
+            return self.made
+
+    layer, chunks = Chunks(), [torch.randn(2, 4) for _ in range(3)]
+    with tracetorch.profile(layer, warn_unsupported=False) as prof:
+        out = layer(chunks)
+        assert out is layer.made
+        assert len(list(out)) == 3
+    # The call returned at once; the layer it calls runs as its consumer iterates, recorded
+    # there (at the top here), under its path in the model.
+    assert [(n.path, n.depth, n.calls) for n in prof.nodes()] == [("", 1, 1), ("lin", 1, 3)]
+    assert prof.find("lin").flops == 3 * 2 * 2 * 4 * 4

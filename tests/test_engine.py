@@ -407,3 +407,20 @@ def test_sketch_takes_over_past_the_exact_limit():
     stats.add(10_000)
     assert stats.quantile(1.0) == 10_000 and stats.quantile(0.5) == pytest.approx(200, rel=0.02)
     assert stats.to_dict()["exact"] is None
+
+
+class Permissive(Stack):
+    """A duck model whose catch-all ``__getattr__`` answers any name (a config-like object):
+    ``named_modules``, ``parameters``, ``weight`` all "exist" for ``hasattr``."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: 1
+
+
+def test_a_duck_model_answering_every_attribute_is_walked_by_what_it_defines(dense_rules):
+    model = Permissive()
+    with tracetorch.profile(model, flop_rules=dense_rules) as prof:
+        model(np.ones((5, 4)))
+    assert [n.path for n in prof.nodes()] == ["", "layers.0", "layers.1", "layers.2"]
+    assert prof.find("").params == tracetorch.count_parameters(model) == 32 + 16
+    assert prof.find("").subtree_flops == 320 + 40 + 160

@@ -205,6 +205,25 @@ def test_hf_training_that_raises_outside_the_step_leaves_nothing(hf, torch, tmp_
     assert callback.profile.find("lin").calls == 4
 
 
+def test_hf_mixed_precision_forward_keeps_the_model_and_its_paths(hf, torch, tmp_path,
+                                                                   untouched):
+    # bf16 makes accelerate set the model's forward on the instance (its autocast wrapped in
+    # convert_outputs_to_fp32), so the class's forward, which the profile wraps, never runs.
+    from tracetorch.engine.patches import is_instrumented
+    from tracetorch.integrations.huggingface import TracetorchCallback
+
+    callback = TracetorchCallback(print_report=False)
+    model = _Regressor.make(torch)
+    trainer = hf.Trainer(model=model, args=_hf_args(hf, tmp_path, bf16=True),
+                         train_dataset=_Rows(torch), callbacks=[callback])
+    trainer.train()
+    prof = callback.profile
+    assert [(n.path, n.depth, n.calls) for n in prof.nodes() if n.kind == "module"] == [
+        ("", 1, 4), ("lin", 2, 4)]  # the model's call, its layer inside it
+    forward = vars(model)["forward"]
+    assert "convert_outputs_to_fp32" in forward.__qualname__ and not is_instrumented(forward)
+
+
 # ---------------------------------------------------------------------------- Lightning
 def _module(prof: Any, path: str) -> Any:
     """A module's row over every call site (Lightning calls the model below ``SGD.step``)."""

@@ -26,8 +26,8 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ("is_layer", "is_torch_module", "is_stateless", "only_calls_children",
-           "runs_compiled_graph",
+__all__ = ("declared_attribute", "is_layer", "is_torch_module", "is_stateless",
+           "only_calls_children", "runs_compiled_graph",
            "bound_inputs",
            "named_submodules", "named_children_of", "layer_classes")
 
@@ -35,9 +35,38 @@ __all__ = ("is_layer", "is_torch_module", "is_stateless", "only_calls_children",
 _SKIP_ATTRS = frozenset({"__dict__", "__weakref__", "__class__"})
 
 
+def declared_attribute(obj: Any, name: str) -> Any:
+    """``obj.name`` where its class (through the MRO) or its own ``__dict__`` defines it, else
+    ``None``: never a value a catch-all ``__getattr__`` makes up for any name asked.
+
+    Probing a model with ``getattr``/``hasattr`` would take such an object's answer for every
+    attribute as real (a ``named_modules`` that returns anything at all). For methods and
+    plain attributes: what a framework keeps elsewhere and serves through its own
+    ``__getattr__`` (a torch module's registered submodules and parameters) is not seen.
+
+    Example:
+        >>> class Anything:
+        ...     def forward(self, x):
+        ...         return x
+        ...     def __getattr__(self, name):
+        ...         return lambda *args: 1
+        >>> declared_attribute(Anything(), "named_modules") is None
+        True
+        >>> declared_attribute(Anything(), "forward")(3)
+        3
+    """
+    if hasattr(type(obj), name):  # looked up on the class: no instance __getattr__ runs
+        return getattr(obj, name, None)
+    try:
+        return vars(obj).get(name)
+    except TypeError:  # no __dict__ (__slots__, builtins)
+        return None
+
+
 def is_layer(obj: Any) -> bool:
-    """Whether ``obj`` looks like a layer: an instance (not a class) with a callable ``forward``."""
-    return not isinstance(obj, type) and callable(getattr(obj, "forward", None))
+    """Whether ``obj`` looks like a layer: an instance (not a class) with a callable ``forward``
+    that its class or its own ``__dict__`` defines (see :func:`declared_attribute`)."""
+    return not isinstance(obj, type) and callable(declared_attribute(obj, "forward"))
 
 
 def is_torch_module(obj: Any) -> bool:
@@ -116,25 +145,74 @@ def named_submodules(model: Any) -> Iterator[tuple[str, Any]]:
     """Every layer below ``model`` with its dotted path, each object once, in definition order.
 
     Frameworks that name their own submodules (``named_modules()``) are asked; other objects
-    are walked through their attributes, lists, tuples and dicts.
+    are walked through their attributes, lists, tuples and dicts. The walks keep a stack of
+    their own (as torch's ``named_modules`` is walked, where a class keeps it as torch has it),
+    not Python's: a model nested deeper than the recursion limit allows is walked all the same,
+    and a walk begun deep in a call (naming a layer at its first call) needs no stack either.
     """
-    named_modules = getattr(model, "named_modules", None)
-    if callable(named_modules) and not isinstance(model, type):
+    if isinstance(model, type):
+        return
+    if _plain_named_modules(model):
+        yield from _walk_torch(model)
+        return
+    named_modules = declared_attribute(model, "named_modules")
+    if callable(named_modules):
         for name, module in named_modules():
             if module is not model:
                 yield name, module
         return
-    yield from _walk_attributes(model, "", {id(model)})
+    yield from _walk_attributes(model)
 
 
-def _walk_attributes(obj: Any, prefix: str, seen: set[int]) -> Iterator[tuple[str, Any]]:
+def _plain_named_modules(obj: Any) -> bool:
+    # A torch module whose class keeps named_modules() as nn.Module has it: its walk is the one
+    # of ``_modules`` below, made without recursion.
+    return is_torch_module(obj) and (type(obj).named_modules
+                                     is sys.modules["torch"].nn.Module.named_modules)
+
+
+def _walk_torch(model: Any) -> Iterator[tuple[str, Any]]:
+    # What named_modules() yields below ``model``, in its order (depth first, each module once,
+    # ``None`` entries skipped); a module whose class walks itself otherwise is asked for its
+    # own walk.
+    seen = {id(model)}
+    stack: list[tuple[str, Any]] = [(name, child) for name, child in
+                                    reversed(model._modules.items()) if child is not None]
+    while stack:
+        path, module = stack.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        yield path, module
+        if not _plain_named_modules(module):
+            for name, below in module.named_modules(prefix=path):
+                if id(below) not in seen:
+                    seen.add(id(below))
+                    yield name, below
+            continue
+        stack.extend((f"{path}.{name}", child) for name, child in
+                     reversed(module._modules.items()) if child is not None)
+
+
+def _walk_attributes(model: Any) -> Iterator[tuple[str, Any]]:
+    # Depth first, each layer once, under the first path that reaches it: one iterator per open
+    # level on a stack of its own.
+    seen = {id(model)}
+    stack = [_layers_below(model, "")]
+    while stack:
+        for path, layer in stack[-1]:
+            if id(layer) not in seen:
+                seen.add(id(layer))
+                yield path, layer
+                stack.append(_layers_below(layer, path + "."))
+                break
+        else:
+            stack.pop()
+
+
+def _layers_below(obj: Any, prefix: str) -> Iterator[tuple[str, Any]]:
     for name, value in _attribute_items(obj):
-        for path, layer in _layers_in(value, prefix + name):
-            if id(layer) in seen:
-                continue
-            seen.add(id(layer))
-            yield path, layer
-            yield from _walk_attributes(layer, path + ".", seen)
+        yield from _layers_in(value, prefix + name)
 
 
 def _attribute_items(obj: Any) -> list[tuple[str, Any]]:
@@ -190,9 +268,9 @@ def named_children_of(model: Any) -> Iterator[tuple[str, Any]]:
     """
     if isinstance(model, type):
         return
-    named_modules = getattr(model, "named_modules", None)
+    named_modules = declared_attribute(model, "named_modules")
     if callable(named_modules):
-        named_children = getattr(model, "named_children", None)
+        named_children = declared_attribute(model, "named_children")
         if callable(named_children):
             yield from ((name, child) for name, child in named_children() if child is not model)
         return

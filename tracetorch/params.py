@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from tracetorch.introspect import is_layer, is_torch_module, named_submodules
+from tracetorch.introspect import declared_attribute, is_layer, is_torch_module, named_submodules
 from tracetorch.tensors import numel
 
 __all__ = ("count_parameters", "parameter_table", "ParameterTable", "ParameterRow",
@@ -110,8 +110,9 @@ def _collect(obj: Any, found: dict[int, Any], visited: set[int]) -> None:
     if is_torch_module(obj):
         _add_all(obj.parameters(), found)
         return
-    layers = getattr(obj, "layers", None)
-    parameters = getattr(obj, "parameters", None)
+    # (as the class or the object itself defines them: a catch-all __getattr__ is no answer)
+    layers = declared_attribute(obj, "layers")
+    parameters = declared_attribute(obj, "parameters")
     has_layers = isinstance(layers, (list, tuple))
     for layer in layers if isinstance(layers, (list, tuple)) else ():
         _collect(layer, found, visited)
@@ -120,7 +121,7 @@ def _collect(obj: Any, found: dict[int, Any], visited: set[int]) -> None:
         # holds tensors of its own (an embedding beside its layer list) loses nothing.
         _add_all(parameters(), found)
     if not has_layers and not callable(parameters):
-        _add_all((getattr(obj, "weight", None), getattr(obj, "bias", None)), found)
+        _add_all((declared_attribute(obj, "weight"), declared_attribute(obj, "bias")), found)
         # Beyond TinyTorch, which says 0 here: a duck-typed model that keeps its layers in
         # attributes (``self.fc1 = Linear(...)``) is counted through them, and a layer's own
         # arrays under any name (``self.W``, ``self.b``) count as its weights.

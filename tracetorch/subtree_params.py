@@ -69,7 +69,29 @@ class _Subtrees:
         self.flat: set[int] = set()
         self.open: set[int] = set()
 
-    def tensors(self, module: Any) -> _Held:
+    def tensors(self, model: Any) -> _Held:
+        """``model``'s tensors, every module below it counted on the way: depth first, on a
+        stack of its own (a model nested deeper than Python's recursion limit is counted
+        too)."""
+        # Each open module: (module, its own tensors, its children, their tensors so far).
+        stack: list[tuple[Any, list[Any], list[Any], list[_Held]]] = []
+        done = self._enter(model, stack)
+        while stack:
+            module, own, children, below = stack[-1]
+            if done is not None:
+                below.append(done)
+                done = None
+            if len(below) < len(children):
+                done = self._enter(children[len(below)], stack)
+                continue
+            stack.pop()
+            done = self._leave(module, own, children, below)
+        assert done is not None
+        return done
+
+    def _enter(self, module: Any, stack: list[tuple[Any, list[Any], list[Any], list[_Held]]]
+               ) -> _Held | None:
+        # ``module``'s tensors when they need no walk below it; else None, and it is opened.
         key = id(module)
         known = self.held.get(key)
         if known is not None:
@@ -79,11 +101,19 @@ class _Subtrees:
             # collected whole (this costs its subtree, only where modules are shared).
             return _grow(({}, [0]), _sized(iter_parameters(module), self.size))
         parts = _parts(module)
+        if parts is None:
+            return self._leave(module, None, None, None)
+        self.open.add(key)
+        stack.append((module, parts[0], parts[1], []))
+        return None
+
+    def _leave(self, module: Any, own: list[Any] | None, children: list[Any] | None,
+               below: list[_Held] | None) -> _Held:
+        # ``module``'s tensors from its children's (``below``) and its own, or by
+        # count_parameters' rules (``children`` None).
+        key = id(module)
         found: _Held | None = None
-        if parts is not None:
-            own, children = parts
-            self.open.add(key)
-            below = [self.tensors(child) for child in children]
+        if children is not None and own is not None and below is not None:
             self.open.discard(key)
             # What count_parameters sees of a child counted by other rules may differ from
             # what its parent's parameters() does: then the parent goes by those rules too.

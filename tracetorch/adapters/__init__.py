@@ -19,7 +19,7 @@ from typing import Any, Callable
 import wrapt
 
 from tracetorch.adapters.base import Adapter
-from tracetorch.adapters.duck import duck_targets
+from tracetorch.adapters.duck import duck_targets, instance_forwards
 from tracetorch.engine.hotpath import OpCounter
 from tracetorch.engine.patches import PatchBoard, PatchTarget
 
@@ -77,6 +77,16 @@ class AdapterSet:
             yield from adapter.patch_targets()
         if model is None:
             return
+        # A forward assigned on an instance hides its class's: wrapped on the instance, under
+        # its class's guard, looked for afresh at each opening (and never kept between them).
+        for layer in instance_forwards(model):
+            guard = None
+            for adapter in adapters:
+                claimed = adapter.class_targets(type(layer))
+                if claimed is not None:
+                    guard = next((target.guard for target in claimed), None)
+                    break
+            yield PatchTarget(layer, "forward", "module", guard)
         # The model's walk is remembered for the next opening with the same adapters (a
         # decorated step opens one per call); a class it gains later is wrapped at its first
         # call like any other.

@@ -2,6 +2,8 @@
 
 The classes of the model passed to ``profile(model)`` and of every layer found below it get
 their ``forward`` wrapped where they define it (builtins and already-wrapped classes excepted).
+A layer whose own ``__dict__`` holds a ``forward`` (assigned on the instance, as accelerate's
+mixed precision does, hiding the class's) gets that one wrapped on the instance instead.
 
 Example:
     >>> class Net:
@@ -15,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from tracetorch.engine.patches import PatchTarget, defining_class
-from tracetorch.introspect import layer_classes
+from tracetorch.engine.patches import PatchTarget, defining_class, is_instrumented
+from tracetorch.introspect import layer_classes, named_submodules
 
-__all__ = ("duck_targets",)
+__all__ = ("duck_targets", "instance_forwards")
 
 
 def duck_targets(model: Any) -> Iterator[PatchTarget]:
@@ -27,3 +29,32 @@ def duck_targets(model: Any) -> Iterator[PatchTarget]:
         owner = defining_class(cls, "forward")
         if owner is not None and owner.__module__ != "builtins":
             yield PatchTarget(owner, "forward", "module")
+
+
+def instance_forwards(model: Any) -> Iterator[Any]:
+    """``model`` and the layers below it whose own ``__dict__`` holds a callable ``forward``
+    (one tracetorch did not install): a call of the layer runs that one, not its class's.
+
+    Asked at each opening (such a ``forward`` comes and goes with the code that sets it): one
+    look at each layer's ``__dict__``.
+
+    Example:
+        >>> class Net:
+        ...     def forward(self, x):
+        ...         return x
+        >>> net = Net()
+        >>> list(instance_forwards(net))
+        []
+        >>> net.forward = lambda x: 2 * x
+        >>> list(instance_forwards(net)) == [net]
+        True
+    """
+    layers = [model] + [layer for _, layer in named_submodules(model)]
+    for layer in layers:
+        try:
+            own = vars(layer).get("forward")
+            hash(layer)  # (the patch board keys its patches by the object)
+        except TypeError:  # no __dict__, or unhashable: left as it is
+            continue
+        if callable(own) and not is_instrumented(own):
+            yield layer

@@ -9,7 +9,7 @@
  * goes to Python before anything is done (no frame but an all-threads profile, a profile not
  * taking calls, timing other than plain or call hooks: ``collector.plain_clock`` is None, a
  * node's first call) or after the call, through the same helpers the
- * Python wrapper uses (``signature``, ``_first_entry``, ``_resumed``, the collector's methods).
+ * Python wrapper uses (``signature``, ``_first_entry``, the collector's methods).
  * Only CPython's stable C API is used; the module is optional: without a compiler, the Python
  * wrapper runs (see _native.py).
  */
@@ -28,7 +28,7 @@ typedef struct {
 } Wrapper;
 
 static PyObject *s_FRAME, *s_op_switch, *s_exit_observer, *s_observe_now, *s_all_threads,
-    *s_signature, *s_first_entry, *s_resumed, *s_FLUSH_EVERY, *s_frame, *s_plain_clock,
+    *s_signature, *s_first_entry, *s_FLUSH_EVERY, *s_frame, *s_plain_clock,
     *s_record_failure, *s_time, *s_flush, *s_unfolded, *s_touch, *s_shape,
     *s_flush_backward;
 static PyObject *one;
@@ -436,17 +436,6 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
         goto out;
     if (PyContextVar_Reset(frame_var, token) < 0)
         goto out;
-    if (PyGen_CheckExact(output)) {
-        /* A generator forward runs while its consumer asks for items: recorded when it ends. */
-        if (switched && op_switch(sw, ops) < 0)
-            goto out;
-        PyObject *resumed = global(self, s_resumed);
-        if (resumed == NULL || (elapsed = PyNumber_Subtract(end, start)) == NULL)
-            goto out;
-        result = PyObject_CallFunctionObjArgs(resumed, output, inner, args, kwargs, start,
-                                              elapsed, NULL);
-        goto out;
-    }
     /* Counting stays off while a torch module's tensor attributes are read (see hotpath.py). */
     if (observe && inner_ops && sw != Py_None) {
         if ((quiet = op_switch(sw, 0)) < 0)
@@ -547,7 +536,6 @@ PyInit__hotpath(void)
     INTERN(s_all_threads, "_all_threads");
     INTERN(s_signature, "signature");
     INTERN(s_first_entry, "_first_entry");
-    INTERN(s_resumed, "_resumed");
     INTERN(s_FLUSH_EVERY, "FLUSH_EVERY");
     INTERN(s_frame, "frame");
     INTERN(s_plain_clock, "plain_clock");

@@ -24,6 +24,7 @@ from tracetorch.engine.fold import fold_touched, fold_tree, graft
 from tracetorch.engine.hotpath import Frame
 from tracetorch.engine.identities import Identities
 from tracetorch.engine.saved_meters import saved_by_call
+from tracetorch.engine.stack_room import STACK_ROOM
 from tracetorch.engine.timing import CallTiming, Clock
 from tracetorch.engine.unsupported import unsupported_calls, warn_unsupported
 from tracetorch.engine.warm import WarmNodes
@@ -101,6 +102,8 @@ class Collector(CallTiming):
         self.recompute_of: dict[CallNode, CallNode] = {}
         self._warm = WarmNodes()
         self._other_threads = False
+        # The deepest node made so far: each opening makes room on the stack for its calls.
+        self._deepest = 0
         # FLOPs of the backward pass in progress, for its Tensor.backward node's summary.
         self._pass_flops = self._pass_gemm = 0
 
@@ -108,6 +111,7 @@ class Collector(CallTiming):
     def start(self, target: CallNode) -> Frame:
         """Begin recording top-level calls under ``target``; returns the root frame."""
         self.set_active(True)
+        STACK_ROOM.make_room(self._deepest)
         self.root_frame = Frame.of(self, target, None, self.count_ops)
         self.owner_thread = threading.get_ident()
         return self.root_frame
@@ -200,11 +204,20 @@ class Collector(CallTiming):
             default += self._scope_of(owner)
         if parent_owner is None or parent_node.kind == "thread":
             # One naming however the profile was opened: the model is "", as named_modules()
-            # names it; without one given, the first layer called at the top stands for it.
+            # names it; without one given, the first layer called at the top stands for it. A
+            # layer of it called from outside every layer (model.encoder(x) in the loop) is
+            # named by its path in it all the same.
             model = parent_node.children.get("")
             first = self.model is None and kind == "module" and (
                 model is None or model.module_key == self.ids.known_key(owner))
-            name = "" if first or owner is self.model else default
+            if first or owner is self.model:
+                name = ""
+            elif kind == "module":
+                name = self.ids.top_level_name(owner, self.model, (
+                    (node.name, node.module_key) for node in parent_node.children.values()
+                    if node.kind == "module")) or default
+            else:
+                name = default
         else:
             name = self.ids.name_in(parent_owner, owner) or default
         if kind == "module" and self._through_wrappers:  # DDP/FSDP: the user's module names
@@ -229,6 +242,10 @@ class Collector(CallTiming):
         # what activation checkpointing threw away: a "recompute" node, apart from the forward.
         recompute = kind == "module" and parent_node.kind in ("backward", "recompute")
         node = parent_node.child(name, type_name, key, "recompute" if recompute else kind)
+        depth = node.depth
+        if depth > self._deepest:  # the profiler's frames per level must fit on the stack
+            self._deepest = depth
+            STACK_ROOM.make_room(depth)
         self.adopt(node, owner, kind, flops_fn, frame.ops)
         if recompute:
             original = self._originals.get(key)

@@ -11,6 +11,11 @@ Per call the wrapper finds the child node (created once per caller and callee), 
 twice, appends the duration and bumps the counter of the call's input shape. Everything else —
 rules, naming, folding FLOPs into the tree — happens once per shape, per node or per step.
 
+A call lasts until its function returns, and what it returns is handed back untouched: a
+``forward`` that returns a generator is a call that returns at once (the time to make the
+generator), and the layers the generator calls while its consumer iterates it are recorded
+where it is iterated, as they run.
+
 Where ``pip install`` could compile it, the per-call function wrapt calls is the C version of
 the Python ``wrapper`` below (``_hotpath.c``; see :mod:`tracetorch.engine.native`): the same
 steps, reading this module's settings on each call, with a node's first call and every other
@@ -22,15 +27,13 @@ Example:
 """
 from __future__ import annotations
 
-from collections.abc import Generator
 from contextvars import ContextVar, Token
-from types import GeneratorType as _Generator
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from tracetorch.engine.native import native_type
 from tracetorch.stats import FLUSH_EVERY
 from tracetorch.tensors import signature
-from tracetorch.tree import CallNode, NodeKind, new_entry
+from tracetorch.tree import CallNode, NodeKind
 
 if TYPE_CHECKING:
     from tracetorch.engine.collector import Collector
@@ -267,7 +270,8 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
             frame = _all_threads.thread_frame() if _all_threads is not None else None
             if frame is None:
                 return wrapped(*args, **kwargs)
-        owner = shared_owner or (wrapped if instance is None else instance)
+        owner = (shared_owner if shared_owner is not None
+                 else wrapped if instance is None else instance)
         collector, parent, parent_owner, ops = frame[:4]
         if parent_owner is owner or not collector.active:
             # super().forward() or a layer calling itself is the same call, not a new level; a
@@ -301,12 +305,6 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
         if hooks is not None:
             hooks.exit(node)
         _FRAME.reset(token)
-        if output.__class__ is _Generator:
-            # A generator forward runs while its consumer asks for items, not now: recorded when
-            # it ends, its resumptions run in this call's frame (see _resumed).
-            if switched:
-                _op_switch(ops)  # type: ignore[misc]
-            return _resumed(output, inner, args, kwargs, start, end - start)
         # What follows reads a torch module's tensor attributes (``.shape``, ``.grad_fn``): with
         # torch's function mode on the stack each read costs microseconds, so counting stays off
         # until the end, where the caller's setting comes back. Other layers' tensors (core's)
@@ -352,56 +350,6 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
 
 #: The C version of ``make_wrapper``'s wrapper, where it is built (see tracetorch.engine.native).
 _NATIVE_WRAPPER = native_type("tracetorch.engine._hotpath", "Wrapper")
-
-
-def _resumed(generator: Generator[Any, Any, Any], frame: Frame, args: tuple[Any, ...],
-             kwargs: dict[str, Any], start: int, elapsed: int) -> Generator[Any, Any, Any]:
-    """A layer whose ``forward`` is a generator: each resumption runs in the layer's frame (so
-    the calls it makes nest under it) and is timed; the call is recorded once, when the
-    generator finishes or is closed, with the time of all its resumptions. What the consumer
-    sends or throws reaches the layer's generator unchanged."""
-    collector, node = frame.collector, frame.node
-    clock = collector.clock
-    sent: Any = None
-    thrown: BaseException | None = None
-    try:
-        while True:
-            token = _FRAME.set(frame)
-            switched = _op_switch is not None and _op_switch(frame.ops)
-            hooks = collector.call_hooks
-            if hooks is not None:
-                hooks.enter(node)
-            resumed = clock()
-            try:
-                item = generator.throw(thrown) if thrown is not None else generator.send(sent)
-            except StopIteration as stop:
-                return stop.value
-            finally:
-                elapsed += clock() - resumed
-                if hooks is not None:
-                    hooks.exit(node)
-                _FRAME.reset(token)
-                if switched:
-                    _op_switch(not frame.ops)  # type: ignore[misc]
-            thrown = None
-            try:
-                sent = yield item
-            except GeneratorExit:
-                generator.close()
-                raise
-            except BaseException as error:  # thrown in by the consumer: the layer's to handle
-                thrown = error
-    finally:
-        if collector.active:
-            collector.add_duration(node, start, start + elapsed)
-            key = signature(args, kwargs)
-            entry = node.flops_cache.get(key)
-            if entry is None:  # the layer's output is the generator: its rule sees None
-                try:
-                    entry = _first_entry(collector, node, frame.owner, key, args, kwargs, None)
-                except Exception:  # a rule that needs the output it never saw
-                    entry = node.flops_cache[key] = new_entry()
-            entry[0] += 1
 
 
 def _first_entry(collector: Collector, node: CallNode, owner: Any, key: Any,

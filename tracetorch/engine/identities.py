@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterable
 from typing import Any
 
 from tracetorch.introspect import is_layer, named_children_of, named_submodules
@@ -38,6 +39,11 @@ class Identities:
         self._keys: dict[int, tuple[weakref.ref | None, str, type]] = {}
         self._next_key = 0
         self._owners: list[Any] = []  # strong references keep the ids above unambiguous
+        # key -> a weak reference to its owner (the owner itself, until forget(), where it
+        # takes none): the roots a top-level call is named under.
+        self._by_key: dict[str, Any] = {}
+        # id(root) -> {id(module): its path}: every layer below a root, walked once.
+        self._paths: dict[int, dict[int, str]] = {}
         # id -> (module, parameters, bytes): the module itself proves the id is not recycled.
         self._param_counts: dict[int, tuple[Any, int, int]] = {}
 
@@ -56,6 +62,7 @@ class Identities:
         # for the same owner: a profile entered again must find its nodes again.
         known_key = self.known_key(owner)
         if known_key is not None:
+            self._by_key.setdefault(known_key, owner)  # (a strong one, dropped by forget())
             return known_key
         # Keys outlive a recording (by_module folds call sites by them, and a profile entered
         # again must find the same module), so they are counters checked through weak refs.
@@ -67,7 +74,46 @@ class Identities:
             ref = None
         self._keys[id(owner)] = (ref, key, type(owner))
         self._owners.append(owner)
+        self._by_key[key] = ref if ref is not None else owner
         return key
+
+    def owner_of(self, key: str) -> Any:
+        """The object ``key`` names, while it is still alive and known (else ``None``)."""
+        held = self._by_key.get(key)
+        return held() if isinstance(held, weakref.ref) else held
+
+    def top_level_name(self, owner: Any, model: Any, roots: Iterable[tuple[str, str]]
+                       ) -> str | None:
+        """The name of a layer called outside every other layer's call (``model.encoder(x)``
+        in a training loop, or from a plain method, ``model.decode(z)``): its path in
+        ``model`` (the profiled one, if any), else in the first of ``roots`` — ``(name, key)``
+        of the layers called at the top level before it, in order — that holds it, after that
+        root's own name; ``None`` when none holds it.
+
+        Each root's layers are named by one walk of it, at the first such call of the
+        profile's opening (a layer added to it later is named by its type).
+        """
+        if model is not None:
+            path = self._path_in(model, owner)
+            if path is not None:
+                return path
+        for name, key in roots:
+            root = self.owner_of(key)
+            if root is None or root is owner or root is model:
+                continue
+            path = self._path_in(root, owner)
+            if path is not None:
+                return f"{name}.{path}" if name else path
+        return None
+
+    def _path_in(self, root: Any, owner: Any) -> str | None:
+        paths = self._paths.get(id(root))
+        if paths is None:
+            paths = self._paths[id(root)] = {}
+            self._owners.append(root)
+            for path, module in named_submodules(root):
+                paths.setdefault(id(module), path)
+        return paths.get(id(owner))
 
     def name_in(self, parent: Any, child: Any) -> str | None:
         names = self._names.get(id(parent))
@@ -126,5 +172,9 @@ class Identities:
         """Drop every reference to the user's objects (a profile stops); keys stay, checked
         through their weak references, so a profile entered again finds its nodes again."""
         self._names.clear()
+        self._paths.clear()
         self._owners.clear()
+        for key, held in list(self._by_key.items()):
+            if not isinstance(held, weakref.ref):
+                del self._by_key[key]
         self._param_counts.clear()

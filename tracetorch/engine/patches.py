@@ -105,6 +105,10 @@ class Patch:
 class PatchTarget(NamedTuple):
     """A callable attribute to wrap: ``cls.attr`` recorded as a node of ``kind``.
 
+    ``cls`` may also be an instance whose own ``__dict__`` holds ``attr`` (a ``forward``
+    assigned on the instance, as accelerate's mixed precision does): its calls are recorded as
+    calls of that instance, and the very object that was there is put back.
+
     ``guard() -> True`` lets a call through unrecorded (see
     :func:`tracetorch.engine.hotpath.make_wrapper`). Only a class that defines ``attr`` itself
     is patched, unless ``inherited``: then the attribute found through the MRO is wrapped and
@@ -178,9 +182,10 @@ class LayerMethod(wrapt.FunctionWrapper):
 
 def recording_wrapper(original: Any, kind: NodeKind, *, label: str | None = None,
                       flops_fn: Callable[..., int] | None = None,
-                      guard: Guard | None = None) -> wrapt.FunctionWrapper:
+                      guard: Guard | None = None, owner: Any = None) -> wrapt.FunctionWrapper:
     """``original`` wrapped (with wrapt, so it still binds as a method) to record each call as
-    a node of ``kind``, tagged as tracetorch's so nothing wraps it twice.
+    a node of ``kind``, tagged as tracetorch's so nothing wraps it twice; ``owner``, when
+    given, is the object every call is a call of (an instance's own ``forward``).
 
     Example:
         >>> double = recording_wrapper(lambda x: 2 * x, "function", label="double")
@@ -191,7 +196,7 @@ def recording_wrapper(original: Any, kind: NodeKind, *, label: str | None = None
     wrapper_type: type[wrapt.FunctionWrapper] = (
         LayerMethod if kind == "module" and isinstance(original, FunctionType)
         else wrapt.FunctionWrapper)
-    wrapper = wrapper_type(original, make_wrapper(kind, label, flops_fn, guard))
+    wrapper = wrapper_type(original, make_wrapper(kind, label, flops_fn, guard, owner))
     wrapper._self_tracetorch = True  # type: ignore[attr-defined]
     return wrapper
 
@@ -304,7 +309,10 @@ class PatchBoard:
                 return
             if is_instrumented(original) or not callable(original):
                 return
-            self._add(cls, attr, reusable_wrapper(cls, attr, original, kind, guard))
+            if isinstance(cls, type):
+                self._add(cls, attr, reusable_wrapper(cls, attr, original, kind, guard))
+            else:  # an instance's own attribute: its calls are the instance's
+                self._add(cls, attr, recording_wrapper(original, kind, guard=guard, owner=cls))
 
     def install(self, owner: Any, attr: str, value: Any) -> bool:
         """Set ``owner.attr = value`` until the last release, also over a value the board set
