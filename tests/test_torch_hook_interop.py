@@ -174,3 +174,17 @@ def test_torch_profiler_inside_and_around_a_block():
     with torch.profiler.profile() as outer:
         assert _plain_profile(model, x) == alone
     assert any(e.name == "aten::mm" for e in outer.events())
+
+
+def test_saving_an_output_made_in_a_block_warns_of_no_hook_of_ours():
+    # torch.save warns of each backward hook on a tensor it cannot serialize, but for hooks
+    # marked unserializable; ours is no state of the user's tensor.
+    import io
+    import warnings
+
+    model, x = _model(), _input()
+    with tracetorch.profile(model):
+        out = model(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.save(out, io.BytesIO())

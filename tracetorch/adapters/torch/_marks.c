@@ -507,6 +507,11 @@ PyInit__marks(void)
     INTERN(s_requires_grad, "requires_grad");
     if (PyType_Ready(&MarkerType) < 0 || PyType_Ready(&BoundaryType) < 0)
         return NULL;
+    /* A Boundary sits in the hook dict of layer outputs: torch.save warns of a hook there
+     * unless it has this attribute (as backward._on_marked_node has). */
+    if (PyDict_SetItemString(BoundaryType.tp_dict, "__torch_unserializable__", Py_True) < 0)
+        return NULL;
+    PyType_Modified(&BoundaryType);
     PyObject *module = PyModule_Create(&marks_module);
     if (module == NULL)
         return NULL;
