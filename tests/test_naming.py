@@ -72,6 +72,17 @@ def test_a_second_top_level_model_names_its_parts_under_its_own_name():
     assert top == [("", "VAE"), ("VAE", "VAE"), ("VAE.fc3", "Linear"), ("Linear", "Linear")]
 
 
+@pytest.mark.parametrize("given", ["wrapper", "model", "none"])
+def test_parts_called_directly_are_named_through_a_data_parallel_wrapper(given):
+    model = VAE()
+    wrapper = nn.DataParallel(model)  # on CPU it calls the model itself
+    with tracetorch.profile({"wrapper": wrapper, "model": model, "none": None}[given]) as prof:
+        wrapper(torch.randn(2, 4))
+        model.fc3(torch.randn(2, 3))
+    # The paths of the model run in one process: "fc3", not "module.fc3".
+    assert [node.path for node in prof.root.children.values()] == ["", "fc3"]
+
+
 def _nest(depth: int):
     model = nn.Linear(2, 2)
     for _ in range(depth):

@@ -22,6 +22,7 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
+from tracetorch.engine.wrappers import is_wrapper, naming_through_wrappers
 from tracetorch.introspect import is_layer, named_children_of, named_submodules
 from tracetorch.subtree_params import subtree_parameter_counts
 from tracetorch.tensors import nbytes
@@ -111,7 +112,11 @@ class Identities:
         if paths is None:
             paths = self._paths[id(root)] = {}
             self._owners.append(root)
-            for path, module in named_submodules(root):
+            # Through data-parallel wrappers, paths are the wrapped model's (see .wrappers).
+            model = root
+            while naming_through_wrappers() and is_wrapper(model):
+                model = model.module
+            for path, module in named_submodules(model):
                 paths.setdefault(id(module), path)
         return paths.get(id(owner))
 
