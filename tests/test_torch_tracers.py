@@ -140,3 +140,33 @@ print(json.dumps([torch.jit.script(Fresh())(torch.ones(2)).tolist(),
                   torch.jit.script(Net())(x).shape[1]]))
 """
     assert run_case(code, tmp_path) == [[2.0, 2.0], 2]
+
+
+def test_jit_trace_inside_a_block_records_the_users_source_lines(torch):
+    import re
+
+    import tracetorch
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = torch.nn.Linear(4, 8)
+            self.b = torch.nn.Linear(8, 2)
+
+        def forward(self, x):
+            hidden = torch.relu(self.a(x))
+            return self.b(hidden) @ torch.ones(2, 2)
+
+    def graph(model, x) -> str:
+        text = str(torch.jit.trace(model, x, check_trace=False).inlined_graph)
+        return re.sub(r"___torch_mangle_\d+\.", "", text)  # a class traced again is renamed
+
+    model, x = Net(), torch.randn(3, 4)
+    outside = graph(model, x)
+    with tracetorch.profile() as prof:
+        before_any_call = graph(model, x)
+        model(x)
+        after_a_call = graph(model, x)
+    assert before_any_call == outside and after_a_call == outside  # lines, scopes, names
+    assert "tracetorch" not in outside and "test_torch_tracers.py" in outside
+    assert prof.gemm_flops == 2 * 3 * 4 * 8 + 2 * 3 * 8 * 2 + 2 * 3 * 2 * 2  # the eager call's

@@ -64,7 +64,7 @@ from torch._C._dynamo.eval_frame import get_eval_frame_callback as frame_callbac
 from tracetorch.adapters.torch.call_hooks import configure_call_hooks
 from tracetorch.adapters.torch.compiled import compiled_call, start_compiled_counting
 from tracetorch.adapters.torch.cuda import configure as cuda_configure
-from tracetorch.adapters.torch.ops import start_op_counting
+from tracetorch.adapters.torch.ops import start_op_counting, traced_forward
 from tracetorch.adapters.torch.saved import saved_bytes
 from tracetorch.adapters.torch.steps import start_step_hooks
 from tracetorch.adapters.torch.tracing import skip_frames, tracing
@@ -248,6 +248,8 @@ class TorchAdapter:
             cleanups.append(start_step_hooks())
 
             cleanups.append(start_compiled_counting(counter, board))
+            module = torch.nn.Module
+            board.install(module, "_slow_forward", traced_forward(vars(module)["_slow_forward"]))
             eval_frame = sys.modules.get("torch._dynamo.eval_frame")
             compiled = getattr(eval_frame, "OptimizedModule", None)
             if compiled is not None:  # else imported later: the subclass watcher wraps it

@@ -42,16 +42,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 from tracetorch.adapters.torch.backward import collect_tensors
-from tracetorch.adapters.torch.ops import OpCountingMode
+from tracetorch.adapters.torch.ops import mode_off
 from tracetorch.engine.hotpath import Frame, OpCounter, current_frame
 from tracetorch.engine.patches import PatchBoard
 
 __all__ = ("DispatchedFlops", "compiled_call", "start_compiled_counting")
-
-_stack_len = torch._C._len_torch_function_stack
-_stack_at = torch._C._get_function_stack_at
-_push = torch._C._push_on_torch_function_stack
-_pop = torch._C._pop_torch_function_stack
 
 #: The counter and patch board of the open profiles (see :func:`start_compiled_counting`).
 _COUNTER: list[tuple[OpCounter, PatchBoard]] = []
@@ -91,16 +86,6 @@ class DispatchedFlops(TorchDispatchMode):
             except Exception:  # a formula that cannot read these arguments: left uncounted
                 pass
         return out
-
-
-def _modes_off() -> list[Any]:
-    # The profile's function modes on top of the stack, popped (the top first).
-    popped: list[Any] = []
-    while True:
-        depth = _stack_len()
-        if not depth or not isinstance(_stack_at(depth - 1), OpCountingMode):
-            return popped
-        popped.append(_pop())
 
 
 def _count_backward(frame: Frame, counter: OpCounter, output: Any, args: tuple[Any, ...],
@@ -154,13 +139,8 @@ def compiled_call(original: Callable[..., Any]) -> Callable[..., Any]:
         if frame is None or frame.owner is not module or not _COUNTER:
             return original(module, *args, **kwargs)
         counter, board = _COUNTER[-1]
-        popped = _modes_off()
-        try:
-            with board.suspended(), DispatchedFlops() as counted:
-                output = original(module, *args, **kwargs)
-        finally:
-            for mode in reversed(popped):
-                _push(mode)
+        with mode_off(), board.suspended(), DispatchedFlops() as counted:
+            output = original(module, *args, **kwargs)
         if counted.flops:
             counter.charge("compiled", counted.flops, True, 1)
             node = frame.node

@@ -43,7 +43,9 @@ Example:
 """
 from __future__ import annotations
 
+import contextlib
 import weakref
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import torch
@@ -68,7 +70,8 @@ from tracetorch.flops.torch_functions import (
     torch_function_formulas,
 )
 
-__all__ = ("OpCountingMode", "drop_retired", "make_switch", "start_op_counting")
+__all__ = ("OpCountingMode", "drop_retired", "make_switch", "mode_off", "start_op_counting",
+           "traced_forward")
 
 #: ``entry(func, args, kwargs) -> result`` for a function the mode does more than call.
 Entry = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
@@ -256,6 +259,48 @@ def drop_retired(mode: OpCountingMode | None = None) -> None:
 
 def _dropped(candidate: Any, mode: OpCountingMode | None) -> bool:
     return candidate is mode or (isinstance(candidate, OpCountingMode) and candidate.retired)
+
+
+@contextlib.contextmanager
+def mode_off() -> Iterator[None]:
+    """For the duration, the profiles' modes on top of the function-mode stack are off it
+    (pushed back after, in their order): for code that must find the stack as outside a block.
+
+    Example:
+        >>> mode = OpCountingMode(OpCounter())
+        >>> torch._C._push_on_torch_function_stack(mode)
+        >>> with mode_off():
+        ...     torch._C._len_torch_function_stack()
+        0
+        >>> torch._C._pop_torch_function_stack() is mode
+        True
+    """
+    popped: list[Any] = []
+    while _stack_len() and isinstance(_stack_at(_stack_len() - 1), OpCountingMode):
+        popped.append(_pop())
+    try:
+        yield
+    finally:
+        for mode in reversed(popped):
+            _push(mode)
+
+
+def traced_forward(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.nn.Module._slow_forward`` (what ``_call_impl`` calls instead of ``forward``
+    while the TorchScript tracer runs) with the profiles' modes off: the tracer records, for
+    each operation, the Python frame that called it and names values after that frame's
+    variables, which would be the mode's own frame.
+
+    Example:
+        >>> slow = traced_forward(lambda module, x: x + 1)
+        >>> slow(None, 1)
+        2
+    """
+    def _slow_forward(module: Any, *args: Any, **kwargs: Any) -> Any:
+        with mode_off():
+            return original(module, *args, **kwargs)
+
+    return _slow_forward
 
 
 def _exit_observer() -> Callable[..., None]:
