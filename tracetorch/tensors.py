@@ -50,15 +50,15 @@ def register_int_shaped(cls: type) -> None:
 def shape_of(value: Any) -> tuple[int, ...] | None:
     """The shape of a tensor-like value as a plain tuple, or ``None`` for anything else."""
     cls: type = value.__class__  # (a local: testing value.__class__ itself narrows value)
-    if cls in _INT_SHAPED:
-        return tuple(value.shape)
-    shape = getattr(value, "shape", None)
-    if shape is None or isinstance(value, type):
-        return None
     try:
+        if cls in _INT_SHAPED:
+            return tuple(value.shape)
+        shape = getattr(value, "shape", None)
+        if shape is None or isinstance(value, type):
+            return None
         return tuple(map(int, shape))
-    except (TypeError, ValueError, OverflowError):  # a ``.shape`` that is not one (a str...)
-        return None
+    except Exception:  # a ``.shape`` that is not one (a str...), or has no ints (a nested
+        return None    # tensor's: a strided one raises, a jagged one holds a symbolic size)
 
 
 def signature(args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> ShapeSignature:

@@ -258,7 +258,8 @@ shape_entry(Wrapper *self, PyObject *collector, PyObject *node, PyObject *cache,
         /* getattr(args[0], "shape", None) */
         key = PyObject_GetAttr(PyTuple_GET_ITEM(args, 0), s_shape);
         if (key == NULL) {
-            if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            /* none, or one that cannot be read (a strided nested tensor): the signature's */
+            if (!PyErr_ExceptionMatches(PyExc_Exception))
                 goto done;
             PyErr_Clear();
         }

@@ -319,7 +319,10 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
                 collector.touch(node)
         else:
             collector.add_duration(node, start, end)
-        key = getattr(args[0], "shape", None) if len(args) == 1 and not kwargs else None
+        try:
+            key = getattr(args[0], "shape", None) if len(args) == 1 and not kwargs else None
+        except Exception:  # a shape that cannot be read (a strided nested tensor): the signature's
+            key = None
         if key is None:
             key = signature(args, kwargs)
         try:
