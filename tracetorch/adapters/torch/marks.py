@@ -44,6 +44,8 @@ __all__ = ("tag_call", "mark_operation", "resolve_parts")
 _PARTS = len(ENTRY_FIELDS)
 
 _grad_enabled = torch.is_grad_enabled
+_torch_function_enabled = torch._C._is_torch_function_enabled
+_no_subclass_dispatch = torch._C.DisableTorchFunctionSubclass
 _is_parametrized = torch.nn.utils.parametrize.is_parametrized
 _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
@@ -185,6 +187,11 @@ def tag_call(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], output
     It runs on every torch layer call that records autograd (the engine asks
     ``torch.is_grad_enabled()`` first): the one-tensor output of a layer whose gradient is no
     product (an activation, a norm) costs a grad_fn read and a mark."""
+    if output.__class__ is not _Tensor and _torch_function_enabled():
+        # A tensor subclass's __torch_function__ sees none of the reads and writes below.
+        with _no_subclass_dispatch():
+            tag_call(frame, args, kwargs, output, entry)
+        return
     try:
         if output.__class__ is _Tensor or isinstance(output, _Tensor):  # one tensor, one node
             fn = output.grad_fn

@@ -33,6 +33,7 @@ __all__ = ("saved_bytes",)
 
 _Tensor = torch.Tensor
 _top_hooks = torch._C._autograd._top_saved_tensors_default_hooks
+_no_subclass_dispatch = torch._C.DisableTorchFunctionSubclass
 
 #: Per graph-node class, the names of its saved attributes (``dir`` once per class).
 _SAVED_NAMES: dict[type, tuple[str, ...]] = {}
@@ -46,6 +47,12 @@ def saved_bytes(args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
     nodes another call node marked are that one's."""
     if not torch.is_grad_enabled() or _top_hooks(False) is not None:
         return 0
+    with _no_subclass_dispatch():  # a tensor subclass's __torch_function__ sees no read here
+        return _saved_bytes(args, kwargs, output, seen, node)
+
+
+def _saved_bytes(args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
+                 seen: set[int], node: Any) -> int:
     outputs: list[Any] = []
     collect_tensors(output, outputs)
     stop = set()
