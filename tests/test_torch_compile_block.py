@@ -109,6 +109,21 @@ def test_transformers_models_compile_inside_a_block_as_outside(make: Any, backen
 
 
 @pytest.mark.parametrize("make", [bert, gpt2])
+def test_a_transformers_model_compiled_outside_is_compiled_once(make: Any) -> None:
+    torch.manual_seed(0)
+    model, ids = make(), torch.randint(0, 100, (2, 8))
+    compiled = torch.compile(model, backend="eager")
+    expected = compiled(ids).last_hidden_state
+    compiled_graphs = graphs()
+    with tracetorch.profile(model):  # its classes wrapped: Dynamo guards on their forward
+        inside = compiled(ids).last_hidden_state
+        model(ids)
+    after = compiled(ids).last_hidden_state
+    assert graphs() == compiled_graphs
+    assert torch.equal(inside, expected) and torch.equal(after, expected)
+
+
+@pytest.mark.parametrize("make", [bert, gpt2])
 def test_dynamo_explain_inside_a_block_as_outside(make: Any) -> None:
     torch.manual_seed(0)
     model, ids = make(), torch.randint(0, 100, (2, 8))

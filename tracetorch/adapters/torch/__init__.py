@@ -20,16 +20,21 @@ wrapped; the modules they call still are. A class whose own ``_call_impl`` repla
 
 **Compilers and tracers.** Every torch wrapper's guard is :func:`~.tracing.tracing`: while
 Dynamo (``torch.compile``, ``torch.export``), ``torch.fx`` or the TorchScript tracer runs a
-layer, the wrapper only calls it, so they see the model as it is and nothing is recorded; the
-first-call function only calls through while Dynamo traces it. Compiled and scripted modules
-are recorded where Python calls them: ``__call__`` of ``OptimizedModule``
-(``torch.compile(module)``) and of ``torch.jit.ScriptModule`` (whose ``forward`` is TorchScript,
-not Python) is wrapped on entry, so each is one node with its time; the layers inside run as a
-graph and are not seen (its FLOPs are those of the operations the function mode sees, else
-unknown: ``unsupported`` lists it). ``module.compile()``, in place, compiles the module's
-``_call_impl`` itself: such a module's calls are not nodes, and the operations the function mode
-sees count toward the enclosing call (compiled in a block before its class's first call, it
-compiles the first-call function, which Dynamo traces as a plain call of torch's).
+layer, or a compiled function runs, the wrapper only calls it, so they see the model as it is
+and nothing is recorded; the first-call function then only calls through, and Dynamo never
+starts a compiled frame at the profiler's functions (:func:`~.tracing.skip_frames`). A layer's
+``forward`` read from its class is the original function (:class:`~tracetorch.engine.patches.\
+LayerMethod`). Compiled and scripted modules are recorded where Python calls them: ``__call__``
+of ``OptimizedModule`` (``torch.compile(module)``, see :mod:`~.compiled`: it runs with the
+patches suspended and without the function mode, so Dynamo compiles and guards as outside a
+block, and its forward and backward FLOPs are what its graph dispatches) and of
+``torch.jit.ScriptModule`` (whose ``forward`` is TorchScript, not Python; its FLOPs unknown:
+``unsupported`` lists it) is wrapped, so each is one node with its time; the layers inside run
+as a graph and are not seen. While the TorchScript tracer runs a module
+(``Module._slow_forward``, installed while profiling) the function mode is off, so the traced
+graph records the user's source lines. ``module.compile()``, in place, compiles the module's
+``_call_impl`` itself: such a module's calls are not nodes, and the operations the function
+mode sees count toward the enclosing call.
 
 **Classes defined inside the block.** ``torch.nn.Module.__init_subclass__`` is set while
 profiling (and deleted again on exit): a class created in the block is wrapped at once, as its
