@@ -167,31 +167,48 @@ def named_submodules(model: Any) -> Iterator[tuple[str, Any]]:
 def _plain_named_modules(obj: Any) -> bool:
     # A torch module whose class keeps named_modules() as nn.Module has it: its walk is the one
     # of ``_modules`` below, made without recursion.
-    return is_torch_module(obj) and (type(obj).named_modules
-                                     is sys.modules["torch"].nn.Module.named_modules)
+    return is_torch_module(obj) and _plain_torch_class(type(obj))
+
+
+#: Per torch module class: whether it keeps ``named_modules`` as ``nn.Module`` has it.
+_PLAIN_WALKS: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
+
+
+def _plain_torch_class(cls: type) -> bool:
+    plain = _PLAIN_WALKS.get(cls)
+    if plain is None:
+        plain = _PLAIN_WALKS[cls] = (
+            getattr(cls, "named_modules", None) is sys.modules["torch"].nn.Module.named_modules)
+    return plain
 
 
 def _walk_torch(model: Any) -> Iterator[tuple[str, Any]]:
     # What named_modules() yields below ``model``, in its order (depth first, each module once,
     # ``None`` entries skipped); a module whose class walks itself otherwise is asked for its
-    # own walk.
+    # own walk. (Everything in ``_modules`` is a torch module: add_module checks.)
     seen = {id(model)}
-    stack: list[tuple[str, Any]] = [(name, child) for name, child in
-                                    reversed(model._modules.items()) if child is not None]
+    stack = [(name, child) for name, child in reversed(model._modules.items())
+             if child is not None]
+    plain = _PLAIN_WALKS
     while stack:
         path, module = stack.pop()
         if id(module) in seen:
             continue
         seen.add(id(module))
         yield path, module
-        if not _plain_named_modules(module):
+        if not (plain.get(type(module)) or _plain_torch_class(type(module))):
             for name, below in module.named_modules(prefix=path):
                 if id(below) not in seen:
                     seen.add(id(below))
                     yield name, below
             continue
-        stack.extend((f"{path}.{name}", child) for name, child in
-                     reversed(module._modules.items()) if child is not None)
+        children = module._modules
+        if not children:
+            continue
+        prefix = path + "."
+        for name, child in reversed(children.items()):
+            if child is not None:
+                stack.append((prefix + name, child))
 
 
 def _walk_attributes(model: Any) -> Iterator[tuple[str, Any]]:

@@ -14,6 +14,7 @@ Example:
 """
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,8 +36,9 @@ def instance_forwards(model: Any) -> Iterator[Any]:
     """``model`` and the layers below it whose own ``__dict__`` holds a callable ``forward``
     (one tracetorch did not install): a call of the layer runs that one, not its class's.
 
-    Asked at each opening (such a ``forward`` comes and goes with the code that sets it): one
-    look at each layer's ``__dict__``.
+    Asked at each opening (such a ``forward`` comes and goes with the code that sets it): a
+    look at each layer's ``__dict__``. The layers are found by one walk per model, remembered
+    weakly (a layer added to the model later is recorded through its class's ``forward``).
 
     Example:
         >>> class Net:
@@ -49,12 +51,45 @@ def instance_forwards(model: Any) -> Iterator[Any]:
         >>> list(instance_forwards(net)) == [net]
         True
     """
-    layers = [model] + [layer for _, layer in named_submodules(model)]
-    for layer in layers:
+    for layer in _layers_of(model):
         try:
             own = vars(layer).get("forward")
-            hash(layer)  # (the patch board keys its patches by the object)
-        except TypeError:  # no __dict__, or unhashable: left as it is
+        except TypeError:  # no __dict__
             continue
-        if callable(own) and not is_instrumented(own):
+        if callable(own) and not is_instrumented(own) and _hashable(layer):
             yield layer
+
+
+#: Per model: weak references to it and the layers below it (those that take one: a layer
+#: without a ``__dict__`` can have no forward of its own).
+_LAYERS: weakref.WeakKeyDictionary[Any, list[weakref.ref]] = weakref.WeakKeyDictionary()
+
+
+def _layers_of(model: Any) -> Iterator[Any]:
+    try:
+        refs = _LAYERS.get(model)
+    except TypeError:  # unhashable, or no weak reference: walked each time
+        yield model
+        yield from (layer for _, layer in named_submodules(model))
+        return
+    if refs is None:
+        refs = []
+        for layer in [model] + [layer for _, layer in named_submodules(model)]:
+            try:
+                refs.append(weakref.ref(layer))
+            except TypeError:
+                pass
+        _LAYERS[model] = refs
+    for ref in refs:
+        layer = ref()
+        if layer is not None:
+            yield layer
+
+
+def _hashable(layer: Any) -> bool:
+    # (the patch board keys its patches by the object)
+    try:
+        hash(layer)
+    except TypeError:
+        return False
+    return True
