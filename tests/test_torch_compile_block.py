@@ -123,6 +123,19 @@ def test_a_transformers_model_compiled_outside_is_compiled_once(make: Any) -> No
     assert torch.equal(inside, expected) and torch.equal(after, expected)
 
 
+def test_a_compiled_function_runs_a_models_wrapped_layers_without_error() -> None:
+    torch.manual_seed(0)
+    model, ids = bert(), torch.randint(0, 100, (2, 8))
+    expected = model(ids).last_hidden_state
+    # No OptimizedModule to suspend the patches for: Dynamo meets the wrapped forwards (and
+    # may compile again for them), and must not take them for functions.
+    with tracetorch.profile(model):
+        compiled = torch.compile(lambda t: model(t).last_hidden_state, backend="eager")
+        inside = compiled(ids)
+    assert torch.allclose(inside, expected, atol=1e-5)
+    assert torch.allclose(compiled(ids), expected, atol=1e-5)
+
+
 @pytest.mark.parametrize("make", [bert, gpt2])
 def test_dynamo_explain_inside_a_block_as_outside(make: Any) -> None:
     torch.manual_seed(0)

@@ -179,6 +179,13 @@ class LayerMethod(wrapt.FunctionWrapper):
             return self.__wrapped__
         return _bind(self, instance, owner)
 
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        # Not the wrapped function's class, which wrapt's proxy claims: Dynamo takes an object
+        # that passes isinstance(..., FunctionType) for a function and guards on its closure
+        # as a function's, which this object is not.
+        return type(self)
+
 
 def recording_wrapper(original: Any, kind: NodeKind, *, label: str | None = None,
                       flops_fn: Callable[..., int] | None = None,
