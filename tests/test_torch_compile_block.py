@@ -190,3 +190,18 @@ def test_a_layers_forward_read_from_its_class_is_the_original_function() -> None
             layer._gradient_checkpointing_func = counting
         model(torch.randint(0, 100, (2, 8))).last_hidden_state.sum().backward()
     assert len(checkpointed) == 2
+
+
+@pytest.mark.slow  # inductor compiles C++ (and may start compile workers): about 15 s
+def test_an_inductor_compiled_step_counts_its_products_forward_and_backward() -> None:
+    torch.manual_seed(0)
+    model, x = Net(), torch.randn(8, 16, requires_grad=True)
+    compiled = torch.compile(model)  # inductor: its kernels call aten's mm/addmm for products
+    compiled(x).sum().backward()
+    with tracetorch.profile() as prof:
+        compiled(x).sum().backward()
+    node = prof.find("")
+    forward = 2 * 8 * 16 * 32 + 2 * 8 * 32 * 4
+    assert node.flops == forward
+    assert node.backward_flops == 2 * forward  # x and both weights need gradients
+    assert graphs() == 1
