@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tracetorch
-from tracetorch.core import Linear, ReLU, Sequential, Tensor
+from tracetorch.core import Linear, ReLU, Sequential, Tensor, no_grad
 from tracetorch.report.units import format_bytes
 
 F32 = 4
@@ -253,3 +253,13 @@ def test_a_core_module_shared_by_two_parents_saves_under_each():
     assert prof.find("layers.0.layers.0").memory.saved_bytes == 4 * 16 * F32
     assert prof.find("layers.0.layers.1").memory.saved_bytes == 4 * 16 * F32
     assert prof.find("layers.1.layers.0").memory.saved_bytes == 4 * 16 * F32
+
+
+def test_a_core_call_without_gradients_leaves_the_later_calls_their_saved_bytes():
+    # Measured once per key, which holds core's grad mode: the first call saves nothing.
+    layer, x = Linear(4, 3), Tensor(np.ones((2, 4)))
+    with tracetorch.profile(layer) as prof:
+        with no_grad():
+            layer(x)
+        layer(x)
+    assert prof.root.children[""].memory.saved_bytes == 2 * 4 * F32  # its input

@@ -23,7 +23,7 @@ import numpy as np
 from tracetorch.introspect import is_torch_module
 from tracetorch.tree import ShapeSignature
 
-__all__ = ("shape_of", "register_int_shaped", "signature",
+__all__ = ("shape_of", "register_int_shaped", "signature", "typed_signature", "parameter_ids",
            "numel", "ndarray_of", "nbytes", "tensors_in", "tensor_bytes", "check_shape",
            "dummy_input")
 
@@ -74,27 +74,72 @@ def signature(args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Sh
         shape = shape_of(args[0])
         if shape is not None:
             return (shape,)
-    shapes: list[tuple[int, ...] | None] = []
-    for value in args:
-        _collect_shapes(value, shapes)
-    if kwargs:
-        for value in kwargs.values():
-            _collect_shapes(value, shapes)
+    shapes: list[Any] = []
+    _collect_arguments(args, kwargs, shapes, False)
     return tuple(shapes)
 
 
-def _collect_shapes(value: Any, out: list[tuple[int, ...] | None]) -> None:
+def typed_signature(args: tuple[Any, ...], kwargs: dict[str, Any] | None = None,
+                    tail: tuple[Any, ...] = ()) -> tuple[Any, ...]:
+    """:func:`signature` with each tensor's dtype after its shape, flat, then ``tail`` (what
+    else the caller's key holds): what a call's sizes depend on in its arguments. A one-tensor
+    call gives ``(shape, dtype, *tail)``, what reading the tensor's ``.shape`` and ``.dtype``
+    gives (the engine's hot path builds that key itself). A tensor without a ``.dtype`` has
+    ``None`` there.
+
+    Example:
+        >>> typed_signature((np.zeros((2, 3)), 5), {"mask": np.zeros(4, np.int8)}, ("tail",))
+        ((2, 3), dtype('float64'), None, (4,), dtype('int8'), 'tail')
+    """
+    if len(args) == 1 and not kwargs:  # one tensor, as most layers are called: no walk
+        value = args[0]
+        shape = shape_of(value)
+        if shape is not None:
+            return (shape, getattr(value, "dtype", None), *tail)
+    items: list[Any] = []
+    _collect_arguments(args, kwargs, items, True)
+    items.extend(tail)
+    return tuple(items)
+
+
+def _collect_arguments(args: tuple[Any, ...], kwargs: dict[str, Any] | None, out: list[Any],
+                       dtypes: bool) -> None:
+    for value in args:
+        _collect_shapes(value, out, dtypes)
+    if kwargs:
+        for value in kwargs.values():
+            _collect_shapes(value, out, dtypes)
+
+
+def _collect_shapes(value: Any, out: list[Any], dtypes: bool) -> None:
+    # (The flat list reads back one way: a shape is a tuple, followed by its dtype when asked.)
     shape = shape_of(value)
     if shape is not None:
         out.append(shape)
+        if dtypes:
+            out.append(getattr(value, "dtype", None))
     elif isinstance(value, (list, tuple)):
         for item in value:
-            _collect_shapes(item, out)
+            _collect_shapes(item, out, dtypes)
     elif isinstance(value, dict):
         for item in value.values():
-            _collect_shapes(item, out)
+            _collect_shapes(item, out, dtypes)
     else:
         out.append(None)
+
+
+def parameter_ids(layer: Any) -> tuple[int, ...]:
+    """The identities of a torch module's own parameters, in order (a submodule's are its own;
+    ``()`` for anything else): which weights its sizes depend on besides its inputs.
+    Identities, not shapes: reading a tensor's shape costs microseconds while torch's function
+    mode is on the stack, as it is where the engine asks.
+
+    Example:
+        >>> parameter_ids(object())
+        ()
+    """
+    params = getattr(layer, "__dict__", {}).get("_parameters")
+    return tuple(map(id, params.values())) if isinstance(params, dict) else ()
 
 
 def numel(tensor: Any) -> int:

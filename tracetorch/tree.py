@@ -36,10 +36,11 @@ Completeness = Literal["complete", "partial", "unknown"]
 
 #: The slots of a per-shape counter in ``CallNode.flops_cache``: calls since the last fold, the
 #: rule's inclusive FLOPs (``None``: the node's FLOPs come from counted operations), its GEMM
-#: FLOPs and MACs, and one call's input, output and saved-for-backward bytes. An adapter may keep
-#: what it derives once per shape after these (torch: the call's gradient parts).
+#: FLOPs and MACs, one call's input, output and saved-for-backward bytes, and the call key they
+#: were measured for (:func:`tracetorch.engine.hotpath.call_key`). An adapter may keep what it
+#: derives once per key after these (torch: the call's gradient parts).
 ENTRY_FIELDS = ("calls", "flops", "gemm_flops", "macs", "input_bytes", "output_bytes",
-                "saved_bytes")
+                "saved_bytes", "key")
 
 
 def new_entry() -> list[Any]:
@@ -49,7 +50,7 @@ def new_entry() -> list[Any]:
         >>> dict(zip(ENTRY_FIELDS, new_entry()))["flops"] is None
         True
     """
-    return [0, None, 0, 0, 0, 0, 0]
+    return [0, None, 0, 0, 0, 0, 0, None]
 
 
 #: How many distinct input/output shape signatures a node keeps.
@@ -158,8 +159,10 @@ class CallNode:
         self._memory: MemoryStats | None = None
         self.ops: dict[str, list[int]] = {}
         # Transient, while recording (folded into the fields above by Collector.fold):
-        # per input signature, a counter laid out as ENTRY_FIELDS (the rule's FLOPs, the call's
-        # sizes), so a rule runs once per distinct shape and a call costs one increment;
+        # per call key (tracetorch.engine.hotpath.call_key: input shapes and dtypes, grad mode,
+        # layer structures; a one-tensor call's first key is kept under its shape alone), a
+        # counter laid out as ENTRY_FIELDS (the rule's FLOPs, the call's sizes), so a rule runs
+        # once per distinct key and a call costs one increment;
         self.flops_cache: dict[Any, list[Any]] = {}
         # id(instance) -> child node, so naming runs once per child;
         self.children_by_owner: dict[int, CallNode] = {}

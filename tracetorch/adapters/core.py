@@ -60,7 +60,7 @@ class CoreAdapter:
         from tracetorch.flops.core_rules import register_core_rules
 
         register_core_rules()
-        register_saved_meter(Tensor, saved_bytes)
+        register_saved_meter(Tensor, saved_bytes, autograd.is_grad_enabled)
         previous = autograd.set_op_observer(counter)
         board.watch_subclasses(Module, _patcher(board, "forward", "module"))
         board.watch_subclasses(Optimizer, _patcher(board, "step", "optimizer"))

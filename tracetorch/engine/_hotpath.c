@@ -9,7 +9,7 @@
  * goes to Python before anything is done (no frame but an all-threads profile, a profile not
  * taking calls, timing other than plain or call hooks: ``collector.plain_clock`` is None, a
  * node's first call) or after the call, through the same helpers the
- * Python wrapper uses (``signature``, ``_first_entry``, the collector's methods).
+ * Python wrapper uses (``call_key``, ``_first_entry``, the collector's methods).
  * Only CPython's stable C API is used; the module is optional: without a compiler, the Python
  * wrapper runs (see _native.py).
  */
@@ -28,15 +28,18 @@ typedef struct {
 } Wrapper;
 
 static PyObject *s_FRAME, *s_op_switch, *s_exit_observer, *s_observe_now, *s_all_threads,
-    *s_signature, *s_first_entry, *s_FLUSH_EVERY, *s_frame, *s_plain_clock,
-    *s_record_failure, *s_time, *s_flush, *s_unfolded, *s_touch, *s_shape,
-    *s_flush_backward;
+    *s_call_key, *s_grad_mode, *s_structure, *s_dtype, *s_first_entry, *s_FLUSH_EVERY,
+    *s_frame, *s_plain_clock, *s_record_failure, *s_time, *s_flush, *s_unfolded, *s_touch,
+    *s_shape, *s_flush_backward;
 static PyObject *one;
 
 /* Frame fields (a NamedTuple): collector, node, owner, ops, observe, and the node's pending
  * durations, per-shape counters and children by owner. */
 enum { F_COLLECTOR, F_NODE, F_OWNER, F_OPS, F_OBSERVE, F_PENDING, F_FLOPS_CACHE, F_CHILDREN,
        F_FIELDS };
+
+/* The slot of a counter (tracetorch.tree.ENTRY_FIELDS) holding the key it was measured for. */
+enum { E_KEY = 7 };
 
 static int guard_form_ok(PyObject *guard);
 
@@ -247,38 +250,109 @@ done:
     return status;
 }
 
-/* The per-shape counter of this call (a new reference), through the Python helpers for a
- * signature or a first call. */
+/* getattr(value, name, None) as a new reference; NULL with an error set on any other error. */
+static PyObject *
+attr_or_none(PyObject *value, PyObject *name)
+{
+    PyObject *found = PyObject_GetAttr(value, name);
+    if (found == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+        Py_INCREF(Py_None);
+        found = Py_None;
+    }
+    return found;
+}
+
+/* Whether ``entry`` was measured for (shape, ``dtype``, (``grad``, ``structure``)), its key
+ * checked by identity only, as the Python wrapper first checks it (no: compare the keys). */
+static int
+made_for(PyObject *entry, PyObject *dtype, PyObject *grad, PyObject *structure)
+{
+    if (!PyList_Check(entry) || PyList_GET_SIZE(entry) <= E_KEY)
+        return 0;
+    PyObject *made = PyList_GET_ITEM(entry, E_KEY);
+    if (!PyTuple_Check(made) || PyTuple_GET_SIZE(made) != 3)
+        return 0;
+    PyObject *context = PyTuple_GET_ITEM(made, 2);
+    return PyTuple_GET_ITEM(made, 1) == dtype && PyTuple_Check(context)
+           && PyTuple_GET_SIZE(context) == 2 && PyTuple_GET_ITEM(context, 0) == grad
+           && PyTuple_GET_ITEM(context, 1) == structure;
+}
+
+/* The key (shape, dtype, (grad, structure)) of a one-tensor call, as hotpath.call_key makes it. */
+static PyObject *
+shaped_key(PyObject *shape, PyObject *dtype, PyObject *grad, PyObject *structure)
+{
+    PyObject *context = PyTuple_Pack(2, grad, structure);
+    if (context == NULL)
+        return NULL;
+    PyObject *key = PyTuple_Pack(3, shape, dtype, context);
+    Py_DECREF(context);
+    return key;
+}
+
+/* The counter of this call (a new reference), by its key (hotpath.call_key), through the
+ * Python helpers for a key or a first call. As the Python wrapper does: a one-tensor call's
+ * first key is kept under its shape alone, and the rest of it checked by identity, then by
+ * equality (``grad``: the grad mode, read already); another key of that shape is built here,
+ * (shape, dtype, (grad, structure generation)). */
 static PyObject *
 shape_entry(Wrapper *self, PyObject *collector, PyObject *node, PyObject *cache,
-            PyObject *owner, PyObject *args, PyObject *kwargs, PyObject *output)
+            PyObject *owner, PyObject *args, PyObject *kwargs, PyObject *output, PyObject *grad)
 {
-    PyObject *key = NULL, *entry = NULL;
+    PyObject *key = NULL, *entry = NULL, *shape = NULL, *dtype = NULL;
+    PyObject *structure = global(self, s_structure);
+    if (structure == NULL)
+        return NULL;
+    Py_INCREF(structure);
     if (PyTuple_GET_SIZE(args) == 1 && PyDict_GET_SIZE(kwargs) == 0) {
-        /* getattr(args[0], "shape", None) */
-        key = PyObject_GetAttr(PyTuple_GET_ITEM(args, 0), s_shape);
-        if (key == NULL) {
-            /* none, or one that cannot be read (a strided nested tensor): the signature's */
+        PyObject *value = PyTuple_GET_ITEM(args, 0);
+        if ((shape = attr_or_none(value, s_shape)) == NULL) {
+            /* a shape that cannot be read (a strided nested tensor): call_key's */
             if (!PyErr_ExceptionMatches(PyExc_Exception))
                 goto done;
             PyErr_Clear();
         }
-        else if (key == Py_None) {
-            Py_CLEAR(key);
+        else if (shape == Py_None) {
+            Py_CLEAR(shape);
         }
     }
-    PyObject *signature = global(self, s_signature);
-    if (signature == NULL)
-        goto done;
-    if (key == NULL && (key = PyObject_CallFunctionObjArgs(signature, args, kwargs, NULL)) == NULL)
-        goto done;
-    entry = PyDict_GetItemWithError(cache, key);
-    if (entry == NULL && PyErr_Occurred()) {
-        if (!PyErr_ExceptionMatches(PyExc_TypeError))
+    if (shape != NULL) {
+        if ((dtype = attr_or_none(PyTuple_GET_ITEM(args, 0), s_dtype)) == NULL)
             goto done;
-        /* a ``.shape`` that cannot key a dict (a list...): the signature can */
-        PyErr_Clear();
-        Py_SETREF(key, PyObject_CallFunctionObjArgs(signature, args, kwargs, NULL));
+        entry = PyDict_GetItemWithError(cache, shape);  /* borrowed */
+        if (entry == NULL && PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_TypeError))
+                goto done;
+            /* a ``.shape`` that cannot key a dict (a list...): call_key's can */
+            PyErr_Clear();
+            Py_CLEAR(shape);
+        }
+        else if (entry != NULL && !made_for(entry, dtype, grad, structure)) {
+            /* checked by identity first: a key equal to it made of other objects is its key */
+            Py_INCREF(entry);
+            int same = 0;
+            if ((key = shaped_key(shape, dtype, grad, structure)) == NULL)
+                same = -1;
+            else if (PyList_Check(entry) && PyList_GET_SIZE(entry) > E_KEY)
+                same = PyObject_RichCompareBool(PyList_GET_ITEM(entry, E_KEY), key, Py_EQ);
+            Py_DECREF(entry);
+            if (same < 0)
+                goto done;
+            if (!same)
+                entry = NULL;
+        }
+    }
+    if (entry == NULL) {
+        if (key == NULL && shape != NULL) {
+            key = shaped_key(shape, dtype, grad, structure);
+        }
+        else if (key == NULL) {
+            PyObject *call_key = global(self, s_call_key);
+            if (call_key == NULL)
+                goto done;
+            key = PyObject_CallFunctionObjArgs(call_key, args, kwargs, NULL);
+        }
         if (key == NULL)
             goto done;
         entry = PyDict_GetItemWithError(cache, key);
@@ -292,11 +366,15 @@ shape_entry(Wrapper *self, PyObject *collector, PyObject *node, PyObject *cache,
         PyObject *first = global(self, s_first_entry);
         if (first == NULL)
             goto done;
-        entry = PyObject_CallFunctionObjArgs(first, collector, node, owner, key, args, kwargs,
+        entry = PyObject_CallFunctionObjArgs(first, collector, node, owner, key,
+                                             shape != NULL ? shape : Py_None, args, kwargs,
                                              output, NULL);
     }
 done:
     Py_XDECREF(key);
+    Py_XDECREF(shape);
+    Py_XDECREF(dtype);
+    Py_DECREF(structure);
     return entry;
 }
 
@@ -354,7 +432,7 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
     /* From here ``frame`` is a new reference, released at ``out``. */
     PyObject *result = NULL, *node = NULL, *inner = NULL, *token = NULL, *start = NULL;
     PyObject *clock = NULL, *output = NULL, *end = NULL, *elapsed = NULL, *entry = NULL;
-    PyObject *sw = NULL;
+    PyObject *sw = NULL, *grad_mode = NULL, *grad = NULL;
     int switched = 0, quiet = 0;
     if (!is_frame(frame))
         goto out;
@@ -447,8 +525,19 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
     if (add_plain_time(collector, node, PyTuple_GET_ITEM(inner, F_PENDING), elapsed,
                        self->flush_every) < 0)
         goto out;
+    /* The grad mode, a part of the call's key (see hotpath.call_key) */
+    if ((grad_mode = global(self, s_grad_mode)) == NULL)
+        goto out;
+    Py_INCREF(grad_mode);
+    if (grad_mode == Py_None) {
+        Py_INCREF(Py_None);
+        grad = Py_None;
+    }
+    else if ((grad = PyObject_CallNoArgs(grad_mode)) == NULL) {
+        goto out;
+    }
     if ((entry = shape_entry(self, collector, node, PyTuple_GET_ITEM(inner, F_FLOPS_CACHE), owner,
-                             args, kwargs, output)) == NULL)
+                             args, kwargs, output, grad)) == NULL)
         goto out;
     if (count_call(entry) < 0)
         goto out;
@@ -460,8 +549,11 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
             PyObject *now = global(self, s_observe_now);
             if (now == NULL)
                 goto out;
-            PyObject *asked = PyObject_CallNoArgs(now);
-            if (asked == NULL)
+            /* (torch's gate is its grad mode, read above already) */
+            PyObject *asked = grad;
+            if (now == grad_mode)
+                Py_INCREF(asked);
+            else if ((asked = PyObject_CallNoArgs(now)) == NULL)
                 goto out;
             int yes = PyObject_IsTrue(asked);
             Py_DECREF(asked);
@@ -499,6 +591,8 @@ out:
     Py_XDECREF(end);
     Py_XDECREF(elapsed);
     Py_XDECREF(entry);
+    Py_XDECREF(grad_mode);
+    Py_XDECREF(grad);
     Py_XDECREF(output);
     return result;
 }
@@ -535,7 +629,10 @@ PyInit__hotpath(void)
     INTERN(s_exit_observer, "_exit_observer");
     INTERN(s_observe_now, "_observe_now");
     INTERN(s_all_threads, "_all_threads");
-    INTERN(s_signature, "signature");
+    INTERN(s_call_key, "call_key");
+    INTERN(s_grad_mode, "_grad_mode");
+    INTERN(s_structure, "_structure");
+    INTERN(s_dtype, "dtype");
     INTERN(s_first_entry, "_first_entry");
     INTERN(s_FLUSH_EVERY, "FLUSH_EVERY");
     INTERN(s_frame, "frame");

@@ -21,7 +21,7 @@ import threading
 from typing import Any, Callable
 
 from tracetorch.engine.fold import fold_touched, fold_tree, graft
-from tracetorch.engine.hotpath import Frame
+from tracetorch.engine.hotpath import Frame, structure_changed, structure_generation
 from tracetorch.engine.identities import Identities
 from tracetorch.engine.saved_meters import saved_by_call
 from tracetorch.engine.stack_room import STACK_ROOM
@@ -38,7 +38,7 @@ from tracetorch.introspect import (
     only_calls_children,
     runs_compiled_graph,
 )
-from tracetorch.tensors import signature, tensor_bytes
+from tracetorch.tensors import parameter_ids, signature, tensor_bytes
 from tracetorch.tree import CallNode, NodeKind, new_entry
 
 __all__ = ("Collector",)
@@ -101,6 +101,10 @@ class Collector(CallTiming):
         self._originals: dict[str, CallNode] = {}
         self.recompute_of: dict[CallNode, CallNode] = {}
         self._warm = WarmNodes()
+        # Each torch module node's parameter_ids(owner) when it was last adopted or taken up
+        # (see _check_parameters), and the structure generation when this opening started.
+        self._parameter_ids: dict[CallNode, tuple[int, ...]] = {}
+        self._generation = structure_generation()
         self._other_threads = False
         # The deepest node made so far: each opening makes room on the stack for its calls.
         self._deepest = 0
@@ -112,6 +116,7 @@ class Collector(CallTiming):
         """Begin recording top-level calls under ``target``; returns the root frame."""
         self.set_active(True)
         STACK_ROOM.make_room(self._deepest)
+        self._generation = structure_generation()
         self.root_frame = Frame.of(self, target, None, self.count_ops)
         self.owner_thread = threading.get_ident()
         return self.root_frame
@@ -154,10 +159,13 @@ class Collector(CallTiming):
         # Only the nodes this opening adopted hold frames (and so the user's objects).
         self.root.children_by_owner.clear()
         warm, generation = self._warm, self.registry.generation
+        # A layer's structure changed while this opening ran: the counters made for the
+        # generations before it are never found again (their counts are folded above).
+        stale = structure_generation() != self._generation
         for node in self._adopted:
             frame = node.frame
             if (frame is not None and node.parent is not None
-                    and not warm.remember(node, frame, generation)):
+                    and not warm.remember(node, frame, generation)) or stale:
                 node.flops_cache.clear()
             node.children_by_owner.clear()
             node.frame = None
@@ -194,6 +202,8 @@ class Collector(CallTiming):
                  if self._warm.nodes else None)
         if taken is not None:  # made by an earlier opening: ready again at the cost of a frame
             node, ops, observe = taken
+            if observe:  # a torch module
+                self._check_parameters(node, owner)
             self._install_frame(node, Frame.of(self, node, owner, ops, observe))
             parent_node.children_by_owner[id(owner)] = node
             return node
@@ -234,6 +244,11 @@ class Collector(CallTiming):
             return existing
         key = self.ids.module_key(owner)
         if existing is not None and existing.module_key != key:
+            if kind == "module":
+                # The parent holds another module under this name now (model.fc = ..., between
+                # two openings, when no registration hook watched): its own figures, and its
+                # callers', may depend on it, so all are measured again.
+                structure_changed()
             suffix = 2
             while f"{name}#{suffix}" in parent_node.children:
                 suffix += 1
@@ -263,6 +278,17 @@ class Collector(CallTiming):
             model = model.module
         scope = optimizer_scope(optimizer, model) if model is not None else ""
         return f"[{scope}]" if scope else ""
+
+    def _check_parameters(self, node: CallNode, owner: Any) -> None:
+        # A torch module's parameters replaced between two openings, when no registration hook
+        # watched (layer.weight = nn.Parameter(...)): every cached figure may depend on them,
+        # its callers' too (their outputs), so all are measured again. (By identity: a
+        # replacement landing on the address of the one recorded, two replacements apart, goes
+        # unseen. A replaced submodule is seen where its node is named: see new_child.)
+        ids = parameter_ids(owner)
+        if ids != self._parameter_ids.get(node):
+            self._parameter_ids[node] = ids
+            structure_changed()
 
     def _install_frame(self, node: CallNode, frame: Frame) -> None:
         # Every node given a frame is listed for stop() to drop it again; a forward module node
@@ -295,6 +321,7 @@ class Collector(CallTiming):
         counts_ops = parent_ops
         torch_module = is_torch_module(owner)
         if torch_module:
+            self._parameter_ids[node] = parameter_ids(owner)
             # A plain nn.Sequential runs no operation of its own: counting off inside it spares
             # switching torch's function mode around each of its (ruled) children.
             counts_ops = (self.count_ops and node.rule_state not in _RULED_STATES
@@ -312,11 +339,13 @@ class Collector(CallTiming):
     # ------------------------------------------------------------------ FLOPs
     def first_call(self, node: CallNode, owner: Any, args: tuple[Any, ...],
                    kwargs: dict[str, Any], output: Any) -> list[Any]:
-        """The first call of ``node`` with these input shapes: note the shapes, run the rule.
+        """The first call of ``node`` with its key (input shapes and dtypes, grad mode, layer
+        structures: see :func:`~tracetorch.engine.hotpath.call_key`): note the shapes, run the
+        rule, measure the sizes.
 
-        Returns the per-shape counter (:data:`~tracetorch.tree.ENTRY_FIELDS`; ``None`` FLOPs
-        when the node's FLOPs come from counted operations instead of a rule; bytes 0 with
-        ``profile(memory=False)``).
+        Returns the counter (:data:`~tracetorch.tree.ENTRY_FIELDS`; ``None`` FLOPs when the
+        node's FLOPs come from counted operations instead of a rule; bytes 0 with
+        ``profile(memory=False)``; its key left for the caller to fill in).
         """
         node.note_shapes(signature(args, kwargs), signature((output,)))
         if self._uncounted and node in self._uncounted:

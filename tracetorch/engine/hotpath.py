@@ -8,8 +8,9 @@ to the enclosing one when it exits (see :mod:`tracetorch.engine.fold`), so each 
 calls and the hot path handles exactly one frame.
 
 Per call the wrapper finds the child node (created once per caller and callee), reads the clock
-twice, appends the duration and bumps the counter of the call's input shape. Everything else —
-rules, naming, folding FLOPs into the tree — happens once per shape, per node or per step.
+twice, appends the duration and bumps the counter of the call's key (:func:`call_key`: its
+inputs' shapes and dtypes, the grad mode, the generation of layer structures). Everything else —
+rules, naming, folding FLOPs into the tree — happens once per key, per node or per step.
 
 A call lasts until its function returns, and what it returns is handed back untouched: a
 ``forward`` that returns a generator is a call that returns at once (the time to make the
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from tracetorch.engine.native import native_type
 from tracetorch.stats import FLUSH_EVERY
-from tracetorch.tensors import signature
+from tracetorch.tensors import typed_signature
 from tracetorch.tree import CallNode, NodeKind
 
 if TYPE_CHECKING:
@@ -41,7 +42,8 @@ if TYPE_CHECKING:
 __all__ = ("BackwardPassOwner", "Frame", "make_wrapper", "current_frame", "innermost_frame",
            "open_root", "close_root",
            "OpCounter", "set_exit_observer", "set_op_switch", "record_all_threads",
-           "all_threads_collector")
+           "all_threads_collector", "call_key", "set_grad_mode", "structure_changed",
+           "structure_generation")
 
 
 class Frame(NamedTuple):
@@ -104,6 +106,15 @@ _observe_now: Callable[[], bool] = _always
 #: returning whether it changed anything (then the wrapper switches back when the call ends).
 _op_switch: Callable[[bool], bool] | None = None
 
+#: Reads the grad mode of the frameworks in use (``None``: none has one), a part of every
+#: call's key: what a call saves for backward depends on it. See :func:`set_grad_mode`.
+_grad_mode: Callable[[], Any] | None = None
+
+#: Bumped whenever a layer's parameters or sublayers may have changed their shapes (see
+#: :func:`structure_changed`), a part of every call's key: a layer's output, and so its FLOPs
+#: and sizes, depend on them.
+_structure = 0
+
 #: The profile recording every thread's calls (``profile(all_threads=True)``), if any.
 _all_threads: Collector | None = None
 
@@ -136,6 +147,60 @@ def set_op_switch(switch: Callable[[bool], bool] | None) -> Callable[[bool], boo
     global _op_switch
     previous, _op_switch = _op_switch, switch
     return previous
+
+
+def set_grad_mode(reader: Callable[[], Any] | None) -> Callable[[], Any] | None:
+    """Install (or with ``None`` remove) the grad-mode reader; returns the previous (see
+    :func:`tracetorch.engine.saved_meters.register_saved_meter`, which installs the readers of
+    the frameworks in use).
+
+    Example:
+        >>> import numpy as np
+        >>> previous = set_grad_mode(lambda: False)
+        >>> call_key((np.zeros(2),), {})[2][0]       # (shape, dtype, (grad mode, generation))
+        False
+        >>> _ = set_grad_mode(previous)
+    """
+    global _grad_mode
+    previous, _grad_mode = _grad_mode, reader
+    return previous
+
+
+def structure_changed() -> None:
+    """Say that some layer's parameters or sublayers changed shape, dtype or identity: every
+    per-shape counter made before is found no more, and each layer's next call measures its
+    figures again (the counts already made stay, for the next fold)."""
+    global _structure
+    _structure += 1
+
+
+def structure_generation() -> int:
+    """How many times :func:`structure_changed` was called: a part of every call's key.
+
+    Example:
+        >>> before = structure_generation()
+        >>> structure_changed()
+        >>> structure_generation() == before + 1
+        True
+    """
+    return _structure
+
+
+def call_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """The key of a call's counter in ``node.flops_cache``: everything its cached figures
+    depend on besides the layer's type: its tensors' shapes and dtypes, then its context, the
+    grad mode and the generation of layer structures, as one pair (so that no key is a tuple
+    of ints only, as a shape is: see :func:`make_wrapper`). A one-tensor call's key is
+    ``(shape, dtype, (grad mode, generation))``.
+
+    Example:
+        >>> import numpy as np
+        >>> key = call_key((np.zeros(3, np.float32),), {})
+        >>> key[:2], key[2][1] == structure_generation()   # key[2][0]: the grad mode
+        (((3,), dtype('float32')), True)
+    """
+    return typed_signature(args, kwargs, ((_grad_mode() if _grad_mode is not None else None,
+                                           _structure),))
 
 
 #: The innermost open call of this context as it is held, with no check that its profile is
@@ -319,21 +384,39 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
                 collector.touch(node)
         else:
             collector.add_duration(node, start, end)
+        # The call's counter, by its key (call_key). A one-tensor call's first key is kept under
+        # its shape alone, and a call with that shape checks the rest of the key by identity
+        # first (dtypes, bools and small ints are singletons): the common call builds no key.
+        grad = _grad_mode() if _grad_mode is not None else None
         try:
-            key = getattr(args[0], "shape", None) if len(args) == 1 and not kwargs else None
-        except Exception:  # a shape that cannot be read (a strided nested tensor): the signature's
-            key = None
-        if key is None:
-            key = signature(args, kwargs)
-        try:
-            entry = inner.flops_cache.get(key)
-        except TypeError:  # a ``.shape`` that cannot key a dict (a list...): the signature can
-            key = signature(args, kwargs)
-            entry = inner.flops_cache.get(key)
+            shape = getattr(args[0], "shape", None) if len(args) == 1 and not kwargs else None
+        except Exception:  # a shape that cannot be read (a strided nested tensor): call_key's
+            shape = None
+        cache = inner.flops_cache
+        entry = key = None
+        if shape is not None:
+            dtype = getattr(args[0], "dtype", None)
+            try:
+                entry = cache.get(shape)
+            except TypeError:  # a ``.shape`` that cannot key a dict (a list...): call_key's can
+                shape = None
+            if entry is not None:
+                made = entry[7]  # (ENTRY_FIELDS' "key"): (shape, dtype, (grad, structure))
+                if made[1] is not dtype or made[2][0] is not grad or made[2][1] is not _structure:
+                    key = (shape, dtype, (grad, _structure))
+                    if made != key:
+                        entry = None
         if entry is None:
-            entry = _first_entry(collector, node, owner, key, args, kwargs, output)
+            if key is None:
+                key = (call_key(args, kwargs) if shape is None
+                       else (shape, dtype, (grad, _structure)))
+            entry = cache.get(key)
+            if entry is None:
+                entry = _first_entry(collector, node, owner, key, shape, args, kwargs, output)
         entry[0] += 1
-        if inner.observe and _exit_observer is not None and _observe_now():
+        # (torch's gate is its grad mode, read above already)
+        if (inner.observe and _exit_observer is not None
+                and (grad if _observe_now is _grad_mode else _observe_now())):
             _exit_observer(inner, args, kwargs, output, entry)
         if kind == "backward":
             collector.flush_backward(node)
@@ -355,8 +438,15 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
 _NATIVE_WRAPPER = native_type("tracetorch.engine._hotpath", "Wrapper")
 
 
-def _first_entry(collector: Collector, node: CallNode, owner: Any, key: Any,
+def _first_entry(collector: Collector, node: CallNode, owner: Any, key: Any, shape: Any,
                  args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> list[Any]:
-    """The per-shape counter of a call with shapes ``node`` has not seen: its rule's FLOPs."""
-    entry = node.flops_cache[key] = collector.first_call(node, owner, args, kwargs, output)
+    """The counter of a call with a key ``node`` has not seen: its rule's FLOPs, its sizes.
+
+    It is kept under the call's ``shape`` (one tensor's, or ``None``) while no other key of that
+    shape is, else under ``key``: each counter under one key only, as the fold counts them.
+    """
+    entry = collector.first_call(node, owner, args, kwargs, output)
+    entry[7] = key  # (ENTRY_FIELDS' "key")
+    cache = node.flops_cache
+    cache[shape if shape is not None and shape not in cache else key] = entry
     return entry

@@ -2,9 +2,11 @@
 
 Each framework's adapter registers, for its tensor class, a meter that finds the storages a
 call's autograd graph keeps alive (:mod:`tracetorch.adapters.torch.saved` for torch, the core
-adapter for ``tracetorch.core``). The collector asks :func:`saved_by_call` once per node and input
-shape, as it runs FLOP rules, and keeps the set of storages already charged since the last fold
-so that a tensor kept by several calls counts once.
+adapter for ``tracetorch.core``), with the framework's grad mode, which then keys every call's
+cached figures (:func:`tracetorch.engine.hotpath.call_key`): a call made without gradients
+saves nothing, the same call made with them does. The collector asks :func:`saved_by_call` once
+per node and call key, as it runs FLOP rules, and keeps the set of storages already charged since
+the last fold so that a tensor kept by several calls counts once.
 
 Example:
     >>> from tracetorch.tree import CallNode
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from tracetorch.engine.hotpath import set_grad_mode
 from tracetorch.tree import CallNode
 
 __all__ = ("SavedMeter", "register_saved_meter", "saved_by_call")
@@ -27,10 +30,32 @@ SavedMeter = Callable[[tuple[Any, ...], dict[str, Any], Any, set[int], CallNode]
 # A framework's saved-bytes meter, by its tensor class (registered by its adapter).
 _SAVED_METERS: dict[type, SavedMeter] = {}
 
+# A framework's grad-mode reader, by its tensor class.
+_GRAD_MODES: dict[type, Callable[[], bool]] = {}
 
-def register_saved_meter(tensor_type: type, meter: SavedMeter) -> None:
-    """Measure what calls returning ``tensor_type`` tensors save for backward with ``meter``."""
+
+def register_saved_meter(tensor_type: type, meter: SavedMeter,
+                         grad_mode: Callable[[], bool] | None = None) -> None:
+    """Measure what calls returning ``tensor_type`` tensors save for backward with ``meter``;
+    ``grad_mode()`` says whether the framework records gradients now (``torch.is_grad_enabled``).
+    """
     _SAVED_METERS[tensor_type] = meter
+    if grad_mode is not None:
+        _GRAD_MODES[tensor_type] = grad_mode
+        readers = tuple(dict.fromkeys(_GRAD_MODES.values()))
+        # One framework's reader as it is (a builtin, for torch); several read together.
+        set_grad_mode(readers[0] if len(readers) == 1 else _AllGradModes(readers))
+
+
+class _AllGradModes:
+    """The grad modes of several frameworks, read together: one bit each, in a small int (a
+    singleton, as a bool is, which the hot path's key check compares by identity)."""
+
+    def __init__(self, readers: tuple[Callable[[], bool], ...]) -> None:
+        self.readers = readers
+
+    def __call__(self) -> int:
+        return sum(1 << bit for bit, read in enumerate(self.readers) if read())
 
 
 def saved_by_call(args: tuple[Any, ...], kwargs: dict[str, Any], output: Any, seen: set[int],

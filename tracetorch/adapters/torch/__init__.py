@@ -72,6 +72,7 @@ from tracetorch.adapters.torch.cuda import configure as cuda_configure
 from tracetorch.adapters.torch.ops import start_op_counting, traced_forward
 from tracetorch.adapters.torch.saved import saved_bytes
 from tracetorch.adapters.torch.steps import start_step_hooks
+from tracetorch.adapters.torch.structure import start_structure_hooks
 from tracetorch.adapters.torch.tracing import skip_frames, tracing
 from tracetorch.engine.hotpath import OpCounter, make_wrapper
 from tracetorch.engine.patches import PatchBoard, PatchTarget, is_instrumented, reusable_wrapper
@@ -247,10 +248,11 @@ class TorchAdapter:
             _RULES_REGISTERED = True
         cleanups: list[Callable[[], None]] = []
         try:
-            register_saved_meter(torch.Tensor, saved_bytes)
+            register_saved_meter(torch.Tensor, saved_bytes, torch.is_grad_enabled)
             register_int_shaped(torch.Tensor)
             cleanups.append(start_op_counting(counter))
             cleanups.append(start_step_hooks())
+            cleanups.append(start_structure_hooks())
 
             cleanups.append(start_compiled_counting(counter, board))
             module = torch.nn.Module

@@ -1,0 +1,142 @@
+"""A layer's figures measured once are reused only for calls they hold for.
+
+FLOPs, bytes read and written, bytes saved for backward and gradient parts are measured at a
+layer's first call with a key (``node.flops_cache``) and counted again for each later call
+with the same key: the key holds what they depend on besides the layer's type (its inputs'
+shapes and dtypes, the grad mode, the layer's parameter shapes and sublayers), so a call that
+differs in any of them is measured anew. Sizes below: F32 = 4, F64 = 8 bytes an element.
+
+(``tracetorch.core``'s grad mode: tests/test_memory.py. This module leaves ``tracetorch.core``
+unimported: while it is, each opening of a profile re-registers core's rules, which drops the
+nodes kept between openings, and the tests between two openings would not reach them.)
+"""
+from __future__ import annotations
+
+import tracetorch
+
+F32, F64 = 4, 8
+
+
+# ----------------------------------------------------------------------------- grad mode
+def test_an_inference_call_before_training_leaves_the_training_calls_their_saved_bytes(torch):
+    layer, x = torch.nn.Linear(16, 32), torch.ones(8, 16)
+    with tracetorch.profile(layer) as prof:
+        with torch.no_grad():
+            layer(x)  # saves nothing
+        layer(x)      # keeps its input for the weight's gradient
+    node = prof.root.children[""]
+    assert node.calls == 2
+    assert node.memory.saved_bytes == 8 * 16 * F32
+    assert node.memory.input_bytes == 2 * 8 * 16 * F32
+
+
+def test_an_inference_call_after_training_saves_nothing(torch):
+    layer, x = torch.nn.Linear(16, 32), torch.ones(8, 16)
+    with tracetorch.profile(layer) as prof:
+        layer(x)
+        with torch.inference_mode():
+            layer(x)
+    assert prof.root.children[""].memory.saved_bytes == 8 * 16 * F32  # the first call's only
+
+
+# ----------------------------------------------------------------------------- dtypes
+def test_a_float64_call_after_a_float32_call_of_the_same_shape_is_sized_as_float64(torch):
+    layer, x = torch.nn.Linear(4, 4), torch.ones(2, 4)
+    with tracetorch.profile(layer) as prof:
+        layer(x)
+        layer.double()(x.double())
+    memory = prof.root.children[""].memory
+    assert memory.input_bytes == 2 * 4 * F32 + 2 * 4 * F64
+    assert memory.output_bytes == 2 * 4 * F32 + 2 * 4 * F64
+    assert memory.saved_bytes == 2 * 4 * F32 + 2 * 4 * F64  # each call's input
+    assert prof.root.children[""].flops == 2 * (2 * 2 * 4 * 4)  # 2·rows·in·out a call
+
+
+def test_dtypes_key_calls_with_several_tensors(torch):
+    # Two tensors and a keyword: the key is walked, not read off one tensor.
+    layer = torch.nn.Bilinear(3, 3, 2, bias=False)
+    a, b = torch.ones(1, 3), torch.ones(1, 3)
+    with tracetorch.profile(layer) as prof:
+        layer(a, input2=b)
+        layer.double()(a.double(), input2=b.double())
+    assert prof.root.children[""].memory.input_bytes == 2 * 3 * F32 + 2 * 3 * F64
+
+
+# ----------------------------------------------------------------------------- parameters
+def _grown(torch, layer, out_features):
+    # A larger weight for a Linear(4, 4) without bias: its output grows to 8 features.
+    layer.weight = torch.nn.Parameter(torch.ones(8, 4))
+    layer.out_features = out_features
+
+
+def _assert_measured_twice(node):
+    # Rows 2, in 4: out 4 then 8 features. FLOPs 2·rows·in·out, output bytes rows·out·4; the
+    # weight's gradient 2·rows·in·out (the input needs none).
+    assert node.flops == 2 * 2 * 4 * 4 + 2 * 2 * 4 * 8
+    assert node.memory.output_bytes == (2 * 4 + 2 * 8) * F32
+    assert node.backward_flops == 2 * 2 * 4 * 4 + 2 * 2 * 4 * 8
+
+
+def test_a_weight_replaced_by_a_larger_one_in_the_block_is_measured_again(torch):
+    for out_features in (4, 8):  # out_features left as it was, or changed with it
+        layer, x = torch.nn.Linear(4, 4, bias=False), torch.ones(2, 4)
+        with tracetorch.profile(layer) as prof:
+            layer(x).sum().backward()
+            _grown(torch, layer, out_features)
+            layer(x).sum().backward()
+        _assert_measured_twice(prof.root.children[""])
+
+
+def test_a_weight_replaced_between_two_openings_is_measured_again(torch):
+    layer, x = torch.nn.Linear(4, 4, bias=False), torch.ones(2, 4)
+    prof = tracetorch.profile(layer)
+    with prof:
+        layer(x).sum().backward()
+    _grown(torch, layer, 8)
+    with prof:
+        layer(x).sum().backward()
+    _assert_measured_twice(prof.root.children[""])
+
+
+def test_a_weight_replaced_by_one_of_the_same_shape_keeps_the_figures(torch):
+    layer, x = torch.nn.Linear(4, 4, bias=False), torch.ones(2, 4)
+    with tracetorch.profile(layer) as prof:
+        layer(x)
+        keys = list(prof.root.children[""].flops_cache)
+        layer.weight = torch.nn.Parameter(torch.zeros(4, 4))
+        layer(x)
+        assert list(prof.root.children[""].flops_cache) == keys  # nothing measured again
+    assert prof.root.children[""].flops == 2 * (2 * 2 * 4 * 4)
+
+
+def _model_with_fc(torch):
+    # A model whose ``fc`` is replaced: the model's own node keeps its path and its key.
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    return Model()
+
+
+def test_a_replaced_submodule_resizes_its_parent_in_the_block(torch):
+    model, x = _model_with_fc(torch), torch.ones(2, 4)
+    with tracetorch.profile(model) as prof:
+        model(x)
+        model.fc = torch.nn.Linear(4, 8)
+        model(x)
+    assert prof.root.children[""].memory.output_bytes == (2 * 4 + 2 * 8) * F32
+
+
+def test_a_replaced_submodule_resizes_its_parent_between_openings(torch):
+    model, x = _model_with_fc(torch), torch.ones(2, 4)
+    prof = tracetorch.profile(model)
+    with prof:
+        model(x)
+    model.fc = torch.nn.Linear(4, 8)
+    with prof:
+        model(x)
+    assert prof.root.children[""].memory.output_bytes == (2 * 4 + 2 * 8) * F32

@@ -1,0 +1,70 @@
+"""Watching, while a profile is open, for a module's parameters or submodules being replaced.
+
+A layer's FLOPs and sizes are cached per call key (:func:`tracetorch.engine.hotpath.call_key`:
+its inputs' shapes and dtypes, the grad mode); they also depend on its weights' shapes (a
+``Linear`` whose weight is replaced by a larger one returns a larger output) and on the
+sublayers it calls. torch's global registration hooks see every ``module.weight =
+nn.Parameter(...)`` and ``model.fc = layer`` (``Module.__setattr__``, ``register_parameter``,
+``add_module``): one that replaces a parameter by one of another shape or dtype, or a submodule
+by another, bumps the engine's structure generation (:func:`~tracetorch.engine.hotpath.
+structure_changed`), and each layer's next call measures its figures again. A name registered
+for the first time changes nothing measured yet (a model built inside the block, a weight made
+at a layer's first call). Not seen here: writing to ``module._parameters`` directly (FSDP's
+unsharding, which keeps shapes) and changes in place (``weight.data = ...``). Between the
+openings of a profile, when no hook is installed, the collector compares which parameters each
+module holds (:func:`~tracetorch.tensors.parameter_ids`) as it takes the module's node up again,
+and sees a submodule replaced when it names the new one: any replacement there, of whatever
+shape, has every layer measured again.
+
+Example:
+    >>> import torch
+    >>> from tracetorch.engine.hotpath import structure_generation
+    >>> stop = start_structure_hooks()
+    >>> layer, before = torch.nn.Linear(4, 4), structure_generation()
+    >>> layer.weight = torch.nn.Parameter(torch.ones(4, 4))     # the same shape: no change
+    >>> structure_generation() == before
+    True
+    >>> layer.weight = torch.nn.Parameter(torch.ones(8, 4))
+    >>> structure_generation() == before + 1
+    True
+    >>> stop()
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from torch.nn.modules.module import (
+    register_module_module_registration_hook,
+    register_module_parameter_registration_hook,
+)
+
+from tracetorch.engine.hotpath import structure_changed
+
+__all__ = ("start_structure_hooks",)
+
+
+def start_structure_hooks() -> Callable[[], None]:
+    """Register the registration hooks; returns the function that removes them."""
+    handles = [register_module_parameter_registration_hook(_parameter_registered),
+               register_module_module_registration_hook(_module_registered)]
+
+    def stop() -> None:
+        for handle in handles:
+            handle.remove()
+
+    return stop
+
+
+def _parameter_registered(module: Any, name: str, param: Any) -> None:
+    # Called before the parameter is stored: what the module holds now is the old one.
+    own = module._parameters
+    if name in own:
+        old = own[name]
+        if old is None or old.shape != param.shape or old.dtype != param.dtype:
+            structure_changed()
+
+
+def _module_registered(module: Any, name: str, submodule: Any) -> None:
+    own = module._modules
+    if name in own and own[name] is not submodule:
+        structure_changed()
