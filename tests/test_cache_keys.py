@@ -140,3 +140,15 @@ def test_a_replaced_submodule_resizes_its_parent_between_openings(torch):
     with prof:
         model(x)
     assert prof.root.children[""].memory.output_bytes == (2 * 4 + 2 * 8) * F32
+
+
+def test_the_registration_hooks_leave_with_the_block(torch):
+    from torch.nn.modules import module
+
+    layer = torch.nn.Linear(2, 2)
+    hooks = (module._global_parameter_registration_hooks, module._global_module_registration_hooks)
+    before = [dict(registry) for registry in hooks]
+    with tracetorch.profile(layer):
+        layer(torch.ones(1, 2))
+        assert all(len(registry) == len(seen) + 1 for registry, seen in zip(hooks, before))
+    assert [dict(registry) for registry in hooks] == before
