@@ -17,6 +17,43 @@ import tracetorch
 F32, F64 = 4, 8
 
 
+# ----------------------------------------------------------------------------- training mode
+def test_batchnorm_in_training_then_eval_counts_each_mode(torch):
+    # BatchNorm: 7 per element with batch statistics (training), 4 with running statistics.
+    layer, x = torch.nn.BatchNorm1d(4), torch.ones(8, 4)
+    with tracetorch.profile(layer) as prof:
+        layer(x)
+        layer.eval()
+        layer(x)
+        layer.train()
+        layer(x)
+    assert prof.root.children[""].flops == 8 * 4 * (7 + 4 + 7)
+
+
+def test_attention_keys_its_backward_by_training_mode(torch):
+    # With dropout, MultiheadAttention runs the math kernel in training (no recompute) and the
+    # fused one in eval (the scores recomputed in backward): each mode keeps its own parts, so
+    # one profile over both modes gives what two profiles give.
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(16, 2, dropout=0.5, batch_first=True)
+    x = torch.randn(2, 5, 16, requires_grad=True)
+
+    def run(training):
+        mha.train(training)
+        mha(x, x, x, need_weights=False)[0].sum().backward()
+
+    separate = []
+    for training in (True, False):
+        with tracetorch.profile(mha) as prof:
+            run(training)
+        separate.append(prof.backward_flops)
+    with tracetorch.profile(mha) as prof:
+        run(True)
+        run(False)
+    assert separate[0] != separate[1]
+    assert prof.backward_flops == sum(separate)
+
+
 # ----------------------------------------------------------------------------- grad mode
 def test_an_inference_call_before_training_leaves_the_training_calls_their_saved_bytes(torch):
     layer, x = torch.nn.Linear(16, 32), torch.ones(8, 16)

@@ -28,7 +28,7 @@ typedef struct {
 } Wrapper;
 
 static PyObject *s_FRAME, *s_op_switch, *s_exit_observer, *s_observe_now, *s_all_threads,
-    *s_call_key, *s_grad_mode, *s_structure, *s_dtype, *s_first_entry, *s_FLUSH_EVERY,
+    *s_call_key, *s_grad_mode, *s_structure, *s_training, *s_dtype, *s_first_entry, *s_FLUSH_EVERY,
     *s_frame, *s_plain_clock, *s_record_failure, *s_time, *s_flush, *s_unfolded, *s_touch,
     *s_shape, *s_flush_backward;
 static PyObject *one;
@@ -263,10 +263,12 @@ attr_or_none(PyObject *value, PyObject *name)
     return found;
 }
 
-/* Whether ``entry`` was measured for (shape, ``dtype``, (``grad``, ``structure``)), its key
- * checked by identity only, as the Python wrapper first checks it (no: compare the keys). */
+/* Whether ``entry`` was measured for (shape, ``dtype``, (``grad``, ``structure``,
+ * ``training``)), its key checked by identity only, as the Python wrapper first checks it (no:
+ * compare the keys). */
 static int
-made_for(PyObject *entry, PyObject *dtype, PyObject *grad, PyObject *structure)
+made_for(PyObject *entry, PyObject *dtype, PyObject *grad, PyObject *structure,
+         PyObject *training)
 {
     if (!PyList_Check(entry) || PyList_GET_SIZE(entry) <= E_KEY)
         return 0;
@@ -275,15 +277,29 @@ made_for(PyObject *entry, PyObject *dtype, PyObject *grad, PyObject *structure)
         return 0;
     PyObject *context = PyTuple_GET_ITEM(made, 2);
     return PyTuple_GET_ITEM(made, 1) == dtype && PyTuple_Check(context)
-           && PyTuple_GET_SIZE(context) == 2 && PyTuple_GET_ITEM(context, 0) == grad
-           && PyTuple_GET_ITEM(context, 1) == structure;
+           && PyTuple_GET_SIZE(context) == 3 && PyTuple_GET_ITEM(context, 0) == grad
+           && PyTuple_GET_ITEM(context, 1) == structure
+           && PyTuple_GET_ITEM(context, 2) == training;
 }
 
-/* The key (shape, dtype, (grad, structure)) of a one-tensor call, as hotpath.call_key makes it. */
+/* The owner's ``training`` flag if it is a bool, else None (hotpath.training_flag): borrowed. */
 static PyObject *
-shaped_key(PyObject *shape, PyObject *dtype, PyObject *grad, PyObject *structure)
+training_flag(PyObject *owner)
 {
-    PyObject *context = PyTuple_Pack(2, grad, structure);
+    PyObject *flag = NULL;
+    if (_PyObject_LookupAttr(owner, s_training, &flag) < 0)
+        PyErr_Clear();  /* a property that raises: no flag, as getattr(..., None) gives */
+    Py_XDECREF(flag);  /* True and False are static objects: safe to return borrowed */
+    return (flag == Py_True || flag == Py_False) ? flag : Py_None;
+}
+
+/* The key (shape, dtype, (grad, structure, training)) of a one-tensor call, as
+ * hotpath.call_key makes it. */
+static PyObject *
+shaped_key(PyObject *shape, PyObject *dtype, PyObject *grad, PyObject *structure,
+           PyObject *training)
+{
+    PyObject *context = PyTuple_Pack(3, grad, structure, training);
     if (context == NULL)
         return NULL;
     PyObject *key = PyTuple_Pack(3, shape, dtype, context);
@@ -305,6 +321,7 @@ shape_entry(Wrapper *self, PyObject *collector, PyObject *node, PyObject *cache,
     if (structure == NULL)
         return NULL;
     Py_INCREF(structure);
+    PyObject *training = training_flag(owner);
     if (PyTuple_GET_SIZE(args) == 1 && PyDict_GET_SIZE(kwargs) == 0) {
         PyObject *value = PyTuple_GET_ITEM(args, 0);
         if ((shape = attr_or_none(value, s_shape)) == NULL) {
@@ -328,11 +345,11 @@ shape_entry(Wrapper *self, PyObject *collector, PyObject *node, PyObject *cache,
             PyErr_Clear();
             Py_CLEAR(shape);
         }
-        else if (entry != NULL && !made_for(entry, dtype, grad, structure)) {
+        else if (entry != NULL && !made_for(entry, dtype, grad, structure, training)) {
             /* checked by identity first: a key equal to it made of other objects is its key */
             Py_INCREF(entry);
             int same = 0;
-            if ((key = shaped_key(shape, dtype, grad, structure)) == NULL)
+            if ((key = shaped_key(shape, dtype, grad, structure, training)) == NULL)
                 same = -1;
             else if (PyList_Check(entry) && PyList_GET_SIZE(entry) > E_KEY)
                 same = PyObject_RichCompareBool(PyList_GET_ITEM(entry, E_KEY), key, Py_EQ);
@@ -345,13 +362,13 @@ shape_entry(Wrapper *self, PyObject *collector, PyObject *node, PyObject *cache,
     }
     if (entry == NULL) {
         if (key == NULL && shape != NULL) {
-            key = shaped_key(shape, dtype, grad, structure);
+            key = shaped_key(shape, dtype, grad, structure, training);
         }
         else if (key == NULL) {
             PyObject *call_key = global(self, s_call_key);
             if (call_key == NULL)
                 goto done;
-            key = PyObject_CallFunctionObjArgs(call_key, args, kwargs, NULL);
+            key = PyObject_CallFunctionObjArgs(call_key, args, kwargs, owner, NULL);
         }
         if (key == NULL)
             goto done;
@@ -632,6 +649,7 @@ PyInit__hotpath(void)
     INTERN(s_call_key, "call_key");
     INTERN(s_grad_mode, "_grad_mode");
     INTERN(s_structure, "_structure");
+    INTERN(s_training, "training");
     INTERN(s_dtype, "dtype");
     INTERN(s_first_entry, "_first_entry");
     INTERN(s_FLUSH_EVERY, "FLUSH_EVERY");

@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 __all__ = ("BackwardPassOwner", "Frame", "make_wrapper", "current_frame", "innermost_frame",
            "open_root", "close_root",
            "OpCounter", "set_exit_observer", "set_op_switch", "record_all_threads",
-           "all_threads_collector", "call_key", "set_grad_mode", "structure_changed",
-           "structure_generation")
+           "all_threads_collector", "call_key", "training_flag", "set_grad_mode",
+           "structure_changed", "structure_generation")
 
 
 class Frame(NamedTuple):
@@ -186,12 +186,29 @@ def structure_generation() -> int:
     return _structure
 
 
-def call_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+def training_flag(owner: Any) -> bool | None:
+    """The ``training`` flag of a call's owner (a layer in training or eval mode), or ``None``
+    where it has none that is a bool: a part of the call's key, since a rule may depend on it
+    (BatchNorm's batch statistics, attention's dropout and so its kernel, spectral norm's power
+    iteration).
+
+    Example:
+        >>> class Layer:
+        ...     training = False
+        >>> training_flag(Layer()), training_flag(len)
+        (False, None)
+    """
+    flag = getattr(owner, "training", None)
+    return flag if flag is True or flag is False else None
+
+
+def call_key(args: tuple[Any, ...], kwargs: dict[str, Any], owner: Any = None
+             ) -> tuple[Any, ...]:
     """The key of a call's counter in ``node.flops_cache``: everything its cached figures
-    depend on besides the layer's type: its tensors' shapes and dtypes, then its context, the
-    grad mode and the generation of layer structures, as one pair (so that no key is a tuple
-    of ints only, as a shape is: see :func:`make_wrapper`). A one-tensor call's key is
-    ``(shape, dtype, (grad mode, generation))``.
+    depend on besides the layer's type: its tensors' shapes and dtypes, then its context — the
+    grad mode, the generation of layer structures and the owner's :func:`training_flag` — as
+    one tuple (so that no key is a tuple of ints only, as a shape is: see :func:`make_wrapper`).
+    A one-tensor call's key is ``(shape, dtype, (grad mode, generation, training))``.
 
     Example:
         >>> import numpy as np
@@ -200,7 +217,7 @@ def call_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         (((3,), dtype('float32')), True)
     """
     return typed_signature(args, kwargs, ((_grad_mode() if _grad_mode is not None else None,
-                                           _structure),))
+                                           _structure, training_flag(owner)),))
 
 
 #: The innermost open call of this context as it is held, with no check that its profile is
@@ -388,6 +405,9 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
         # its shape alone, and a call with that shape checks the rest of the key by identity
         # first (dtypes, bools and small ints are singletons): the common call builds no key.
         grad = _grad_mode() if _grad_mode is not None else None
+        training = getattr(owner, "training", None)  # training_flag, inlined
+        if training is not True and training is not False:
+            training = None
         try:
             shape = getattr(args[0], "shape", None) if len(args) == 1 and not kwargs else None
         except Exception:  # a shape that cannot be read (a strided nested tensor): call_key's
@@ -401,15 +421,17 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
             except TypeError:  # a ``.shape`` that cannot key a dict (a list...): call_key's can
                 shape = None
             if entry is not None:
-                made = entry[7]  # (ENTRY_FIELDS' "key"): (shape, dtype, (grad, structure))
-                if made[1] is not dtype or made[2][0] is not grad or made[2][1] is not _structure:
-                    key = (shape, dtype, (grad, _structure))
+                made = entry[7]  # (ENTRY_FIELDS' "key")
+                context = made[2]  # (grad, structure, training)
+                if (made[1] is not dtype or context[0] is not grad
+                        or context[1] is not _structure or context[2] is not training):
+                    key = (shape, dtype, (grad, _structure, training))
                     if made != key:
                         entry = None
         if entry is None:
             if key is None:
-                key = (call_key(args, kwargs) if shape is None
-                       else (shape, dtype, (grad, _structure)))
+                key = (call_key(args, kwargs, owner) if shape is None
+                       else (shape, dtype, (grad, _structure, training)))
             entry = cache.get(key)
             if entry is None:
                 entry = _first_entry(collector, node, owner, key, shape, args, kwargs, output)
