@@ -71,3 +71,22 @@ def test_a_new_model_at_the_same_path_gets_its_own_numbers():
         gc.collect()
     assert sorted(n.flops for n in prof.nodes() if n.type_name == "Linear") == [
         2 * 3 * 4 * 8, 2 * 3 * 4 * 16]
+
+
+def test_reopening_a_core_profile_keeps_each_layers_measured_figures():
+    # The core adapter registers its rules at every opening: registering the same rules again
+    # must not count as a change of rules, which would drop what the kept nodes measured.
+    measured = []
+
+    class Scale:
+        def forward(self, x):
+            return x * 2.0
+
+    tracetorch.flop_rule(Scale)(lambda layer, inputs, output: measured.append(1) or 12)
+    layer, x = Scale(), Tensor(np.ones((3, 4)))
+    prof = tracetorch.profile(layer)
+    for _ in range(3):
+        with prof:
+            layer.forward(x)
+    assert prof.find("").flops == 3 * 12
+    assert len(measured) == 1  # measured at the first call only

@@ -52,6 +52,7 @@ Example:
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable
 
@@ -165,7 +166,16 @@ def _adam_rule(optimizer: Any, inputs: Inputs, output: Any) -> int:
 
 
 def register_core_rules(registry: FlopRegistry = default_registry) -> None:
-    """Register the rules above for the ``tracetorch.core`` classes (idempotent)."""
+    """Register the rules above for the ``tracetorch.core`` classes (idempotent: the core adapter
+    calls it at every opening, and registering the same rule objects again changes nothing, so
+    the nodes a profile keeps between openings stay valid)."""
+    for layer_type, rule in _core_rules().items():
+        registry.register(layer_type, builtin=True)(rule)
+
+
+@functools.cache
+def _core_rules() -> dict[type, Any]:
+    # Built once: the same rule objects at each registration.
     from tracetorch.core import (
         activations,
         attention,
@@ -198,5 +208,4 @@ def register_core_rules(registry: FlopRegistry = default_registry) -> None:
         optim.SGD: _sgd_rule,
         optim.Adam: _adam_rule,
     }
-    for layer_type, rule in rules.items():
-        registry.register(layer_type, builtin=True)(rule)
+    return rules

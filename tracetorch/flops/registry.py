@@ -75,8 +75,10 @@ class FlopRegistry:
         def decorate(rule: FlopRule | None) -> FlopRule | None:
             if rule is not None and not callable(rule):
                 raise TypeError(f"a FLOP rule must be callable or None, got {rule!r}")
-            (self._builtin if builtin else self._user)[layer_type] = rule
-            _CHANGES[0] += 1
+            table = self._builtin if builtin else self._user
+            if layer_type not in table or table[layer_type] is not rule:  # else: no change
+                table[layer_type] = rule
+                _CHANGES[0] += 1
             return rule
 
         return decorate
