@@ -16,14 +16,15 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from tracetorch.introspect import is_torch_module
 from tracetorch.tree import ShapeSignature
 
-__all__ = ("shape_of", "register_int_shaped", "signature", "typed_signature", "parameter_ids",
+__all__ = ("shape_of", "register_int_shaped", "register_quiet_reads", "quiet_reads",
+           "QUIET_READS", "dtype_of", "signature", "typed_signature", "parameter_ids",
            "numel", "ndarray_of", "nbytes", "tensors_in", "tensor_bytes", "check_shape",
            "dummy_input")
 
@@ -47,18 +48,86 @@ def register_int_shaped(cls: type) -> None:
     _INT_SHAPED.add(cls)
 
 
+#: Per class seen: the context under which the profiler reads its instances' attributes, or
+#: ``None`` to read them as they are. A torch tensor subclass with its own
+#: ``__torch_function__`` would see every ``.shape`` or ``.dtype`` read as a call of its own:
+#: the profiler reads those with subclass dispatch off, so the subclass sees the calls it sees
+#: without a profile. Filled at a class's first sight by the classifiers registered with
+#: :func:`register_quiet_reads` (the engine's hot path reads it by name, in C too).
+QUIET_READS: dict[type, Any] = {}
+_CLASSIFIERS: list[Callable[[type], Any]] = []
+
+
+def register_quiet_reads(classify: Callable[[type], Any]) -> None:
+    """Add ``classify(cls) -> context factory | None``: how a framework's classes must be read
+    quietly (the torch adapter: ``DisableTorchFunctionSubclass`` for a subclass with its own
+    ``__torch_function__``). Registering the same function again changes nothing.
+
+    Example:
+        >>> register_quiet_reads(lambda cls: None)
+        >>> quiet_reads(np.ndarray) is None
+        True
+    """
+    if classify not in _CLASSIFIERS:
+        _CLASSIFIERS.append(classify)
+        QUIET_READS.clear()
+
+
+def quiet_reads(cls: type) -> Any:
+    """The context factory under which ``cls``'s attributes are read quietly, or ``None`` where
+    they are read as they are (see :data:`QUIET_READS`).
+
+    Example:
+        >>> quiet_reads(int) is None
+        True
+    """
+    try:
+        return QUIET_READS[cls]
+    except KeyError:
+        pass
+    quiet = None
+    for classify in _CLASSIFIERS:
+        quiet = classify(cls)
+        if quiet is not None:
+            break
+    QUIET_READS[cls] = quiet
+    return quiet
+
+
 def shape_of(value: Any) -> tuple[int, ...] | None:
     """The shape of a tensor-like value as a plain tuple, or ``None`` for anything else."""
     cls: type = value.__class__  # (a local: testing value.__class__ itself narrows value)
     try:
         if cls in _INT_SHAPED:
             return tuple(value.shape)
-        shape = getattr(value, "shape", None)
-        if shape is None or isinstance(value, type):
-            return None
-        return tuple(map(int, shape))
+        quiet = quiet_reads(cls)
+        if quiet is not None:
+            with quiet():
+                return _converted_shape(value)
+        return _converted_shape(value)
     except Exception:  # a ``.shape`` that is not one (a str...), or has no ints (a nested
         return None    # tensor's: a strided one raises, a jagged one holds a symbolic size)
+
+
+def _converted_shape(value: Any) -> tuple[int, ...] | None:
+    shape = getattr(value, "shape", None)
+    if shape is None or isinstance(value, type):
+        return None
+    return tuple(map(int, shape))
+
+
+def dtype_of(value: Any) -> Any:
+    """A tensor-like value's ``.dtype`` (``None`` where it has none), read quietly.
+
+    Example:
+        >>> dtype_of(np.zeros(2, np.int8)), dtype_of(3)
+        (dtype('int8'), None)
+    """
+    quiet = quiet_reads(value.__class__)
+    if quiet is not None:
+        with quiet():
+            return getattr(value, "dtype", None)
+    return getattr(value, "dtype", None)
 
 
 def signature(args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> ShapeSignature:
@@ -95,7 +164,7 @@ def typed_signature(args: tuple[Any, ...], kwargs: dict[str, Any] | None = None,
         value = args[0]
         shape = shape_of(value)
         if shape is not None:
-            return (shape, getattr(value, "dtype", None), *tail)
+            return (shape, dtype_of(value), *tail)
     items: list[Any] = []
     _collect_arguments(args, kwargs, items, True)
     items.extend(tail)
@@ -117,7 +186,7 @@ def _collect_shapes(value: Any, out: list[Any], dtypes: bool) -> None:
     if shape is not None:
         out.append(shape)
         if dtypes:
-            out.append(getattr(value, "dtype", None))
+            out.append(dtype_of(value))
     elif isinstance(value, (list, tuple)):
         for item in value:
             _collect_shapes(item, out, dtypes)

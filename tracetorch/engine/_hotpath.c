@@ -28,7 +28,8 @@ typedef struct {
 } Wrapper;
 
 static PyObject *s_FRAME, *s_op_switch, *s_exit_observer, *s_observe_now, *s_all_threads,
-    *s_call_key, *s_grad_mode, *s_structure, *s_training, *s_dtype, *s_first_entry, *s_FLUSH_EVERY,
+    *s_call_key, *s_grad_mode, *s_structure, *s_training, *s_QUIET_READS, *s_quiet_reads,
+    *s_dtype, *s_first_entry, *s_FLUSH_EVERY,
     *s_frame, *s_plain_clock, *s_record_failure, *s_time, *s_flush, *s_unfolded, *s_touch,
     *s_shape, *s_flush_backward;
 static PyObject *one;
@@ -263,6 +264,29 @@ attr_or_none(PyObject *value, PyObject *name)
     return found;
 }
 
+/* Whether ``value``'s attributes are read as they are (1), or only quietly, through
+ * hotpath.call_key (0: a torch subclass with its own __torch_function__); -1 on error. The
+ * answer per class is tensors.QUIET_READS's, classified by tensors.quiet_reads at first sight. */
+static int
+reads_directly(Wrapper *self, PyObject *value)
+{
+    PyObject *known = global(self, s_QUIET_READS);
+    if (known == NULL)
+        return -1;
+    PyObject *cls = (PyObject *)Py_TYPE(value);
+    PyObject *quiet = PyDict_GetItemWithError(known, cls);  /* borrowed */
+    if (quiet != NULL)
+        return quiet == Py_None;
+    if (PyErr_Occurred())
+        return -1;
+    PyObject *classify = global(self, s_quiet_reads);
+    if (classify == NULL || (quiet = PyObject_CallOneArg(classify, cls)) == NULL)
+        return -1;
+    int direct = quiet == Py_None;
+    Py_DECREF(quiet);
+    return direct;
+}
+
 /* Whether ``entry`` was measured for (shape, ``dtype``, (``grad``, ``structure``,
  * ``training``)), its key checked by identity only, as the Python wrapper first checks it (no:
  * compare the keys). */
@@ -322,7 +346,11 @@ shape_entry(Wrapper *self, PyObject *collector, PyObject *node, PyObject *cache,
         return NULL;
     Py_INCREF(structure);
     PyObject *training = training_flag(owner);
-    if (PyTuple_GET_SIZE(args) == 1 && PyDict_GET_SIZE(kwargs) == 0) {
+    int direct = 0;
+    if (PyTuple_GET_SIZE(args) == 1 && PyDict_GET_SIZE(kwargs) == 0
+            && (direct = reads_directly(self, PyTuple_GET_ITEM(args, 0))) < 0)
+        goto done;
+    if (direct) {
         PyObject *value = PyTuple_GET_ITEM(args, 0);
         if ((shape = attr_or_none(value, s_shape)) == NULL) {
             /* a shape that cannot be read (a strided nested tensor): call_key's */
@@ -650,6 +678,8 @@ PyInit__hotpath(void)
     INTERN(s_grad_mode, "_grad_mode");
     INTERN(s_structure, "_structure");
     INTERN(s_training, "training");
+    INTERN(s_QUIET_READS, "_QUIET_READS");
+    INTERN(s_quiet_reads, "quiet_reads");
     INTERN(s_dtype, "dtype");
     INTERN(s_first_entry, "_first_entry");
     INTERN(s_FLUSH_EVERY, "FLUSH_EVERY");

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from tracetorch.engine.native import native_type
 from tracetorch.stats import FLUSH_EVERY
-from tracetorch.tensors import typed_signature
+from tracetorch.tensors import QUIET_READS, quiet_reads, typed_signature
 from tracetorch.tree import CallNode, NodeKind
 
 if TYPE_CHECKING:
@@ -219,6 +219,8 @@ def call_key(args: tuple[Any, ...], kwargs: dict[str, Any], owner: Any = None
     return typed_signature(args, kwargs, ((_grad_mode() if _grad_mode is not None else None,
                                            _structure, training_flag(owner)),))
 
+
+_QUIET_READS = QUIET_READS  # (the C wrapper reads it by this name: see tracetorch.tensors)
 
 #: The innermost open call of this context as it is held, with no check that its profile is
 #: still recording (a caller on a per-operation path checks ``frame.collector.active`` itself).
@@ -408,10 +410,16 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
         training = getattr(owner, "training", None)  # training_flag, inlined
         if training is not True and training is not False:
             training = None
-        try:
-            shape = getattr(args[0], "shape", None) if len(args) == 1 and not kwargs else None
-        except Exception:  # a shape that cannot be read (a strided nested tensor): call_key's
-            shape = None
+        shape = None
+        if len(args) == 1 and not kwargs:
+            cls = args[0].__class__
+            # A class read quietly (a torch subclass with its own __torch_function__) goes
+            # through call_key, which reads it so; QUIET_READS is filled at a class's first sight.
+            if (_QUIET_READS[cls] if cls in _QUIET_READS else quiet_reads(cls)) is None:
+                try:
+                    shape = getattr(args[0], "shape", None)
+                except Exception:  # a shape that cannot be read (a strided nested tensor)
+                    shape = None
         cache = inner.flops_cache
         entry = key = None
         if shape is not None:

@@ -77,15 +77,35 @@ from tracetorch.adapters.torch.tracing import skip_frames, tracing
 from tracetorch.engine.hotpath import OpCounter, make_wrapper
 from tracetorch.engine.patches import PatchBoard, PatchTarget, is_instrumented, reusable_wrapper
 from tracetorch.engine.saved_meters import register_saved_meter
-from tracetorch.tensors import register_int_shaped
+from tracetorch.tensors import register_int_shaped, register_quiet_reads
 
-__all__ = ("TorchAdapter", "FirstCalls", "wraps_forward", "targets_for")
+__all__ = ("TorchAdapter", "FirstCalls", "wraps_forward", "targets_for", "quiet_tensor_reads")
 
 _RULES_REGISTERED = False
 
 # The engine's Python wrapper (a layer's first call runs it, under the C wrapper too): a frame
 # Dynamo must not start at, as the first-call function (see tracing.skip_frames).
 skip_frames(*(code for code in make_wrapper.__code__.co_consts if isinstance(code, types.CodeType)))
+
+
+def quiet_tensor_reads(cls: type) -> Any:
+    """How the profiler reads a ``cls`` instance's ``.shape`` and ``.dtype``: with subclass
+    dispatch off for a tensor subclass whose ``__torch_function__`` is live (its own, or
+    torch's default, which a subclass inherits), so that it sees no call the profiler makes
+    (``None``: read as it is — torch.Tensor itself, ``Parameter``, anything not a tensor).
+
+    Example:
+        >>> class Logged(torch.Tensor):
+        ...     pass
+        >>> quiet_tensor_reads(torch.Tensor), quiet_tensor_reads(torch.nn.Parameter)
+        (None, None)
+        >>> quiet_tensor_reads(Logged) is torch._C.DisableTorchFunctionSubclass
+        True
+    """
+    if (cls is torch.Tensor or not issubclass(cls, torch.Tensor)
+            or getattr(cls, "__torch_function__", None) is torch._C._disabled_torch_function_impl):
+        return None
+    return torch._C.DisableTorchFunctionSubclass
 
 
 def wraps_forward(cls: type) -> bool:
@@ -250,6 +270,7 @@ class TorchAdapter:
         try:
             register_saved_meter(torch.Tensor, saved_bytes, torch.is_grad_enabled)
             register_int_shaped(torch.Tensor)
+            register_quiet_reads(quiet_tensor_reads)
             cleanups.append(start_op_counting(counter))
             cleanups.append(start_step_hooks())
             cleanups.append(start_structure_hooks())
