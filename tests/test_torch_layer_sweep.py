@@ -476,10 +476,7 @@ def test_every_public_layer_is_swept_or_left_out_with_a_reason():
 
 
 #: Known defects of the backward pass, fixed elsewhere meanwhile (the assertion stays exact).
-_PENDING: dict[str, str] = {
-    "LinearCrossEntropyLoss": "no gradient parts for it in tracetorch.flops.gradients yet: its "
-                              "product's gradients run inside F.linear_cross_entropy",
-}
+_PENDING: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("name", [

@@ -19,7 +19,8 @@ products it cannot see.
 ============================  ==================================================================
 Linear, Conv(Transpose),      one part per operand (input, weight, bilinear's second input),
 Bilinear, mm, bmm, addmm,     each the forward product's FLOPs; a bias gradient is a sum, not
-baddbmm, matmul, functions    counted
+baddbmm, matmul, functions,   counted
+LinearCrossEntropyLoss
 einsum                        per pairwise ``bmm`` ATen runs, one part per side
 scaled_dot_product_attention  the fused kernels: scores recomputed (q, k or v), dP = dO·vᵀ (q or
                               k), dV (v), dQ (q), dK (k)
@@ -253,6 +254,9 @@ def _cell(layer: nn.RNNCellBase, inputs: tuple[Any, ...], output: Any) -> list[G
 _LAYERS: dict[type, LayerFormula] = {
     nn.Linear: _per_operand(torch_rules.linear_rule, (0, "weight")),
     nn.Bilinear: _per_operand(torch_rules.bilinear_rule, (0, 1, "weight")),
+    **({nn.LinearCrossEntropyLoss: _per_operand(torch_rules.linear_cross_entropy_rule,
+                                                (0, "linear.weight"))}
+       if hasattr(nn, "LinearCrossEntropyLoss") else {}),  # torch 2.13 and later
     nn.MultiheadAttention: _mha,
     nn.TransformerEncoderLayer: _encoder_layer,
     nn.RNNBase: _recurrent,

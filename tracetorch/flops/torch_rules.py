@@ -417,7 +417,8 @@ def register_torch_rules(registry: FlopRegistry = default_registry) -> None:
     add(nn.Upsample, upsample_rule)
     add(nn.EmbeddingBag, embedding_bag_rule)
     add(tuple(_CRITERIA), criterion_rule)
-    add(nn.LinearCrossEntropyLoss, linear_cross_entropy_rule)
+    if hasattr(nn, "LinearCrossEntropyLoss"):  # torch 2.13 and later
+        add(nn.LinearCrossEntropyLoss, linear_cross_entropy_rule)
     add((nn.Embedding, nn.Identity, nn.Flatten, nn.Unflatten, nn.Dropout, nn.Dropout1d,
          nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout), free_rule)
     padding = nn.modules.padding
