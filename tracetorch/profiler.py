@@ -20,7 +20,7 @@ from tracetorch.adapters import AdapterSet
 from tracetorch.analysis.calibrate import resolve_machine
 from tracetorch.analysis.machine import Machine
 from tracetorch.engine.collector import Collector
-from tracetorch.engine.fold import merge_tree
+from tracetorch.engine.fold import clear_recorded, merge_tree
 from tracetorch.engine.hotpath import (
     Frame,
     all_threads_collector,
@@ -144,6 +144,9 @@ class profile(ProfileResult):
         self.isolated = bool(isolated)
         self.step_count = 0
         self._entries: list[_Entry] = []
+        # Scratch trees no entry holds now (see _open_segment): one per entry open at a time,
+        # kept across entries, so that their nodes are taken up again like the tree's own.
+        self._scratches: list[CallNode] = []
         self._phases = StepPhases()
         self.step_phases = self._phases.times  # filled step by step, in place
         self._stale = False
@@ -197,17 +200,21 @@ class profile(ProfileResult):
         try:
             self._close_segment(entry)
         finally:
+            if entry.scratch is not None:
+                self._scratches.append(entry.scratch)
             try:
                 if not self._entries:
                     if self.all_threads and all_threads_collector() is self._collector:
                         record_all_threads(None)
                     self._collector.stop()
+                    for scratch in self._scratches:  # its nodes' frames are gone with the stop
+                        scratch.children_by_owner.clear()
                     self.unsupported = self._collector.unsupported()
                     self.dropped_events = self._collector.dropped_events
                     if self._collector.thread_names:  # the trace's rows, by their names
                         self.meta["thread_names"] = dict(self._collector.thread_names)
                     if "date" not in self.meta:  # when, how and on what it ran: once
-                        self.meta.update(run_facts())
+                        self.meta.update(run_facts(self.root))
                     if self._distributed is not None:
                         self._distributed.exit(self)
             finally:
@@ -242,9 +249,15 @@ class profile(ProfileResult):
             self._collector.pause()
             return
         entry.active = phase == "active"
-        # Recorded straight into the tree only when nobody else needs this step's calls apart.
-        direct = entry.active and entry.enclosing is None
-        entry.target = self.root if direct else CallNode.root()
+        # Recorded straight into the tree only when nobody else needs this step's calls apart;
+        # else into the entry's scratch tree, emptied after each step (_close_segment), whose
+        # nodes are found again step after step: a run of any length holds one step's tree.
+        if entry.active and entry.enclosing is None:
+            entry.target = self.root
+        else:
+            if entry.scratch is None:
+                entry.scratch = self._scratches.pop() if self._scratches else CallNode.root()
+            entry.target = entry.scratch
         entry.opened = open_root(self._collector.start(entry.target))
 
     def _close_segment(self, entry: _Entry) -> None:
@@ -264,6 +277,7 @@ class profile(ProfileResult):
         if enclosing is not None and enclosing.collector.active:
             collector.graft_into(target, enclosing)
         collector.move_events(target, mapping)  # after the graft, which reads them as they were
+        clear_recorded(target)
 
     def _renew_collector(self) -> None:
         # A frame of the old collector may survive in the context it was entered in; a fresh
@@ -360,7 +374,7 @@ class profile(ProfileResult):
 class _Entry:
     """One entry into a profile: the recording of its current step and who else receives it."""
 
-    __slots__ = ("enclosing", "reentrant", "active", "target", "opened")
+    __slots__ = ("enclosing", "reentrant", "active", "target", "opened", "scratch")
 
     def __init__(self, enclosing: Frame | None, reentrant: bool = False) -> None:
         #: Another profile's open call, which gets every call recorded here as well.
@@ -369,6 +383,8 @@ class _Entry:
         self.active = False
         self.target: CallNode | None = None
         self.opened: tuple[Token, bool] | None = None
+        #: The tree recording the steps that do not go straight into the profile's.
+        self.scratch: CallNode | None = None
 
 
 def _registry_with(flop_rules: dict[type, Any] | None) -> FlopRegistry:

@@ -57,15 +57,28 @@ class TimeStats:
     def __init__(self, exact_limit: int = 0) -> None:
         self.pending: list[int] = []
         self.exact_limit = exact_limit
-        # Every sample while there are at most exact_limit of them, then None for good.
-        self._exact: list[int] | None = [] if exact_limit else None
-        self._count = 0
-        self._total = 0
-        self._min = 0
-        self._max = 0
-        self._mean = 0.0
-        self._m2 = 0.0
-        self._buckets: dict[int, int] = {}
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget every sample. The pending buffer stays the same list, emptied: the hot path
+        may hold it (a node that keeps recording after its samples were handed on).
+
+        Example:
+            >>> s = TimeStats(); s.add(5); s.clear()
+            >>> s.count
+            0
+        """
+        with _FLUSH_LOCK:
+            del self.pending[:]
+            # Every sample while there are at most exact_limit of them, then None for good.
+            self._exact: list[int] | None = [] if self.exact_limit else None
+            self._count = 0
+            self._total = 0
+            self._min = 0
+            self._max = 0
+            self._mean = 0.0
+            self._m2 = 0.0
+            self._buckets: dict[int, int] = {}
 
     def __repr__(self) -> str:
         if self.count == 0:

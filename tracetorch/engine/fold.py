@@ -5,7 +5,8 @@
 :func:`merge_tree` adds one tree's recorded data to another tree of the same profile (a nested
 profile's per-entry recording into its own accumulated tree); :func:`graft` does the same into
 another profile, under the call that profile has open, so that a call made inside nested
-profiles is recorded once in each of them.
+profiles is recorded once in each of them. :func:`clear_recorded` empties a recording once it
+has been handed on, so that the same nodes record the next step.
 
 Example:
     >>> from tracetorch.tree import CallNode
@@ -20,12 +21,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from tracetorch.memory import MemoryStats
 from tracetorch.tree import CallNode
 
 if TYPE_CHECKING:
     from tracetorch.engine.hotpath import Frame
 
-__all__ = ("fold_tree", "fold_touched", "merge_tree", "merge_below", "graft", "add_recorded")
+__all__ = ("fold_tree", "fold_touched", "merge_tree", "merge_below", "graft", "add_recorded",
+           "clear_recorded")
 
 #: The same node in the source tree and in the tree it was merged into.
 NodeMap = dict[CallNode, CallNode]
@@ -155,6 +158,36 @@ def add_recorded(source: CallNode, target: CallNode) -> None:
         target.note_op(name, calls, flops, elapsed)
     for inputs, output in zip(source.input_shapes, source.output_shapes):
         target.note_shapes(inputs, output)
+
+
+def clear_recorded(root: CallNode) -> None:
+    """Forget what every node of ``root``'s subtree recorded (what :func:`add_recorded` hands
+    on: calls, times, FLOPs, backward work, errors, operations, bytes moved), keeping what makes
+    it ready to record again: its frame, rule, per-key counters, parameters and shapes. A
+    schedule's scratch recording (a warm-up step's, a nested profile's step) is emptied so after
+    each step instead of being made anew: its memory stays that of one step's tree. Fold and
+    hand ``root`` on first.
+
+    Example:
+        >>> root = CallNode.root()
+        >>> root.child("fc", "Linear", "m0").time.add(5)
+        >>> clear_recorded(root)
+        >>> root.children["fc"].calls
+        0
+    """
+    for node in root.walk():
+        node.time.clear()  # in place: the node's frame holds its pending buffer
+        if node._backward_time is not None:
+            node._backward_time.clear()
+        node.flops = node.gemm_flops = 0
+        node.macs = None
+        node.backward_flops = node.backward_gemm_flops = 0
+        node.errors = 0
+        node.ops.clear()
+        if node._memory is not None:  # the parameters' bytes are the layer's, not a step's
+            memory = MemoryStats()
+            memory.param_bytes = node._memory.param_bytes
+            node.memory = memory
 
 
 def merge_tree(source: CallNode, target: CallNode) -> NodeMap:
