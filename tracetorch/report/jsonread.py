@@ -6,7 +6,9 @@ this module checks a document field by field and returns its parts.
 Reading is strict: anything but a version-1 profile raises :class:`ValueError` naming the file
 and the problem (the JSON location of a bad field). A missing file raises the usual
 :class:`FileNotFoundError`, unchanged, as ``open`` would. Numbers no profile writes (NaN, an
-infinity, an integer of absurd length) are refused while the JSON is parsed.
+infinity, an integer of absurd length) are refused while the JSON is parsed. Only a regular file
+of at most :data:`MAX_PROFILE_BYTES` is read: a device (``/dev/zero``), a FIFO or a folder is
+refused with a :class:`ValueError` before anything is read from it, never read for ever.
 
 This module only reads results and never builds one: :func:`parse_profile` and
 :func:`read_profile` return the validated parts as a :class:`SavedProfile`, which
@@ -28,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from typing import Any, NamedTuple, NoReturn, cast, get_args
 
 from tracetorch.memory import FIELDS as MEMORY_FIELDS
@@ -41,7 +44,11 @@ from tracetorch.report.jsonio import (
 from tracetorch.stats import TimeStats
 from tracetorch.tree import CallNode, NodeKind, ShapeSignature, TimelineEvent
 
-__all__ = ("SavedProfile", "parse_profile", "read_profile")
+__all__ = ("SavedProfile", "parse_profile", "read_profile", "MAX_PROFILE_BYTES")
+
+#: The largest file :func:`read_profile` reads (a profile of a big model with a full timeline
+#: is tens of MB; parsing JSON takes several times its size in memory).
+MAX_PROFILE_BYTES = 1 << 30
 
 _NODE_KINDS: tuple[str, ...] = get_args(NodeKind)
 _STATS_KEYS = ("count", "total_ns", "min_ns", "max_ns", "mean_ns", "m2", "buckets")
@@ -283,7 +290,8 @@ def read_profile(path: PathLike) -> SavedProfile:
     Raises:
         FileNotFoundError: ``path`` does not exist (as ``open`` raises it).
         ValueError: the file is not valid UTF-8 JSON, not a tracetorch profile, from a newer
-            version, or damaged; the message names the file and the problem.
+            version, or damaged; or not a regular file (a device, a FIFO, a folder), or larger
+            than :data:`MAX_PROFILE_BYTES`; the message names the file and the problem.
 
     Example:
         >>> import os, tempfile
@@ -296,10 +304,10 @@ def read_profile(path: PathLike) -> SavedProfile:
     """
     source = os.fspath(path)
     try:
+        text = _read_regular_file(source).decode("utf-8")
         with deep_recursion():
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f, parse_constant=_no_constant, parse_float=_finite_float,
-                                 parse_int=_bounded_int)
+            data = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float,
+                              parse_int=_bounded_int)
             return parse_profile(data, source=source)
     except UnicodeDecodeError as err:
         raise ValueError(f"{source}: not a tracetorch profile (not UTF-8 text: {err.reason} "
@@ -316,6 +324,39 @@ def read_profile(path: PathLike) -> SavedProfile:
         if message.startswith(source):
             raise
         raise ValueError(f"{source}: corrupt tracetorch profile: {message}") from None
+
+def _read_regular_file(source: str) -> bytes:
+    """The bytes of the regular file ``source``, at most :data:`MAX_PROFILE_BYTES` of them.
+
+    Opened without blocking (a FIFO with no writer would wait for one) and checked on the open
+    descriptor, so the file read is the file checked; read with a bound, so a file that grows,
+    or claims no size (``/proc``), cannot be read for ever either.
+    """
+    fd = os.open(source, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"{source}: not a tracetorch profile: {_file_kind(mode)}, not a "
+                             f"regular file")
+        file = open(fd, "rb", closefd=True)
+    except BaseException:
+        os.close(fd)
+        raise
+    with file:
+        data = file.read(MAX_PROFILE_BYTES + 1)
+    if len(data) > MAX_PROFILE_BYTES:
+        raise ValueError(f"{source}: not read: larger than {MAX_PROFILE_BYTES:,} bytes, the "
+                         f"most a profile is read from (tracetorch.report.jsonread."
+                         f"MAX_PROFILE_BYTES)")
+    return data
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+             (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "a special file")
+
 
 #: Digits of the largest integer a profile holds (FLOPs of a long run stay far below 10**40).
 _MAX_INT_DIGITS = 40
