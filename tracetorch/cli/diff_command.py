@@ -19,7 +19,7 @@ from typing import Any
 
 from tracetorch.diff import DEFAULT_SIGMAS, DIFF_SORT_KEYS, ProfileDiff, diff
 from tracetorch.report.diff_report import DEFAULT_TOP
-from tracetorch.report.units import format_time_ns
+from tracetorch.report.units import format_time_ns, printable
 
 __all__ = ("add_diff_command", "parse_percent", "EXIT_REGRESSED")
 
@@ -86,7 +86,7 @@ def add_diff_command(commands: Any) -> None:
 
 
 def _error(message: str) -> int:
-    print(f"tracetorch: error: {message}", file=sys.stderr)
+    print(f"tracetorch: error: {printable(message)}", file=sys.stderr)
     return _EXIT_USAGE
 
 
@@ -113,7 +113,7 @@ def _cmd_diff(opts: argparse.Namespace) -> int:
             write(result, path)
         except OSError as err:
             return _error(f"{option}: cannot write {path!r}: {err.strerror}")
-        print(f"tracetorch: wrote {path}", file=sys.stderr)
+        print(f"tracetorch: wrote {printable(path)}", file=sys.stderr)
     if opts.fail_above is None:
         return 0
     regressed = result.regressions(opts.fail_above)
@@ -121,7 +121,7 @@ def _cmd_diff(opts: argparse.Namespace) -> int:
         print(f"tracetorch: no layer regressed more than {opts.fail_above:g}%")
         return 0
     named = ", ".join(
-        f"{layer.path} (time/call {layer.mean_change_percent:+.1f}%, "
+        f"{printable(layer.path)} (time/call {layer.mean_change_percent:+.1f}%, "
         f"{format_time_ns(layer.base['mean_ns'] if layer.base else 0)} -> "
         f"{format_time_ns(layer.new['mean_ns'] if layer.new else 0)}; "
         f"FLOPs/call {layer.flops_change_percent:+.1f}%)" for layer in regressed)

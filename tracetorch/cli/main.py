@@ -55,6 +55,7 @@ from tracetorch.result import ProfileResult
 __all__ = ("main", "CliError", "COMMANDS")
 
 #: The subcommands; any other first argument is taken as the script to ``run``.
+from tracetorch.report.units import printable
 COMMANDS = ("run", "report", "demo", "calibrate", "diff")
 
 #: Exit status for errors of the command itself, as argparse uses.
@@ -172,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             opts.args = _script_args(args, opts.script, opts.args)
         return int(opts.handler(opts))
     except CliError as err:
-        print(f"tracetorch: error: {err}", file=sys.stderr)
+        print(f"tracetorch: error: {printable(str(err))}", file=sys.stderr)
         return EXIT_USAGE
 
 
@@ -241,7 +242,7 @@ def _write_outputs(result: ProfileResult, opts: argparse.Namespace,
             write(result, os.path.join(folder, path))
         except OSError as err:
             raise CliError(f"{option}: cannot write {path!r}: {err.strerror}") from None
-        _say(f"tracetorch: wrote {path}", stream or sys.stderr)
+        _say(f"tracetorch: wrote {printable(path)}", stream or sys.stderr)
 
 
 # ------------------------------------------------------------------------------------ commands
@@ -265,7 +266,7 @@ def _cmd_run(opts: argparse.Namespace) -> int:
             return _report_job(prof, opts, status, report, folder, gather)
         _write_outputs(prof, opts, report, folder)
         _flush(sys.stdout)  # the script's output first, then the report
-        lines = [f"\ntracetorch: {opts.script} exited with status {status}"]
+        lines = [f"\ntracetorch: {printable(opts.script)} exited with status {status}"]
         if not prof.root.children:
             lines.append("tracetorch: no layer call was recorded (tracetorch.core and torch.nn "
                          "layers are, and code decorated with @tracetorch.instrument)")
@@ -285,17 +286,19 @@ def _report_job(prof: profile, opts: argparse.Namespace, status: int, report: Te
     merged = prof.merged
     if merged is None:
         rank = prof.meta.get("distributed", {}).get("rank", "?")
-        _say(f"tracetorch: rank {rank}: profile saved to {rank_file(gather, int(rank))}"
+        _say(f"tracetorch: rank {rank}: profile saved to "
+             f"{printable(rank_file(gather, int(rank)))}"
              if isinstance(rank, int) else "tracetorch: no merged profile", report)
         return status
     if opts.chrome is not None:
         export_ranks_chrome_trace(gather, os.path.join(folder, opts.chrome))
-        _say(f"tracetorch: wrote {opts.chrome}", report)
+        _say(f"tracetorch: wrote {printable(opts.chrome)}", report)
     _write_outputs(merged, argparse.Namespace(**{**vars(opts), "output": None, "chrome": None}),
                    report, folder)
     _flush(sys.stdout)
-    lines = [f"\ntracetorch: {opts.script} exited with status {status} on rank 0; "
-             f"merged profile of the job: {opts.output or gather}", _render(merged, opts, report)]
+    lines = [f"\ntracetorch: {printable(opts.script)} exited with status {status} on rank 0; "
+             f"merged profile of the job: {printable(opts.output or gather)}",
+             _render(merged, opts, report)]
     lines.append(ranks_text(merged) or "")
     _say("\n".join(lines), report)
     return status

@@ -16,6 +16,8 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
+from tracetorch.report.units import printable
+
 __all__ = ("ProgressLine",)
 
 
@@ -44,9 +46,10 @@ class ProgressLine:
         self._width = 0
 
     def show(self, text: str) -> None:
-        """Replace the current line with ``text``."""
+        """Replace the current line with ``text`` (its control and bidi characters escaped)."""
         if not self.enabled:
             return
+        text = printable(text)
         # Pad with spaces so a shorter line fully covers the longer one it replaces.
         self.stream.write("\r" + text.ljust(self._width))
         self.stream.flush()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import warnings
 
+from tracetorch.report.units import printable
 from tracetorch.tree import CallNode
 
 __all__ = ("unsupported_calls", "warn_unsupported")
@@ -40,14 +41,15 @@ def warn_unsupported(type_name: str, compiled: bool, stacklevel: int) -> None:
     if type_name in _WARNED:
         return
     _WARNED.add(type_name)
+    shown = printable(type_name)  # a class name with ESC or U+202E must not reach the terminal
     unknown = ("its FLOPs are unknown, shown as '?', and the FLOP counts that include it "
                "are lower bounds, marked '+'")
     if compiled:
-        advice = (f"{type_name} runs a compiled graph, which tracetorch cannot look "
+        advice = (f"{shown} runs a compiled graph, which tracetorch cannot look "
                   f"into: {unknown}. Profile the module before compiling it for FLOPs; its "
                   f"time is measured either way.")
     else:
-        advice = (f"tracetorch has no FLOP rule for {type_name} and saw no countable "
+        advice = (f"tracetorch has no FLOP rule for {shown} and saw no countable "
                   f"tensor operations in it: {unknown}. Register one "
-                  f"with @tracetorch.flop_rule({type_name}).")
+                  f"with @tracetorch.flop_rule({shown}).")
     warnings.warn(advice, stacklevel=stacklevel + 1)

@@ -5,7 +5,9 @@ every cell to its column's widest entry. Reports declare their columns as :class
 entries (a name for ``columns=``, a priority, whether it applies to this profile); :func:`fit`
 keeps the columns that fit a width, most important first, and shortens over-long names in the
 middle. Output is ASCII apart from the user's own names (the elision mark too), so it survives
-any console encoding; colour is ANSI SGR codes, added only when asked.
+any console encoding; colour is ANSI SGR codes, added only when asked. Every cell passes through
+:func:`~tracetorch.report.units.printable` before it is measured, so a name's control or bidi
+characters show as escapes and cannot break the alignment, move the cursor or recolour a column.
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Callable, Generic, TextIO, TypeVar, Union
+
+from tracetorch.report.units import printable
 
 __all__ = ("Column", "ColumnSpec", "layout", "fit", "pick_columns", "elide_middle",
            "terminal_width", "color_enabled", "DEFAULT_WIDTH", "NAME_MIN", "ELLIPSIS",
@@ -155,7 +159,8 @@ def fit(specs: Sequence[ColumnSpec[Ctx, Row]], ctx: Ctx, rows: Sequence[Row], wi
         >>> [c.header for c in cols], dropped
         (['Name'], ['Wide column'])
     """
-    widths = {s.key: max([len(s.header)] + [len(s.cell(ctx, r)) for r in rows]) for s in specs}
+    widths = {s.key: max([len(s.header)] + [len(printable(s.cell(ctx, r))) for r in rows])
+              for s in specs}
 
     def need(spec: ColumnSpec[Ctx, Row]) -> int:
         natural = widths[spec.key]
@@ -191,7 +196,7 @@ def layout(columns: Sequence[Column[Row]], rows: Sequence[Row], width: int | Non
         a      1
         bb    22
     """
-    cells = [[col.cell(row) for col in columns] for row in rows]
+    cells = [[printable(col.cell(row)) for col in columns] for row in rows]
     widths = [len(col.header) for col in columns]
     for line in cells:
         widths = [max(w, len(text)) for w, text in zip(widths, line)]

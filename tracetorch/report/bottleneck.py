@@ -37,6 +37,7 @@ from tracetorch.report.units import (
     format_per_second,
     format_percent,
     format_time_ns,
+    printable,
 )
 
 if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
@@ -155,7 +156,8 @@ def render_analysis(analysis: Analysis, rows: int = ROWS) -> str:
             for why, count in sorted(analysis.unlabelled.items())))
     lines += [""] + _look_first(analysis)
     lines += [""] + utilization_lines(analysis.utilization, analysis.machine)
-    return "\n".join(lines)
+    # Layer labels, container labels and the explanations name the user's modules.
+    return "\n".join(printable(line) for line in lines)
 
 
 def bottleneck_lines(result: ProfileResult) -> list[str]:

@@ -12,6 +12,10 @@ order of first activity (raw ``threading`` idents are 15-digit numbers) and name
 original id by thread-name metadata. When the timeline was capped, an instant event and a
 process label say how many calls were dropped.
 
+Every name a viewer shows (slices, ``args``, process and thread names) has its control and bidi
+characters escaped as the text reports escape them (:func:`~tracetorch.report.units.printable`);
+the saved JSON profile is where names are kept exactly.
+
 The file is written without indentation: traces are the large artefact users complain about.
 
 Example:
@@ -29,7 +33,7 @@ import numbers
 import os
 from typing import TYPE_CHECKING, Any, Union
 
-from tracetorch.report.units import format_shape
+from tracetorch.report.units import format_shape, printable
 from tracetorch.tree import CallNode, SubtreeSums
 
 if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
@@ -57,8 +61,8 @@ def _per_call(total: int | float, calls: int) -> int | float:
 
 def _args(node: CallNode, subtree_flops: int) -> dict[str, Any]:
     return {
-        "type": node.type_name,
-        "path": node.path,
+        "type": printable(node.type_name),
+        "path": printable(node.path),
         "flops": _per_call(node.flops, node.calls),
         "subtree_flops": _per_call(subtree_flops, node.calls),
         "input_shapes": [format_shape(s) for s in node.input_shapes],
@@ -120,26 +124,28 @@ def chrome_trace_events(result: ProfileResult, origin: int | None = None) -> dic
     names = names if isinstance(names, dict) else {}
     events: list[dict[str, Any]] = [{
         "ph": "M", "name": "process_name", "pid": pid, "tid": 0, "ts": 0,
-        "args": {"name": str(result.meta.get("name", PROCESS_NAME))},
+        "args": {"name": printable(str(result.meta.get("name", PROCESS_NAME)))},
     }]
     for raw, tid in tids.items():
         label = names.get(raw, names.get(str(raw), f"thread {raw}"))
         events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "ts": 0,
-                       "args": {"name": str(label)}})
+                       "args": {"name": printable(str(label))}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "ts": 0,
                        "args": {"sort_index": tid}})
     for node, start, end, raw in calls:
+        shown = args_of(node)
         events.append({
-            "ph": "X", "name": node.path or node.type_name, "cat": node.kind,
+            "ph": "X", "name": shown["path"] or shown["type"], "cat": node.kind,
             "ts": _us(start - origin), "dur": _us(end - start), "pid": pid, "tid": tids[raw],
-            "args": args_of(node),
+            "args": shown,
         })
     # Each layer's backward work, inside the backward pass's span on the same thread's row.
     for node, start, end, raw in sorted(backward, key=lambda e: (e[1], -(e[2] - e[1]))):
+        shown = args_of(node)
         events.append({
-            "ph": "X", "name": f"{node.path or node.type_name} (backward)", "cat": "backward",
+            "ph": "X", "name": f"{shown['path'] or shown['type']} (backward)", "cat": "backward",
             "ts": _us(start - origin), "dur": _us(end - start), "pid": pid,
-            "tid": tids.setdefault(raw, len(tids) + 1), "args": args_of(node),
+            "tid": tids.setdefault(raw, len(tids) + 1), "args": shown,
         })
     if result.dropped_events > 0:
         note = f"{result.dropped_events} events dropped (max_events reached)"

@@ -30,7 +30,7 @@ from tracetorch.report._layout import (
     pick_columns,
     terminal_width,
 )
-from tracetorch.report.units import format_count, format_flops, format_time_ns
+from tracetorch.report.units import format_count, format_flops, format_time_ns, printable
 
 if TYPE_CHECKING:  # reports only read what they render
     from tracetorch.diff import LayerDiff, ProfileDiff
@@ -122,10 +122,14 @@ def _rule(diff: ProfileDiff) -> str:
             "standard error (std/sqrt(calls)) of the two runs.")
 
 
+def _paths(layers: list[LayerDiff]) -> str:
+    return ", ".join(printable(layer.path) for layer in layers)
+
+
 def _header_lines(diff: ProfileDiff) -> list[str]:
     """Where the runs came from and their totals: the text report's first lines."""
     totals = diff.totals
-    lines = [f"Base: {diff.base_name}", f"New:  {diff.new_name}",
+    lines = [f"Base: {printable(diff.base_name)}", f"New:  {printable(diff.new_name)}",
              _total_line("Total time:", totals["time_ns"], format_time_ns),
              _total_line("Forward FLOPs:", totals["forward_flops"], format_flops)]
     if any(totals["backward_flops"]):
@@ -156,7 +160,7 @@ def render_diff_text(diff: ProfileDiff, top: int | None = DEFAULT_TOP, width: in
         lines.append("No layer ran in both profiles.")
     for label, layers in (("Only in base", diff.only_base), ("Only in new", diff.only_new)):
         if layers:
-            lines.append(f"{label} ({len(layers)}): " + ", ".join(layer.path for layer in layers))
+            lines.append(f"{label} ({len(layers)}): " + _paths(layers))
     flagged = sum(layer.flagged for layer in diff.layers)
     lines += ["", f"{len(diff.layers)} layers in both runs, {flagged} with a time change beyond "
               "noise.", _rule(diff)]
@@ -223,15 +227,15 @@ def render_diff_html(diff: ProfileDiff, top: int | None = DEFAULT_TOP) -> str:
     for layer in shown:
         mark = (" class='up'" if layer.flagged and layer.mean_change_ns > 0
                 else " class='down'" if layer.flagged else "")
-        cells = [f"<td{mark if s.key == 'mean' else ''}>{html.escape(s.cell(diff, layer))}</td>"
-                 for s in specs]
+        cells = [f"<td{mark if s.key == 'mean' else ''}>"
+                 f"{html.escape(printable(s.cell(diff, layer)))}</td>" for s in specs]
         body.append("<tr>" + "".join(cells) + "</tr>")
     totals = "<br>".join(html.escape(line) for line in _header_lines(diff))
     notes = [f"{len(diff.layers) - len(shown)} more layers not shown."] \
         if len(shown) < len(diff.layers) else []
     for label, layers in (("Only in base", diff.only_base), ("Only in new", diff.only_new)):
         if layers:
-            notes.append(f"{label}: " + ", ".join(layer.path for layer in layers))
+            notes.append(f"{label}: " + _paths(layers))
     notes.append(_rule(diff))
     return (f"<div class='tt-diff'><style>{_STYLE}</style><p>{totals}</p>"
             f"<table class='tt-diff'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}"
@@ -240,7 +244,8 @@ def render_diff_html(diff: ProfileDiff, top: int | None = DEFAULT_TOP) -> str:
 
 def save_diff_html(diff: ProfileDiff, path: PathLike) -> None:
     """Write one self-contained HTML page with every layer of ``diff``."""
-    title = html.escape(f"tracetorch diff: {diff.base_name} -> {diff.new_name}")
+    title = html.escape(f"tracetorch diff: {printable(diff.base_name)} -> "
+                        f"{printable(diff.new_name)}")
     page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{title}"
             f"</title></head><body><h1>{title}</h1>{render_diff_html(diff, top=None)}"
             "</body></html>\n")

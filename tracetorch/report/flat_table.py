@@ -31,7 +31,6 @@ from tracetorch.report.table import (
     has_backward,
     hot_style,
     natural_key,
-    printable,
     width_and_color,
 )
 from tracetorch.report.units import (
@@ -92,11 +91,11 @@ _FLAT_SHARED: tuple[_FlatSpec, ...] = (
 #: The flat views' columns, per view, in display order (keys and priorities as in
 #: :data:`~tracetorch.report.table.TREE_COLUMNS`).
 FLAT_COLUMNS: dict[str, tuple[_FlatSpec, ...]] = {
-    "type": (_FlatSpec("name", "Type", lambda c, r: printable(r[0]), right=False, elide=True),
+    "type": (_FlatSpec("name", "Type", lambda c, r: r[0], right=False, elide=True),
              *_FLAT_SHARED),
-    "module": (_FlatSpec("name", "Module", lambda c, r: printable(r[0]), right=False,
+    "module": (_FlatSpec("name", "Module", lambda c, r: r[0], right=False,
                          elide=True),
-               _FlatSpec("type", "Type", lambda c, r: printable(r[1].type_name), right=False,
+               _FlatSpec("type", "Type", lambda c, r: r[1].type_name, right=False,
                          priority=3),
                *_FLAT_SHARED),
 }

@@ -12,7 +12,9 @@ Content-Security-Policy forbids the page any request, so it opens from a file, a
 artefact exactly as it was written. Data reaches the page only as JSON inside
 ``<script type="application/json">``, with ``<``, ``>`` and ``&`` written as ``\\u003c``-style
 escapes, so no layer name can close the script or inject markup; the script puts names into the
-page as text, never as HTML.
+page as text, never as HTML. The profile keeps every name exact; a name with control or bidi
+characters is shown as the text report shows it (:func:`~tracetorch.report.units.printable`),
+looked up in the extras' ``escaped`` table, so no U+202E reorders what the page shows.
 
 The page holds the icicle chart of the call tree, the per-layer table (every column of the text
 report, sortable, filterable, expandable by depth), the summary and run metadata, and the
@@ -31,15 +33,18 @@ Example:
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import math
 import os
 import re
+from collections.abc import Iterator
 from importlib import metadata, resources
 from typing import TYPE_CHECKING, Any, Union
 
 from tracetorch.report.jsonio import deep_recursion, result_to_dict
 from tracetorch.report.summary import summary_lines
+from tracetorch.report.units import printable
 from tracetorch.stats import TimeStats
 
 if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
@@ -132,7 +137,7 @@ def _title(result: ProfileResult) -> str:
     for key in ("name", "script"):
         value = result.meta.get(key)
         if isinstance(value, str) and value:
-            return f"tracetorch profile: {value}"
+            return f"tracetorch profile: {printable(value)}"
     return "tracetorch profile"
 
 
@@ -140,8 +145,9 @@ def page_data(result: ProfileResult, title: str | None = None) -> tuple[dict[str
                                                                          dict[str, Any]]:
     """The two JSON objects the page embeds: the profile (``result_to_dict`` without the
     timeline) and the report extras (``title``, ``version``, ``summary`` as label/value pairs,
-    ``notes``: the rest of the text summary, verbatim; ``bottleneck`` with a machine; ``ranks``
-    for a merged distributed profile).
+    ``notes``: the rest of the text summary, verbatim; ``escaped``: each name, type and path
+    that :func:`~tracetorch.report.units.printable` changes, with what it shows instead;
+    ``bottleneck`` with a machine; ``ranks`` for a merged distributed profile).
 
     Example:
         >>> from tracetorch.result import ProfileResult
@@ -157,7 +163,8 @@ def page_data(result: ProfileResult, title: str | None = None) -> tuple[dict[str
     data["timeline"] = None
     summary, rest = _label_lines(lines)
     report: dict[str, Any] = {"title": title if title is not None else _title(result),
-                              "version": _version(), "summary": summary, "notes": rest}
+                              "version": _version(), "summary": summary, "notes": rest,
+                              "escaped": _escaped(result)}
     bottleneck = _bottleneck(result)
     if bottleneck is not None:
         report["bottleneck"] = bottleneck
@@ -165,6 +172,33 @@ def page_data(result: ProfileResult, title: str | None = None) -> tuple[dict[str
     if ranks is not None:
         report["ranks"] = ranks
     return data, report
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in a JSON-like value, keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield str(key)
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
+def _escaped(result: ProfileResult) -> dict[str, str]:
+    """``{text: printable(text)}`` for every node name, type and path and every string of the
+    metadata that has a character to escape (empty for ordinary names): the page shows them
+    through it."""
+    escaped: dict[str, str] = {}
+    texts = itertools.chain(_strings(result.meta), *(
+        (node.name, node.type_name, node.path) for node in result.root.walk()))
+    for text in texts:
+        shown = printable(text)
+        if shown != text:
+            escaped[text] = shown
+    return escaped
 
 
 def _ranks(result: ProfileResult) -> dict[str, Any] | None:

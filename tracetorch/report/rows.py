@@ -8,6 +8,13 @@ call cost with its children, as in the text table; ``macs`` is empty where a lay
 Memory columns (``input_bytes``... from :mod:`tracetorch.memory`, zeros where memory was not
 measured) come after the others.
 
+The CSV is meant for spreadsheets, which run a cell that starts with ``=``, ``+``, ``-`` or ``@``
+(or a tab or carriage return before one) as a formula: a module named ``=cmd|' /C calc'!A0``
+would run a command when the file is opened. So, as OWASP's guidance on CSV injection advises,
+:func:`write_csv` prefixes such text cells with ``'``, which spreadsheets show as text and do not
+display; numbers (``-1.5``) stay numbers. The records, the DataFrame and the JSON keep the exact
+names.
+
 pandas is imported by :func:`to_dataframe` alone, never by ``import tracetorch``.
 
 Example:
@@ -31,7 +38,8 @@ from tracetorch.tree import CallNode, SubtreeSums
 if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
     from tracetorch.result import ProfileResult
 
-__all__ = ("ROW_FIELDS", "to_rows", "row_fields", "write_csv", "to_dataframe", "memory_fields")
+__all__ = ("ROW_FIELDS", "FORMULA_PREFIXES", "to_rows", "row_fields", "csv_cell", "write_csv",
+           "to_dataframe", "memory_fields")
 
 #: The columns of every row, in this order (the CSV header); memory columns follow when present.
 ROW_FIELDS: tuple[str, ...] = (
@@ -47,6 +55,21 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 #: Between a node's distinct shape signatures in the ``input_shapes``/``output_shapes`` cells.
 SHAPE_SEPARATOR = " | "
+#: What a text cell may start with for a spreadsheet to read it as a formula (OWASP).
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """``value`` as :func:`write_csv` writes it: a text cell a spreadsheet would run as a
+    formula gets a leading ``'``; numbers and other text are unchanged.
+
+    Example:
+        >>> csv_cell("=cmd|' /C calc'!A0"), csv_cell("-"), csv_cell(-1.5), csv_cell("fc")
+        ("'=cmd|' /C calc'!A0", "'-", -1.5, 'fc')
+    """
+    if isinstance(value, str) and value.startswith(FORMULA_PREFIXES):
+        return "'" + value
+    return value
 
 
 def memory_fields(node: CallNode) -> dict[str, int]:
@@ -116,7 +139,7 @@ def write_csv(result: ProfileResult, path: PathLike) -> None:
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=row_fields(rows), restval="")
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({key: csv_cell(value) for key, value in row.items()} for row in rows)
 
 
 def to_dataframe(result: ProfileResult) -> Any:

@@ -12,7 +12,8 @@ inclusive numbers. Two profiles share one frame table:
   pass's own node and recomputed layers only summarise work the layers hold, as in the totals).
 
 A frame is one call path (``name (Type)`` as the table labels it, the path as its ``file``), so
-speedscope's sandwich view keeps ``encoder.0`` and ``decoder.0`` apart. Stacks of weight 0 are
+speedscope's sandwich view keeps ``encoder.0`` and ``decoder.0`` apart; both are shown with their
+control and bidi characters escaped, as the text table shows them. Stacks of weight 0 are
 left out. Open the file at https://www.speedscope.app or with ``speedscope file.json``.
 
 Example:
@@ -31,6 +32,7 @@ import os
 from typing import TYPE_CHECKING, Any, Union
 
 from tracetorch.report.table import node_label
+from tracetorch.report.units import printable
 from tracetorch.tree import CallNode
 
 if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
@@ -60,7 +62,8 @@ class _Frames:
         index = self._index.get(key)
         if index is None:
             index = self._index[key] = len(self.frames)
-            self.frames.append({"name": name, "file": file})
+            # The viewer shows both: escaped as the text reports escape them (the label already is).
+            self.frames.append({"name": name, "file": printable(file)})
         return index
 
 

@@ -12,7 +12,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tracetorch.phases import input_bound
-from tracetorch.report.units import format_bytes, format_count, format_flops, format_time_ns
+from tracetorch.report.units import (
+    format_bytes,
+    format_count,
+    format_flops,
+    format_time_ns,
+    printable,
+)
 
 if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
     from tracetorch.result import ProfileResult
@@ -151,4 +157,5 @@ def summary_lines(result: ProfileResult) -> list[str]:
         from tracetorch.report.bottleneck import bottleneck_lines
 
         lines += [""] + bottleneck_lines(result)
-    return lines
+    # Unsupported types, the paths that raised and the bottleneck's layers are the user's names.
+    return [printable(line) for line in lines]

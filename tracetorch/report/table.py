@@ -46,6 +46,7 @@ from tracetorch.report.units import (
     format_percent,
     format_rate,
     format_time_ns,
+    printable,
 )
 from tracetorch.tree import CallNode, Completeness, SubtreeSums
 
@@ -53,7 +54,7 @@ if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report
     from tracetorch.result import ProfileResult
 
 __all__ = ("SORT_KEYS", "TREE_COLUMNS", "TreeContext", "SubtreeSums", "tree_context", "tree_rows",
-           "render_table", "node_label", "printable", "SortKey", "natural_key", "has_backward",
+           "render_table", "node_label", "SortKey", "natural_key", "has_backward",
            "hot_style", "dropped_note", "width_and_color")
 
 _TreeRow = tuple[CallNode, int]  # a node and its depth
@@ -91,19 +92,6 @@ def node_label(node: CallNode) -> str:
     if not node.name or node.name == node.type_name:
         return printable(node.type_name or node.name)
     return printable(f"{node.name} ({node.type_name})" if node.type_name else node.name)
-
-
-def printable(text: str) -> str:
-    r"""``text`` with control and other unprintable characters escaped, so that a module name
-    cannot move the terminal's cursor or ring its bell.
-
-    Example:
-        >>> printable("head\x1b[2J\n")
-        'head\\x1b[2J\\n'
-    """
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 #: FLOPs cells of nodes whose count is not whole: ``+`` a lower bound, ``?`` unknown.

@@ -1,4 +1,4 @@
-"""Humanizers shared by every renderer: counts, FLOPs, MACs, times, rates and shapes.
+"""Humanizers shared by every renderer: counts, FLOPs, MACs, times, rates, shapes and names.
 
 Every number a report prints goes through this module, so units are decided once:
 
@@ -8,7 +8,9 @@ Every number a report prints goes through this module, so units are decided once
   bare "flops": one multiply-add is 1 MAC and 2 FLOPs;
 * times are integer nanoseconds inside tracetorch and print as ``ns``, ``us``, ``ms`` or ``s``.
   Microseconds are spelled ``us`` (as ``torch.utils.benchmark`` does) so that a report can be
-  printed to any console or log file, whatever its encoding.
+  printed to any console or log file, whatever its encoding;
+* names (module paths, class names, file names) go through :func:`printable` before any text
+  output shows them, so no name can drive a terminal or reorder the text around it.
 
 Example:
     >>> format_flops(3_630_000_000), format_time_ns(12_345), format_count(999)
@@ -34,6 +36,7 @@ __all__ = (
     "format_shape",
     "format_bytes",
     "BYTE_UNITS",
+    "printable",
 )
 
 #: SI prefixes for counts, one per factor of 1000 (K, not k, as FLOP counters conventionally print).
@@ -213,3 +216,25 @@ def format_shape(sig: Any) -> str:
     if all(not isinstance(d, (tuple, list)) and d is not None for d in items):
         return _format_one_shape(items)
     return ", ".join(_format_one_shape(s) for s in items)
+
+
+def printable(text: str) -> str:
+    r"""``text`` with every character Python does not call printable written as its escape.
+
+    That is the C0 and C1 controls (ESC, BEL, NUL, newline...), the format characters (among
+    them the bidirectional overrides and isolates such as U+202E, which reorder the text shown
+    after them), separators other than the space, surrogates and unassigned code points: a
+    module or class name can then neither move a terminal's cursor, recolour it or ring its bell,
+    nor make a line read differently from what it holds. Every text output (tables, diff,
+    bottleneck report, warnings, status lines) passes names through this one function; the
+    saved JSON keeps them exact.
+
+    Example:
+        >>> printable("head\x1b[2J\x07\x00"), printable("fc\u202eexe.txt")
+        ('head\\x1b[2J\\x07\\x00', 'fc\\u202eexe.txt')
+        >>> printable("encoder.layer.0 (Linear)")
+        'encoder.layer.0 (Linear)'
+    """
+    if text.isprintable():  # the common case, checked in C
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

@@ -23,7 +23,7 @@ function shapeText(sig) {
 // What a hover says about a node, in the table's units.
 function nodeLines(n, nodes) {
   var all = nodes[0].totalNs, r = n.raw;
-  var lines = [n.label, n.path ? "path " + n.path : n.kind, "calls " + fmtCount(n.calls),
+  var lines = [n.label, n.path ? "path " + n.shownPath : n.kind, "calls " + fmtCount(n.calls),
     "total " + fmtTime(n.totalNs) + " (" + fmtPercent(n.totalNs, all) + "), self " + fmtTime(n.selfNs),
     "FLOPs " + (n.completeness === "unknown" ? "unknown" : fmtFlops(n.flops) + (n.completeness === "partial" ? " (lower bound)" : "")) +
       ", " + fmtRate(n.flops, n.totalNs)];
@@ -171,7 +171,7 @@ Icicle.prototype.draw = function () {
       cx += kw;
     }
   }
-  canvas.setAttribute("data-zoom", nodes[this.zoomId].path);
+  canvas.setAttribute("data-zoom", nodes[this.zoomId].shownPath);
   this.drawCrumbs();
 };
 

@@ -1,7 +1,8 @@
 // tracetorch's HTML report: the profile's tree, the per-layer table, the summary and metadata.
 // Plain ES5-style JavaScript, no framework. tracetorch/report/html.py inlines this file after
 // charts.js inside one function scope, with the data in two JSON script elements.
-// Names and every other datum reach the page through textContent, never as HTML.
+// Names and every other datum reach the page through textContent, never as HTML, and a name
+// with control or bidi characters as the text report prints it (see displayed()).
 
 // ---------------------------------------------------------------- numbers, as units.py prints
 var COUNT_PREFIXES = ["", "K", "M", "G", "T", "P", "E"];
@@ -48,18 +49,29 @@ function exact(n) { return n === null || n === undefined ? "" : Number(n).toLoca
 // ---------------------------------------------------------------- the tree, flattened
 // One record per node (index = depth-first position, root 0) with the text report's derived
 // quantities: inclusive FLOPs/MACs/backward, self time, completeness, bytes.
+// What the page shows for a name, type or path: the text report's escapes of its control and
+// bidi characters (units.printable, computed by html.py into report.escaped), else itself:
+// the names, types and paths of the nodes and the strings of the run's metadata.
+var ESCAPED = {};
+function displayed(text) {
+  return Object.prototype.hasOwnProperty.call(ESCAPED, text) ? ESCAPED[text] : text;
+}
+
 function buildNodes(root) {
   var nodes = [], stack = [[root, -1, 0]];
   while (stack.length) {
     var top = stack.pop(), raw = top[0];
     var node = {
       id: nodes.length, raw: raw, parent: top[1], depth: top[2], kids: [],
-      name: raw.name, type: raw.type, kind: raw.kind, calls: raw.time.count,
-      label: nodeLabel(raw), memory: measured(raw.memory)
+      name: displayed(raw.name), type: displayed(raw.type), kind: raw.kind, calls: raw.time.count,
+      memory: measured(raw.memory)
     };
+    node.label = nodeLabel(node);
+    // The exact path keys the Python side's tables; shownPath is what the page prints.
     node.path = top[1] > 0 && nodes[top[1]].path
       ? (raw.name ? nodes[top[1]].path + "." + raw.name : nodes[top[1]].path)
       : (raw.kind === "root" ? "" : raw.name);
+    node.shownPath = displayed(node.path);
     if (top[1] >= 0) nodes[top[1]].kids.push(node.id);
     nodes.push(node);
     for (var i = raw.children.length - 1; i >= 0; i--) stack.push([raw.children[i], node.id, top[2] + 1]);
@@ -90,9 +102,9 @@ function measured(mem) {
   return mem && Object.keys(mem).some(function (k) { return mem[k]; }) ? mem : null;
 }
 
-function nodeLabel(raw) {
-  if (!raw.name || raw.name === raw.type) return raw.type || raw.name || "(all)";
-  return raw.type ? raw.name + " (" + raw.type + ")" : raw.name;
+function nodeLabel(node) {
+  if (!node.name || node.name === node.type) return node.type || node.name || "(all)";
+  return node.type ? node.name + " (" + node.type + ")" : node.name;
 }
 
 // The memory interface's convention: inputs and parameters read once, outputs written once.
@@ -210,7 +222,7 @@ function ranksSection(ranks) {
       time(s.others_median_ns) + "); it waits " + time(s.wait_ns) + " in collectives, they wait " +
       time(s.others_wait_median_ns) + "."}));
     (s.layers || []).forEach(function (l) {
-      parts.push(el("p", {className: "tt-straggler-note", text: l.path + ": +" +
+      parts.push(el("p", {className: "tt-straggler-note", text: displayed(l.path) + ": +" +
         time(l.rank_ns - l.others_median_ns) + " self time (" + time(l.rank_ns) + " against " +
         time(l.others_median_ns) + ")"}));
     });
@@ -219,9 +231,9 @@ function ranksSection(ranks) {
 }
 
 function metaText(value) {
-  if (value === null || typeof value !== "object") return String(value);
+  if (value === null || typeof value !== "object") return displayed(String(value));
   if (Array.isArray(value)) return value.map(metaText).join(" ");
-  return Object.keys(value).map(function (k) { return k + " " + metaText(value[k]); }).join(", ");
+  return Object.keys(value).map(function (k) { return displayed(k) + " " + metaText(value[k]); }).join(", ");
 }
 
 function renderMeta(data, report) {
@@ -229,7 +241,7 @@ function renderMeta(data, report) {
   // A merge's per-rank facts have their own section (Ranks); here they would be one huge line.
   var keys = Object.keys(meta).sort().filter(function (k) { return !(k === "distributed" && data.ranks); });
   keys.forEach(function (k) {
-    rows.appendChild(el("tr", {}, [el("th", {text: k}), el("td", {text: metaText(meta[k])})]));
+    rows.appendChild(el("tr", {}, [el("th", {text: displayed(k)}), el("td", {text: metaText(meta[k])})]));
   });
   rows.appendChild(el("tr", {}, [el("th", {text: "report"}), el("td", {text: "tracetorch " + report.version +
     ", profile format " + data.format + " v" + data.version}) ]));
@@ -357,7 +369,7 @@ LayerTable.prototype.visibleRows = function () {
   var nodes = this.nodes, cmp = this.compare(), filter = this.filter;
   if (filter) {
     return nodes.slice(1).filter(function (n) {
-      return n.label.toLowerCase().indexOf(filter) >= 0 || n.path.toLowerCase().indexOf(filter) >= 0;
+      return n.label.toLowerCase().indexOf(filter) >= 0 || n.shownPath.toLowerCase().indexOf(filter) >= 0;
     }).sort(cmp);
   }
   var rows = [], stack = nodes[0].kids.map(function (i) { return nodes[i]; }).sort(cmp).reverse();
@@ -403,7 +415,7 @@ LayerTable.prototype.draw = function () {
 };
 
 LayerTable.prototype.row = function (n) {
-  var self = this, tr = el("tr", {"data-id": String(n.id), "data-path": n.path, "data-kind": n.kind,
+  var self = this, tr = el("tr", {"data-id": String(n.id), "data-path": n.shownPath, "data-kind": n.kind,
                                   "data-depth": String(n.depth)});
   this.columns.forEach(function (c) {
     var v = c.value(n);
@@ -417,9 +429,9 @@ LayerTable.prototype.row = function (n) {
           self.refresh();
         });
       } else toggle.setAttribute("disabled", "");
-      var name = el("span", {className: "tt-label", text: self.filter ? (n.path || n.label) + (n.path && n.type ? " (" + n.type + ")" : "") : n.label});
+      var name = el("span", {className: "tt-label", text: self.filter ? (n.shownPath || n.label) + (n.path && n.type ? " (" + n.type + ")" : "") : n.label});
       name.addEventListener("click", function () { self.onPick(n.id); });
-      tr.appendChild(el("td", {className: "tt-name", style: "padding-left:" + (6 + 16 * indent) + "px", title: n.path || n.label}, [toggle, name]));
+      tr.appendChild(el("td", {className: "tt-name", style: "padding-left:" + (6 + 16 * indent) + "px", title: n.shownPath || n.label}, [toggle, name]));
       return;
     }
     var cell = el("td", {className: "tt-num", "data-key": c.key, text: c.fmt(v, n)});
@@ -436,12 +448,13 @@ LayerTable.prototype.row = function (n) {
 function main() {
   performance.mark("tt-start");
   var data = readJson("tt-profile"), report = readJson("tt-report");
+  ESCAPED = report.escaped || {};
   // Labels the Python side derived (the bottleneck analysis), where the profile has them.
   if (report.bottleneck && !data.bottleneck) data.bottleneck = report.bottleneck;
   if (report.ranks) data.ranks = report.ranks;
   var nodes = buildNodes(data.root);
   var app = document.getElementById("tt-app");
-  var meta = data.meta, subtitle = [meta.date, meta.device, meta.framework].filter(Boolean).join(" \u00b7 ");
+  var meta = data.meta, subtitle = [meta.date, meta.device, meta.framework].filter(Boolean).map(displayed).join(" \u00b7 ");
   app.appendChild(el("header", {className: "tt-header"}, [el("h1", {text: report.title}),
     subtitle ? el("p", {className: "tt-subtitle", text: subtitle}) : null]));
   app.appendChild(renderSummary(data, report, nodes));
