@@ -58,6 +58,15 @@ def _importing() -> bool:
 
 
 @pytest.fixture(autouse=True)
+def _own_machine_cache(tmp_path_factory: pytest.TempPathFactory,
+                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test its own, empty calibration cache (``XDG_CACHE_HOME``, which processes it starts
+    inherit): ``tracetorch run`` adds the bottleneck section when the user's cache has a fitting
+    calibration, and no test may depend on what this machine's user measured."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+
+
+@pytest.fixture(autouse=True)
 def _processes_only_in_slow_tests(request: pytest.FixtureRequest,
                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail a test not marked ``slow`` that starts a process through ``subprocess``."""

@@ -116,7 +116,6 @@ def test_a_user_machine_with_datasheet_peaks() -> None:
     ({"dtype": "bfloat16"}, "dtype"),     # not a numpy dtype
     ({"threads": 0}, "threads"),
     ({"threads": 2.0}, "threads"),
-    ({"threads": 10_000}, "threads"),     # numpy's BLAS threads are fixed at import
     ({"refresh": "yes"}, "refresh"),
 ])
 def test_bad_calibrate_arguments_are_named(fake: FakeMeasure, kwargs: dict[str, Any],
@@ -145,15 +144,24 @@ def test_a_saved_machine_missing_a_field_is_reported() -> None:
 
 
 def test_resolve_machine(monkeypatch: pytest.MonkeyPatch, torch: Any) -> None:
+    from tracetorch.core import Linear
+
     asked: list[tuple[Any, ...]] = []
     monkeypatch.setattr(calibration, "calibrate",
-                        lambda *args: asked.append(args) or Machine(1.0, 1.0))
+                        lambda *args, **kwargs: asked.append(args + tuple(kwargs.items()))
+                        or Machine(1.0, 1.0))
     user = Machine(1e12, 1e11)
     assert calibration.resolve_machine(user) is user
     assert calibration.resolve_machine(None) is None
-    calibration.resolve_machine("calibrate")
+    calibration.resolve_machine("calibrate", Linear(2, 2))
+    calibration.resolve_machine("calibrate")  # no model, torch imported: as the run facts say
     calibration.resolve_machine("calibrate", torch.nn.Linear(2, 2).double())
-    assert asked == [(), ("torch", "cpu", "float64")]
+    # A recorded profile: its own facts, whatever this process runs.
+    calibration.resolve_machine("calibrate", meta={"framework": "torch", "device": "cpu",
+                                                   "dtype": "bfloat16", "threads": 1})
+    assert asked == [(), ("torch",), ("torch", "cpu", "float64"),
+                     (("framework", "torch"), ("device", "cpu"), ("dtype", "bfloat16"),
+                      ("threads", 1))]
     with pytest.raises(TypeError, match="^machine: expected a tracetorch.Machine"):
         calibration.resolve_machine("fast")
 

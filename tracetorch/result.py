@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracetorch.analysis.bottlenecks import Analysis, analyze
-from tracetorch.analysis.machine import Machine
+from tracetorch.analysis.machine import Machine, machine_entry
 from tracetorch.analysis.roofline import LOOK_FIRST, LayerBound
 from tracetorch.phases import PHASES, top_level_totals
 from tracetorch.report import chrome, jsonio, jsonread, speedscope
@@ -261,24 +261,29 @@ class ProfileResult:
     @property
     def machine(self) -> Machine | None:
         """The peaks this profile is measured against (``profile(machine=...)``, kept in
-        ``meta["machine"]`` and in saved files), else ``None``."""
-        data = self.meta.get("machine")
-        return None if data is None else Machine.from_dict(data, where='meta["machine"]')
+        ``meta["machine"]`` and in saved files), else ``None``: also for an entry that does not
+        parse, which every report names in its ``Machine:`` line instead of raising (see
+        :func:`tracetorch.analysis.machine.machine_entry`)."""
+        return machine_entry(self.meta)[0]
 
     def analyze(self, machine: Machine | str | None = None, top: int = LOOK_FIRST) -> Analysis:
         """Each layer labelled compute-, memory- or overhead-bound against ``machine`` (default:
-        the profile's own; ``"calibrate"``: this machine's cached or measured numpy peaks), the
-        ``top`` layers to look at first, MFU/HFU; ``print()`` it for the report.
+        the profile's own; ``"calibrate"``: this machine's cached or measured peaks for the
+        framework, device, dtype and threads the profile ran with), the ``top`` layers to look
+        at first, MFU/HFU; ``print()`` it for the report.
 
         Raises:
-            ValueError: no machine given and the profile has none.
+            ValueError: no machine given and the profile has none (or a damaged one).
         """
         from tracetorch.analysis.calibrate import resolve_machine  # it runs a profile: lazily
 
-        peaks = resolve_machine(machine) if machine is not None else self.machine
+        peaks, problem = (resolve_machine(machine, meta=self.meta), "") if machine is not None \
+            else machine_entry(self.meta)
         if peaks is None:
-            raise ValueError("machine: this profile has no machine; pass machine=tracetorch."
-                             "calibrate(...), a tracetorch.Machine(...) or 'calibrate'")
+            have = f"its machine entry is set aside ({problem})" if problem else \
+                "this profile has no machine"
+            raise ValueError(f"machine: {have}; pass machine=tracetorch.calibrate(...), a "
+                             "tracetorch.Machine(...) or 'calibrate'")
         return analyze(self, peaks, top)
 
     def bottlenecks(self, machine: Machine | str | None = None,

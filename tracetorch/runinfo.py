@@ -3,9 +3,11 @@
 :func:`run_facts` gives the date (local time with its UTC offset), the command line, the Python,
 numpy, tracetorch (and torch) versions, the platform, and the framework, device, CPU and thread
 count as :func:`tracetorch.analysis.calibrate.machine_facts` states them for calibrations (the
-host name is left out: a profile is shared more often than a calibration cache). torch is only
-looked at when the program has imported it; then ``device`` is ``cuda`` once CUDA is
-initialised. A profile records these once, the first time it closes, so they describe the run
+host name is left out: a profile is shared more often than a calibration cache); the framework
+and dtype are those of the profile's arithmetic (:func:`work_dtype`): what a calibration must
+match to measure the profile against (:func:`tracetorch.analysis.calibrate.profile_target`).
+torch is only looked at when the program has imported it; then ``device`` is ``cuda`` once CUDA
+is initialised. A profile records these once, the first time it closes, so they describe the run
 and reports (the HTML page's header and Run table) can show them.
 
 Example:
@@ -18,19 +20,64 @@ from __future__ import annotations
 import platform
 import shlex
 import sys
+from collections import Counter
 from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
 
-from tracetorch.analysis.calibrate import machine_facts
+from tracetorch.analysis.calibrate import DTYPES, machine_facts
+from tracetorch.tree import ENTRY_FIELDS, CallNode
 
-__all__ = ("run_facts",)
+__all__ = ("run_facts", "work_dtype")
+
+_FLOPS, _GEMM, _KEY = (ENTRY_FIELDS.index(name) for name in ("flops", "gemm_flops", "key"))
 
 
-def run_facts() -> dict[str, Any]:
+def _framework_dtype(item: Any) -> tuple[str, str] | None:
+    # A call key's dtype, as (framework, name) when a calibration can be made in it.
+    if isinstance(item, np.dtype):
+        found = ("numpy", item.name)
+    elif type(item).__name__ == "dtype" and type(item).__module__ == "torch":
+        found = ("torch", str(item).replace("torch.", ""))
+    else:
+        return None
+    return found if found[1] in DTYPES[found[0]] else None
+
+
+def work_dtype(root: CallNode) -> tuple[str, str] | None:
+    """The framework and floating dtype most of the tree's counted FLOPs ran in (GEMM/conv
+    FLOPs first), read from the input dtypes of each layer call's key; ``None`` when no call
+    had a floating input. One walk of the tree, once per profile.
+
+    Example:
+        >>> from tracetorch.tree import new_entry
+        >>> root = CallNode.root()
+        >>> for name, dtype, flops in (("a", np.float64, 10), ("b", np.float32, 99)):
+        ...     key = ((2, 2), np.dtype(dtype), (True, 0, None))
+        ...     entry = new_entry(); entry[1:3] = [flops, flops]; entry[7] = key
+        ...     root.child(name, "Linear", name).flops_cache[key] = entry
+        >>> work_dtype(root), work_dtype(CallNode.root())
+        (('numpy', 'float32'), None)
+    """
+    weights: Counter[tuple[str, str]] = Counter()
+    for node in root.walk():
+        for entry in node.flops_cache.values():
+            key = entry[_KEY]
+            if not isinstance(key, tuple):
+                continue
+            found = {kind for item in key if (kind := _framework_dtype(item)) is not None}
+            # GEMM FLOPs decide (the peak is a matmul's); any FLOPs, then a call, break ties.
+            weight = (entry[_GEMM] or 0) * 2**32 + (entry[_FLOPS] or 0) + 1
+            for kind in found:
+                weights[kind] += weight
+    return max(weights, key=weights.__getitem__) if weights else None
+
+
+def run_facts(root: CallNode | None = None) -> dict[str, Any]:
     """The date, command line, versions, platform, framework, device, cpu and threads of this
-    process, JSON-ready (see the module docstring).
+    process, and the dtype ``root``'s calls ran in (:func:`work_dtype`), JSON-ready (see the
+    module docstring).
 
     Example:
         >>> run_facts()["framework"] in ("numpy", "torch")
@@ -39,8 +86,11 @@ def run_facts() -> dict[str, Any]:
     from tracetorch import __version__  # the package imports this module while it loads
 
     torch = sys.modules.get("torch")  # never imported here: only seen if the program did
-    framework = "torch" if torch is not None else "numpy"
-    device = "cuda" if torch is not None and torch.cuda.is_initialized() else "cpu"
+    # The framework whose layers did the arithmetic; without a call, the one imported.
+    framework, dtype = (work_dtype(root) if root is not None else None) or (
+        "torch" if torch is not None else "numpy", None)
+    device = ("cuda" if framework == "torch" and torch is not None
+              and torch.cuda.is_initialized() else "cpu")
     facts = machine_facts(framework, device)
     versions = {"python": platform.python_version(), "numpy": np.__version__,
                 "tracetorch": __version__}
@@ -53,4 +103,5 @@ def run_facts() -> dict[str, Any]:
         # Not platform.platform(): it asks `uname -p` in a subprocess for the processor.
         "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
         **{k: v for k, v in facts.items() if k not in ("host", "dtype")},
+        **({"dtype": dtype} if dtype is not None else {}),
     }

@@ -16,6 +16,12 @@ The cache is ``$XDG_CACHE_HOME/tracetorch/machine.json`` (``~/.cache/tracetorch/
 ``XDG_CACHE_HOME``), one entry per host, CPU model (and GPU), framework, device, dtype and thread
 count; ``refresh=True`` (``tracetorch calibrate --refresh``) measures again.
 
+A profile is measured against the calibration that fits it: :func:`profile_target` reads the
+framework, device, dtype and thread count the profile recorded (see :mod:`tracetorch.runinfo`),
+:func:`cached_machine` finds the cache entry for them and :func:`calibrate` measures them once
+when there is none. numpy's BLAS fixes its thread count when numpy loads, so numpy at another
+count than this process runs is measured in a child process started with that count.
+
 Example:
     >>> import tracetorch
     >>> user = tracetorch.Machine(peak_flops=989e12, bandwidth_bytes_per_s=3.35e12,
@@ -30,8 +36,11 @@ import json
 import os
 import platform
 import socket
+import subprocess
+import sys
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -41,9 +50,9 @@ from tracetorch.analysis.machine import Machine
 from tracetorch.introspect import is_torch_module
 from tracetorch.report.units import format_per_second, format_time_ns
 
-__all__ = ("calibrate", "measure", "machine_facts", "cache_path", "resolve_machine",
-           "measurement_lines", "FRAMEWORKS", "DTYPES", "CPU_SIZES", "CUDA_SIZES",
-           "CPU_COPY_BYTES", "CUDA_COPY_BYTES", "CACHE_FORMAT")
+__all__ = ("calibrate", "cached_machine", "measure", "machine_facts", "profile_target",
+           "cache_path", "resolve_machine", "measurement_lines", "FRAMEWORKS", "DTYPES",
+           "CPU_SIZES", "CUDA_SIZES", "CPU_COPY_BYTES", "CUDA_COPY_BYTES", "CACHE_FORMAT")
 
 FRAMEWORKS = ("numpy", "torch")
 #: The dtypes each framework can be calibrated in.
@@ -62,6 +71,12 @@ COPY_SECONDS = 0.3
 OVERHEAD_CALLS = 2_000
 #: The cache file's format name and version.
 CACHE_FORMAT = ("tracetorch-machine-cache", 1)
+#: The settings above, which a child process measuring numpy at another thread count is given
+#: so that it measures as this process would.
+_SETTINGS = ("CPU_SIZES", "CUDA_SIZES", "CPU_COPY_BYTES", "CUDA_COPY_BYTES", "MATMUL_SECONDS",
+             "COPY_SECONDS", "OVERHEAD_CALLS")
+#: The environment variables numpy's BLAS reads its thread count from when it loads.
+_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def cache_path() -> Path:
@@ -91,7 +106,7 @@ def _cpu_model() -> str:
 
 def _blas_threads() -> int:
     # numpy's BLAS reads its thread count from the environment when it loads, else uses all cores.
-    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    for name in _THREAD_VARIABLES:
         value = os.environ.get(name, "").strip()
         if value.isdigit() and int(value) > 0:
             return int(value)
@@ -104,7 +119,7 @@ def machine_facts(framework: str = "numpy", device: str = "cpu", dtype: str = "f
 
     Raises:
         ValueError: an unknown framework, device or dtype, a thread count that is not a
-            positive int, numpy asked for a GPU or for another thread count than it runs.
+            positive int, numpy asked for a GPU.
 
     Example:
         >>> facts = machine_facts("numpy", "cpu", "float64")
@@ -128,12 +143,8 @@ def machine_facts(framework: str = "numpy", device: str = "cpu", dtype: str = "f
     if framework == "numpy":
         if device != "cpu":
             raise ValueError(f"device: numpy runs on the CPU only, got {device!r}")
-        running = _blas_threads()
-        if threads is not None and threads != running:
-            raise ValueError(f"threads: numpy's BLAS thread count is fixed when numpy loads "
-                             f"(set OMP_NUM_THREADS before starting Python); this process "
-                             f"runs {running}, got {threads}")
-        facts["threads"] = running
+        # Another count than this process runs is measured in a child process (see measure).
+        facts["threads"] = threads if threads is not None else _blas_threads()
         return facts
     torch = import_torch()
     if device != "cpu":
@@ -157,8 +168,9 @@ def calibrate(framework: str = "numpy", device: str = "cpu", dtype: str = "float
 
     A measurement takes a few seconds, prints what it found (``verbose``) and is cached (see
     the module docstring); ``refresh=True`` measures again and replaces the cached entry.
-    ``threads`` (torch only) sets ``torch.set_num_threads`` while measuring; numpy's thread
-    count is the one the process runs.
+    ``threads`` (default: the count this process runs) is set with ``torch.set_num_threads``
+    while measuring torch; numpy at another count than this process runs is measured in a
+    child process started with it.
 
     Raises:
         ValueError: a bad framework, device, dtype or thread count (the message names it).
@@ -172,21 +184,80 @@ def calibrate(framework: str = "numpy", device: str = "cpu", dtype: str = "float
     if not isinstance(refresh, bool):
         raise ValueError(f"refresh: expected True or False, got {refresh!r}")
     facts = machine_facts(framework, device, dtype, threads)
-    key = _cache_key(facts)
-    path = cache_path()
-    entries = _read_cache(path)
-    if not refresh and key in entries:
-        try:
-            cached = Machine.from_dict(entries[key], where=f"{path} [{key}]")
-            return replace(cached, source=f"cache ({cached.source})")
-        except ValueError as err:
-            warnings.warn(f"tracetorch: ignoring a damaged cache entry: {err}", stacklevel=2)
+    if not refresh:
+        cached = _cached(facts)
+        if cached is not None:
+            return cached
     machine = measure(facts)
-    entries[key] = machine.to_dict()
+    path = cache_path()
+    entries = _read_cache(path)  # read again: another process may have added entries since
+    entries[_cache_key(facts)] = machine.to_dict()
     _write_cache(path, entries)
     if verbose:
         print("\n".join(measurement_lines(machine) + [f"  cached in {path}"]))
     return machine
+
+
+def cached_machine(framework: str = "numpy", device: str = "cpu", dtype: str = "float32",
+                   threads: int | None = None) -> Machine | None:
+    """The cached calibration for exactly these arguments (see :func:`calibrate`), else
+    ``None``; nothing is measured.
+
+    Raises:
+        ValueError: a bad framework, device, dtype or thread count (the message names it).
+
+    Example:
+        >>> cached_machine("numpy", "cpu", "float64", threads=1) is None  # doctest: +SKIP
+        True
+    """
+    return _cached(machine_facts(framework, device, dtype, threads))
+
+
+def _cached(facts: dict[str, Any]) -> Machine | None:
+    key = _cache_key(facts)
+    path = cache_path()
+    entry = _read_cache(path).get(key)
+    if entry is None:
+        return None
+    try:
+        cached = Machine.from_dict(entry, where=f"{path} [{key}]")
+    except ValueError as err:
+        warnings.warn(f"tracetorch: ignoring a damaged cache entry: {err}", stacklevel=3)
+        return None
+    return replace(cached, source=f"cache ({cached.source})")
+
+
+def profile_target(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``framework``, ``device``, ``dtype`` and ``threads`` a profile ran with, from the
+    facts it recorded (:func:`tracetorch.runinfo.run_facts`): the arguments of the calibration
+    that fits it. What a profile did not record (an older file) is the default: numpy, cpu,
+    float32, this process's threads; a dtype no calibration runs in (an integer model) is
+    float32.
+
+    Raises:
+        ValueError: a recorded framework, device or thread count that is not one (the message
+            names the ``meta`` key).
+
+    Example:
+        >>> profile_target({"framework": "torch", "device": "cpu", "dtype": "bfloat16",
+        ...                 "threads": 4})
+        {'framework': 'torch', 'device': 'cpu', 'dtype': 'bfloat16', 'threads': 4}
+        >>> profile_target({})
+        {'framework': 'numpy', 'device': 'cpu', 'dtype': 'float32', 'threads': None}
+    """
+    framework = meta.get("framework", "numpy")
+    if framework not in FRAMEWORKS:
+        raise ValueError(f'meta["framework"]: expected one of {FRAMEWORKS}, got {framework!r}')
+    device = meta.get("device", "cpu")
+    if not isinstance(device, str):
+        raise ValueError(f'meta["device"]: expected a device name, got {device!r}')
+    threads = meta.get("threads")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or threads < 1):
+        raise ValueError(f'meta["threads"]: expected a positive int, got {threads!r}')
+    dtype = meta.get("dtype")
+    return {"framework": framework, "device": device,
+            "dtype": dtype if dtype in DTYPES[framework] else "float32", "threads": threads}
 
 
 def _read_cache(path: Path) -> dict[str, Any]:
@@ -227,6 +298,8 @@ def measure(facts: dict[str, Any]) -> Machine:
         >>> machine.source.startswith("measured")      # doctest: +SKIP
         True
     """
+    if facts["framework"] == "numpy" and facts["threads"] != _blas_threads():
+        return _measure_in_child(facts)
     started = time.perf_counter()
     kit = kit_for(facts)
     with kit:
@@ -242,6 +315,36 @@ def measure(facts: dict[str, Any]) -> Machine:
     return Machine(peak_flops=max(rates.values()), bandwidth_bytes_per_s=bandwidth,
                    call_overhead_ns=call_ns, source=f"measured {time.strftime('%Y-%m-%d %H:%M')}",
                    facts=facts)
+
+
+def _measure_in_child(facts: dict[str, Any]) -> Machine:
+    """numpy at ``facts["threads"]``, measured by a child process whose BLAS loads with that
+    count, with this module's settings; it answers with the machine as JSON on stdout."""
+    env = dict(os.environ, **{name: str(facts["threads"]) for name in _THREAD_VARIABLES})
+    # The child imports this very tracetorch, installed or not.
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (package_root, env.get("PYTHONPATH"))))
+    request = json.dumps({"facts": facts, "settings": {name: globals()[name]
+                                                       for name in _SETTINGS}})
+    code = "import sys; from tracetorch.analysis.calibrate import _child; _child(sys.argv[1])"
+    done = subprocess.run([sys.executable, "-c", code, request], env=env, capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"tracetorch: measuring numpy at {facts['threads']} threads in a "
+                           f"child process failed (status {done.returncode}): "
+                           f"{done.stderr.strip()[-2000:]}")
+    return Machine.from_dict(json.loads(done.stdout), where="the child's measurement")
+
+
+def _child(request: str) -> None:
+    """The child of :func:`_measure_in_child`: measure ``request``'s facts, print JSON."""
+    asked = json.loads(request)
+    globals().update({name: tuple(value) if isinstance(value, list) else value
+                      for name, value in asked["settings"].items() if name in _SETTINGS})
+    facts = asked["facts"]
+    if _blas_threads() != facts["threads"]:  # never measure another count than asked
+        raise SystemExit(f"numpy runs {_blas_threads()} threads here, not {facts['threads']}")
+    print(json.dumps(measure(facts).to_dict()))
 
 
 def _call_overhead(kit: Kit) -> tuple[float, float]:
@@ -296,10 +399,13 @@ def measurement_lines(machine: Machine) -> list[str]:
     return lines
 
 
-def resolve_machine(machine: Any, model: Any = None, argument: str = "machine") -> Machine | None:
+def resolve_machine(machine: Any, model: Any = None, argument: str = "machine",
+                    meta: Mapping[str, Any] | None = None) -> Machine | None:
     """``machine`` as a :class:`Machine`: itself, ``None``, or for ``"calibrate"`` the cached
-    (else measured) machine of ``model``'s framework, device and dtype (numpy float32 without a
-    torch model).
+    (else measured) machine that fits: the profile's recorded framework, device, dtype and
+    threads when ``meta`` is given (:func:`profile_target`), else ``model``'s framework, device
+    and dtype (without a model: torch float32 when the program imported torch, numpy float32
+    otherwise).
 
     Raises:
         TypeError: anything else (the message names ``argument``).
@@ -309,6 +415,10 @@ def resolve_machine(machine: Any, model: Any = None, argument: str = "machine") 
     if machine != "calibrate":
         raise TypeError(f"{argument}: expected a tracetorch.Machine, 'calibrate' or None, "
                         f"got {machine!r}")
+    if meta is not None:
+        return calibrate(**profile_target(meta))
+    if model is None and "torch" in sys.modules:  # as the profile's run facts will say
+        return calibrate("torch")
     if not is_torch_module(model):
         return calibrate()
     param = next(iter(model.parameters()), None)

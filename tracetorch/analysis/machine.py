@@ -22,12 +22,16 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tracetorch.report.units import format_per_second, format_time_ns
 
-__all__ = ("Machine",)
+__all__ = ("Machine", "machine_entry", "MACHINE_WHERE")
+
+#: How every message about a profile's machine entry names it.
+MACHINE_WHERE = 'meta["machine"]'
 
 
 def _check_rate(value: Any, name: str, allow_zero: bool = False) -> float:
@@ -144,3 +148,26 @@ class Machine:
             raise ValueError(f"{where}: missing field {err.args[0]!r}") from None
         except (TypeError, ValueError) as err:
             raise ValueError(f"{where}: {err}") from None
+
+
+def machine_entry(meta: Mapping[str, Any]) -> tuple[Machine | None, str]:
+    """The machine a profile's ``meta["machine"]`` holds, and ``""`` or why the entry was set
+    aside: the one reading of "the machine of a result" that every view (table, summary, HTML,
+    the report command, ``ProfileResult.machine``) shares, so a damaged entry is reported the
+    same way everywhere and makes none of them raise. No entry (or ``None``) is no machine.
+
+    Example:
+        >>> machine_entry({})
+        (None, '')
+        >>> print(machine_entry({"machine": {"peak_flops": 1e12}})[1])
+        meta["machine"]: missing field 'bandwidth_bytes_per_s'
+        >>> machine_entry({"machine": Machine(1e12, 1e11).to_dict()})[0].peak_flops
+        1000000000000.0
+    """
+    data = meta.get("machine")
+    if data is None:
+        return None, ""
+    try:
+        return Machine.from_dict(data, where=MACHINE_WHERE), ""
+    except ValueError as err:
+        return None, str(err)
