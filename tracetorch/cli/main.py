@@ -50,12 +50,12 @@ from tracetorch.report.ops import render_op_table
 from tracetorch.report.rows import write_csv
 from tracetorch.report.speedscope import export_speedscope
 from tracetorch.report.table import SORT_KEYS, TREE_COLUMNS, render_table
+from tracetorch.report.units import printable
 from tracetorch.result import ProfileResult
 
 __all__ = ("main", "CliError", "COMMANDS")
 
 #: The subcommands; any other first argument is taken as the script to ``run``.
-from tracetorch.report.units import printable
 COMMANDS = ("run", "report", "demo", "calibrate", "diff")
 
 #: Exit status for errors of the command itself, as argparse uses.
