@@ -9,6 +9,10 @@
     tracetorch diff base.json new.json [--fail-above 10%]   compare two runs layer by layer
     tracetorch calibrate [--framework F] [--refresh] measure this machine's roofline (cached)
 
+With a cached calibration that fits the run (``tracetorch calibrate``, or once
+``--machine calibrate``), ``run``'s report ends with the bottleneck section and MFU
+(``--machine none`` leaves it out); see :mod:`tracetorch.cli.machine`.
+
 ``run`` prints its report to **stderr** once the script ends, so the script's stdout stays
 exactly its own and can be piped as usual; ``report`` and ``demo`` print to stdout, as the report
 is what they are for. Errors in the command itself (a missing script, a corrupt profile, a bad
@@ -33,7 +37,8 @@ from tracetorch.cli.diff_command import add_diff_command
 from tracetorch.cli.machine import (
     add_calibrate_command,
     add_machine_options,
-    machine_from_options,
+    attach_machine,
+    user_machine,
 )
 from tracetorch.cli.progress import ProgressLine
 from tracetorch.cli.script import run_script, runnable
@@ -126,6 +131,7 @@ def _parser() -> _Parser:
     run.add_argument("script", nargs="?", help="the script to run (a file, or a folder with a "
                      "__main__.py)")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    add_machine_options(run, "run")
     run.set_defaults(handler=_cmd_run)
 
     report = commands.add_parser("report", parents=[view],
@@ -142,7 +148,7 @@ def _parser() -> _Parser:
     report.add_argument("--speedscope", metavar="OUT.json", help=_SPEEDSCOPE_HELP)
     report.add_argument("--csv", metavar="OUT.csv", help=_CSV_HELP)
     # The profile exists already: -o and --chrome (which needs a timeline) do not apply.
-    add_machine_options(report)
+    add_machine_options(report, "report")
     report.set_defaults(handler=_cmd_report, output=None, chrome=None)
 
     demo = commands.add_parser("demo", parents=[view, output],
@@ -253,6 +259,10 @@ def _cmd_run(opts: argparse.Namespace) -> int:
         raise CliError(f"cannot open script {opts.script!r}: no such file (or folder with a "
                        f"__main__.py)")
     _check_outputs(opts)
+    try:  # machine options that do not go together fail before the script runs
+        user_machine(opts)
+    except ValueError as err:
+        raise CliError(str(err)) from None
     folder = os.getcwd()  # -o and --chrome are relative to it, wherever the script goes
     report = _report_stream()  # the script may close or replace sys.stderr
     try:
@@ -264,6 +274,7 @@ def _cmd_run(opts: argparse.Namespace) -> int:
             return status  # a child the script forked: the parent reports, once
         if gather is not None:
             return _report_job(prof, opts, status, report, folder, gather)
+        attach_machine(prof, opts, report, "run")  # after the script, as every output's
         _write_outputs(prof, opts, report, folder)
         _flush(sys.stdout)  # the script's output first, then the report
         lines = [f"\ntracetorch: {printable(opts.script)} exited with status {status}"]
@@ -347,12 +358,10 @@ def _cmd_report(opts: argparse.Namespace) -> int:
             result = rank_profile(result, opts.profile, opts.rank)
         except (OSError, ValueError) as err:
             raise CliError(str(err)) from None
-    try:
-        machine = machine_from_options(opts)
+    try:  # the summary then appends the bottleneck section
+        attach_machine(result, opts, sys.stderr, "report")
     except ValueError as err:
-        raise CliError(str(err) if str(err).startswith("--") else f"--{err}") from None
-    if machine is not None:  # the summary then appends the bottleneck section
-        result.meta["machine"] = machine.to_dict()
+        raise CliError(str(err)) from None
     if opts.ops is not None:
         try:
             print(render_op_table(result.find(opts.ops)))

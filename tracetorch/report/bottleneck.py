@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from tracetorch.analysis.bottlenecks import Analysis, analyze
-from tracetorch.analysis.machine import Machine
+from tracetorch.analysis.machine import Machine, machine_entry
 from tracetorch.analysis.roofline import Bound, LayerBound
 from tracetorch.analysis.utilization import Utilization
 from tracetorch.report._layout import Column, layout
@@ -162,7 +162,7 @@ def render_analysis(analysis: Analysis, rows: int = ROWS) -> str:
 
 def bottleneck_lines(result: ProfileResult) -> list[str]:
     """The bottleneck section of a profile recorded (or reported) with a machine, as lines;
-    none without one.
+    none without one or with a damaged one (the summary's ``Machine:`` line says why).
 
     Example:
         >>> from tracetorch.result import ProfileResult
@@ -170,11 +170,7 @@ def bottleneck_lines(result: ProfileResult) -> list[str]:
         >>> bottleneck_lines(ProfileResult(CallNode.root()))
         []
     """
-    data = result.meta.get("machine")
-    if data is None:
+    machine = machine_entry(result.meta)[0]
+    if machine is None:
         return []
-    try:
-        machine = Machine.from_dict(data, where='meta["machine"]')
-    except ValueError as err:
-        return [f"Bottlenecks: {err}"]
     return render_analysis(analyze(result, machine)).splitlines()

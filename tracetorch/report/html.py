@@ -245,12 +245,9 @@ def _label_lines(lines: list[str]) -> tuple[list[list[str]], str]:
 def _bottleneck(result: ProfileResult) -> dict[str, Any] | None:
     """The bottleneck analysis's labels and roofline points (the same as the text report's),
     when the profile has a machine; the page draws its own estimate without them."""
-    if result.meta.get("machine") is None:
+    if result.machine is None:  # none, or set aside: the summary's Machine line says why
         return None
-    try:
-        analysis = result.analyze()
-    except ValueError:  # a machine entry that does not parse: the page shows the rest
-        return None
+    analysis = result.analyze()
     # Points need finite numbers (JSON has no infinity): a layer that moved no bytes has none.
     points = [{"path": b.path, "bound": b.bound, "intensity": b.intensity,
                "achieved_flops": b.achieved_flops, "fraction_of_ceiling": b.fraction_of_ceiling}

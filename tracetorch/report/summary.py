@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tracetorch.analysis.machine import machine_entry
 from tracetorch.phases import input_bound
 from tracetorch.report.units import (
     format_bytes,
@@ -76,7 +77,8 @@ def summary_lines(result: ProfileResult) -> list[str]:
     backward and total FLOPs, memory, the phases of the steps (with an input-bound label) or the
     data/forward/backward/optimizer shares of the time, step statistics,
     unsupported types, calls that raised, a note when the timeline was capped, and the bottleneck
-    section (:mod:`tracetorch.report.bottleneck`) when the profile has a machine.
+    section (:mod:`tracetorch.report.bottleneck`) when the profile has a machine, or a
+    ``Machine:`` line saying why its machine entry was set aside.
 
     Example:
         >>> from tracetorch.result import ProfileResult
@@ -147,12 +149,16 @@ def summary_lines(result: ProfileResult) -> list[str]:
         where = ", ".join(n.path or n.type_name for n in failed[:MAX_UNSUPPORTED_LISTED])
         rows.append(("Errors", f"{_plural(raised, 'call')} raised ({where})"))
 
+    machine, problem = machine_entry(result.meta)
+    if problem:  # said here only, so that every view of the profile says it once, alike
+        rows.append(("Machine", f"entry set aside, no bottleneck section: {problem}"))
+
     width = max(len(label) for label, _ in rows) + 2
     lines = [f"{label + ':':<{width}}{value}" for label, value in rows]
     if result.dropped_events > 0:
         lines.append(f"Timeline capped: {format_count(result.dropped_events)} events dropped "
                      "(max_events reached)")
-    if "machine" in result.meta:
+    if machine is not None:
         # Imported here: the analysis imports report modules, which import this one.
         from tracetorch.report.bottleneck import bottleneck_lines
 

@@ -183,7 +183,7 @@ def tree_context(result: ProfileResult, show_backward: bool | None = None) -> Tr
     """
     backward = has_backward(result) if show_backward is None else show_backward
     bounds: dict[str, str] = ({layer.path: layer.bound for layer in result.analyze().layers}
-                              if "machine" in result.meta else {})
+                              if result.machine is not None else {})
     return TreeContext(result, SubtreeSums(result.root), result.total_time_ns, backward,
                        any(n.memory for n in result.nodes()), bounds)
 
