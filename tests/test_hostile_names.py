@@ -271,3 +271,17 @@ def test_the_html_report_shows_escaped_names_in_chromium(
     assert [r["name"] for r in filtered] == [
         f"{printable(NAME)} ({printable(recorded.find(NAME).type_name)})"]
     report.close()
+
+
+def test_the_ranks_section_escapes_the_stragglers_layers() -> None:
+    from test_distributed_merge import rank_profile
+    from tracetorch.distributed import merge_profiles
+    from tracetorch.distributed.summary import render_ranks
+
+    merged = merge_profiles([rank_profile(0, 100, compute_ns=1_000),
+                             rank_profile(1, 900, compute_ns=2_600)])
+    # What a saved merge of a model with such a layer holds (the helper's layers are net.*).
+    merged.meta["distributed"]["straggler"]["layers"][0]["path"] = NAME
+    text = render_ranks(merged)
+    assert_clean(text)
+    assert f"  {printable(NAME)}: +" in text

@@ -24,6 +24,7 @@ from tracetorch.report.units import (
     format_flops,
     format_per_second,
     format_time_ns,
+    printable,
 )
 
 if TYPE_CHECKING:
@@ -108,4 +109,5 @@ def render_ranks(result: ProfileResult, layers: int = LAYER_ROWS) -> str:
                           format_per_second(algbw * bus_factor(site.op, max(world, 1)), "B")])
         lines += _grid(["collective", "calls", "bytes", "time", "rank min", "rank max",
                         "algbw", "busbw"], table)
-    return "\n".join(lines)
+    # The straggler's layer paths and the hosts are the job's own names (tables escape theirs).
+    return "\n".join(printable(line) for line in lines)
