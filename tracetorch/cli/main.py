@@ -40,20 +40,16 @@ from tracetorch.cli.machine import (
     attach_machine,
     user_machine,
 )
+from tracetorch.cli.outputs import check_outputs, write_outputs
 from tracetorch.cli.progress import ProgressLine
-from tracetorch.cli.script import run_script, runnable
+from tracetorch.cli.script import die_of_signal, run_script, runnable, signal_name
 from tracetorch.distributed.chrome import export_ranks_chrome_trace
 from tracetorch.distributed.cli import rank_profile, ranks_text, run_gather_path
 from tracetorch.distributed.gather import rank_file
 from tracetorch.profiler import profile
 from tracetorch.report._layout import color_enabled, terminal_width
-from tracetorch.report.chrome import export_chrome_trace
 from tracetorch.report.flat_table import FLAT_COLUMNS, FLAT_VIEWS, render_flat
-from tracetorch.report.html import save_html
-from tracetorch.report.jsonio import save_result
 from tracetorch.report.ops import render_op_table
-from tracetorch.report.rows import write_csv
-from tracetorch.report.speedscope import export_speedscope
 from tracetorch.report.table import SORT_KEYS, TREE_COLUMNS, render_table
 from tracetorch.report.units import printable
 from tracetorch.result import ProfileResult
@@ -221,34 +217,32 @@ def _render(result: ProfileResult, opts: argparse.Namespace, stream: TextIO | No
         raise CliError(f"--{err}") from None
 
 
-def _check_outputs(opts: argparse.Namespace) -> None:
-    # Checked before anything runs, so a typo in a path does not cost the whole run.
-    for option, path in (("--output", opts.output), ("--chrome", opts.chrome),
-                         ("--html", opts.html), ("--speedscope", opts.speedscope),
-                         ("--csv", opts.csv)):
-        if path is None:
-            continue
-        folder = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(folder):
-            raise CliError(f"{option}: folder {folder!r} does not exist")
-        if os.path.isdir(path):
-            raise CliError(f"{option}: {path!r} is a folder")
+def _check_outputs(opts: argparse.Namespace, *inputs: tuple[str, str]) -> None:
+    # Checked before anything runs, so a typo in a path does not cost the whole run, and no
+    # output overwrites an input (see tracetorch.cli.outputs).
+    try:
+        check_outputs(opts, inputs)
+    except ValueError as err:
+        raise CliError(str(err)) from None
 
 
 def _write_outputs(result: ProfileResult, opts: argparse.Namespace,
-                   stream: TextIO | None = None, folder: str = "") -> None:
-    for option, path, write in (("--output", opts.output, save_result),
-                                ("--chrome", opts.chrome, export_chrome_trace),
-                                ("--html", opts.html, save_html),
-                                ("--speedscope", opts.speedscope, export_speedscope),
-                                ("--csv", opts.csv, write_csv)):
-        if path is None:
-            continue
-        try:
-            write(result, os.path.join(folder, path))
-        except OSError as err:
-            raise CliError(f"{option}: cannot write {path!r}: {err.strerror}") from None
-        _say(f"tracetorch: wrote {printable(path)}", stream or sys.stderr)
+                   stream: TextIO | None = None, folder: str = "") -> bool:
+    # Each output written or its failure said; False when one failed.
+    return write_outputs(result, opts, stream or sys.stderr, folder)
+
+
+def _ended(status: int) -> str:
+    # How the script ended, for the status line (run_script's -N: stopped by signal N).
+    if status < 0:
+        return f"was stopped by {signal_name(-status)}"
+    return f"exited with status {status}"
+
+
+def _exit_as(status: int) -> int:
+    # The script's status, or the death by the signal that stopped it, as without tracetorch
+    # (the profile and its reports are saved by then).
+    return die_of_signal(-status) if status < 0 else status
 
 
 # ------------------------------------------------------------------------------------ commands
@@ -258,7 +252,10 @@ def _cmd_run(opts: argparse.Namespace) -> int:
     if not runnable(opts.script):
         raise CliError(f"cannot open script {opts.script!r}: no such file (or folder with a "
                        f"__main__.py)")
-    _check_outputs(opts)
+    script_file = opts.script
+    if os.path.isdir(script_file):
+        script_file = os.path.join(script_file, "__main__.py")
+    _check_outputs(opts, ("the script", script_file))
     try:  # machine options that do not go together fail before the script runs
         user_machine(opts)
     except ValueError as err:
@@ -271,19 +268,19 @@ def _cmd_run(opts: argparse.Namespace) -> int:
         started_in = os.getpid()
         status = run_script(prof, opts.script, opts.args)
         if os.getpid() != started_in:
-            return status  # a child the script forked: the parent reports, once
+            return _exit_as(status)  # a child the script forked: the parent reports, once
         if gather is not None:
-            return _report_job(prof, opts, status, report, folder, gather)
+            return _exit_as(_report_job(prof, opts, status, report, folder, gather))
         attach_machine(prof, opts, report, "run")  # after the script, as every output's
         _write_outputs(prof, opts, report, folder)
         _flush(sys.stdout)  # the script's output first, then the report
-        lines = [f"\ntracetorch: {printable(opts.script)} exited with status {status}"]
+        lines = [f"\ntracetorch: {printable(opts.script)} {_ended(status)}"]
         if not prof.root.children:
             lines.append("tracetorch: no layer call was recorded (tracetorch.core and torch.nn "
                          "layers are, and code decorated with @tracetorch.instrument)")
         lines.append(_render(prof, opts, report))
         _say("\n".join(lines), report)
-        return status
+        return _exit_as(status)
     finally:
         if report is not sys.stderr:
             report.close()
@@ -307,7 +304,7 @@ def _report_job(prof: profile, opts: argparse.Namespace, status: int, report: Te
     _write_outputs(merged, argparse.Namespace(**{**vars(opts), "output": None, "chrome": None}),
                    report, folder)
     _flush(sys.stdout)
-    lines = [f"\ntracetorch: {printable(opts.script)} exited with status {status} on rank 0; "
+    lines = [f"\ntracetorch: {printable(opts.script)} {_ended(status)} on rank 0; "
              f"merged profile of the job: {printable(opts.output or gather)}",
              _render(merged, opts, report)]
     lines.append(ranks_text(merged) or "")
@@ -343,7 +340,7 @@ def _say(text: str, stream: TextIO) -> None:
 def _cmd_report(opts: argparse.Namespace) -> int:
     if opts.flat is not None and (opts.depth is not None or opts.top is not None):
         raise CliError("--depth and --top apply to the tree, not to --flat views")
-    _check_outputs(opts)
+    _check_outputs(opts, ("the profile read", opts.profile))
     try:
         result = ProfileResult.load(opts.profile)
     except FileNotFoundError:
@@ -371,8 +368,7 @@ def _cmd_report(opts: argparse.Namespace) -> int:
     print(_render(result, opts))
     if merged is not None:
         print("\n" + merged)
-    _write_outputs(result, opts)
-    return 0
+    return 0 if _write_outputs(result, opts) else EXIT_USAGE
 
 
 def _cmd_demo(opts: argparse.Namespace) -> int:
@@ -380,5 +376,4 @@ def _cmd_demo(opts: argparse.Namespace) -> int:
     run = run_demo(steps=opts.steps, progress=ProgressLine(), timeline=opts.chrome is not None)
     print(run.headline() + "\n")
     print(_render(run.profile, opts))
-    _write_outputs(run.profile, opts)
-    return 0
+    return 0 if _write_outputs(run.profile, opts) else EXIT_USAGE
