@@ -120,6 +120,7 @@ def test_text_tables_escape_names(recorded: ProfileResult, color: bool) -> None:
         assert printable(TYPE) in text
         if not color:
             assert_clean(text)
+    assert_clean(recorded._repr_html_())  # the notebook's table: labels, tooltips, summary
     tree = recorded.table(color=False, width=200)
     assert f"{printable(NAME)} ({printable(recorded.find(NAME).type_name)})" in tree
     assert "Unsupported:   " + printable(recorded.find(NAME).type_name) in tree  # the summary
@@ -188,6 +189,7 @@ def test_the_diff_text_html_and_cli_escape_names(tmp_path: Path,
     assert_clean(text)
     assert printable(NAME) in text and printable(str(base_file)) in text
     assert "Only in new (1): " + printable(FORMULA + "\x1b]0;title\x07") in text
+    assert_clean(result._repr_html_())  # the notebook's view
     result.save_html(str(tmp_path / "diff.html"))
     assert_clean((tmp_path / "diff.html").read_text(encoding="utf-8"))
 

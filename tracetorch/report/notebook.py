@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from tracetorch.report._layout import pick_columns
 from tracetorch.report.summary import summary_lines
 from tracetorch.report.table import TREE_COLUMNS, node_label, tree_context, tree_rows
+from tracetorch.report.units import printable
 
 if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
     from tracetorch.result import ProfileResult
@@ -61,7 +62,7 @@ def render_notebook(result: ProfileResult, rows: int = NOTEBOOK_ROWS) -> str:
     body = []
     for node, level in tree[:rows]:
         name = (f'<td style="{_CELL}padding-left:{4 + 14 * (level - 1)}px" '
-                f'title="{html.escape(node.path)}">{html.escape(node_label(node))}</td>')
+                f'title="{html.escape(printable(node.path))}">{html.escape(node_label(node))}</td>')
         cells = "".join(f'<td style="{_NUM if s.right else _CELL}">'
                         f"{html.escape(s.cell(ctx, (node, level)))}</td>" for s in specs)
         body.append(f"<tr>{name}{cells}</tr>")
