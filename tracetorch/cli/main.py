@@ -70,11 +70,14 @@ _HTML_HELP = ("also write the interactive report as one offline HTML file (icicl
 
 _RUN_EPILOG = """\
 The script runs as `python script.py args...` would run it (__name__ == "__main__", sys.argv,
-sys.path[0] = its folder), with every tracetorch.core and torch.nn layer call recorded; torch may
-be imported by the script itself. The report goes to stderr when the script ends, also when it
-raises, calls sys.exit or is interrupted; the script's stdout is left untouched. The exit status
-is the script's: its sys.exit code, 1 after an uncaught exception (whose traceback is printed),
-130 after Ctrl-C."""
+sys.path[0] = its folder, an absolute __file__), with every tracetorch.core and torch.nn layer
+call recorded; torch may be imported by the script itself. The report goes to stderr when the
+script ends, also when it raises, calls sys.exit or is interrupted; the script's stdout is left
+untouched. The exit status is the script's: its sys.exit code, 1 after an uncaught exception
+(whose traceback is printed), 130 after Ctrl-C; stopped by SIGTERM or SIGHUP, the report and
+files are written and tracetorch then dies of the same signal. Output paths are checked before
+the script runs (none may be a folder, the script, or another output); one that fails to be
+written after it is reported, the others are written, and the status stays the script's."""
 
 
 class CliError(Exception):
