@@ -287,3 +287,20 @@ def test_the_ranks_section_escapes_the_stragglers_layers() -> None:
     text = render_ranks(merged)
     assert_clean(text)
     assert f"  {printable(NAME)}: +" in text
+
+
+@pytest.mark.slow
+def test_the_html_ranks_section_shows_escaped_hosts_and_layers(
+        browser: Any, tmp_path: Path) -> None:  # noqa: F811
+    from test_distributed_merge import rank_profile
+    from tracetorch.distributed import merge_profiles
+
+    ranks = [rank_profile(0, 100, compute_ns=1_000), rank_profile(1, 900, compute_ns=2_600)]
+    ranks[1].meta["distributed"]["host"] = "host\x1b[2J\u202e"
+    merged = merge_profiles(ranks)
+    merged.meta["distributed"]["straggler"]["layers"][0]["path"] = NAME  # as in the text test
+    report = Report(browser, merged, tmp_path / "ranks.html")
+    text = report.page.inner_text("#tt-ranks")
+    assert_clean(text)
+    assert printable("host\x1b[2J\u202e") in text and printable(NAME) + ": +" in text
+    report.close()

@@ -209,7 +209,7 @@ function ranksSection(ranks) {
       String(row.steps || 0), time(row.step_median_ns), time(row.compute_ns), time(row.collective_ns),
       fmtCount(row.layer_calls || 0), fmtFlops(row.flops || 0)];
     body.appendChild(el("tr", {className: slow ? "tt-straggler" : ""},
-      cells.map(function (c, i) { return el("td", {text: c, className: i > 3 ? "tt-num" : ""}); })));
+      cells.map(function (c, i) { return el("td", {text: displayed(c), className: i > 3 ? "tt-num" : ""}); })));
   });
   var head = el("thead", {}, [el("tr", {}, heads.map(function (h) { return el("th", {text: h}); }))]);
   var shown = Object.keys(ranks.ranks).length, parts = [
