@@ -204,3 +204,52 @@ def test_any_order_and_grouping_gives_the_same_merge(times: list[int], rnd: rand
     assert _projection(one_by_one.result()) == reference
     states = [RankMerge.of(r) for r in shuffled]
     assert _projection(tree_merge(states).result()) == reference
+
+
+def _one_layer(rank: int, type_name: str, flops: int, ns: int, job: str | None = "j1"):
+    """A rank whose only layer, at path ``0``, is a ``type_name`` costing ``flops`` per call."""
+    root = CallNode.root()
+    node = root.child("0", type_name, f"m{rank}")
+    node.time.add(ns)
+    node.flops, node.flops_source = flops, "rule"
+    return ProfileResult(root, meta={"timing": True, "distributed": {
+        "rank": rank, "world_size": 2, "job": job}})
+
+
+def test_different_layer_types_at_one_path_stay_apart_in_the_tree_and_the_html():
+    from tracetorch.report.html import page_data
+
+    # rank 0: Linear(16, 32) on 8 rows at "0", 2*8*16*32 = 8192 FLOPs; rank 1: a Conv1d there
+    # costing 3000 (hand-set): two nodes, each its own rank's call and FLOPs, none summed
+    merged = merge_profiles([_one_layer(0, "Linear", 8192, 100),
+                             _one_layer(1, "Conv1d", 3000, 300)])
+    rows = {(n.name, n.type_name): (n.calls, n.flops) for n in merged.root.children.values()}
+    assert rows == {("0", "Linear"): (1, 8192), ("0#2", "Conv1d"): (1, 3000)}
+    spreads = node_spreads(merged)
+    assert spreads[merged.find("0")].total.slowest_rank == 0
+    assert spreads[merged.find("0#2")].total.slowest_rank == 1
+    shown = page_data(merged)[1]["ranks"]["spreads"]
+    assert shown["0"] == [100, 100, 100, 0] and shown["0#2"] == [300, 300, 300, 1]
+    # the same merge again (saved and loaded, or merged on) keeps them apart, not a third node
+    again = merge_profiles([merged, _one_layer(2, "Conv1d", 3000, 200)])
+    assert sorted((n.name, n.calls) for n in again.root.children.values()) == [
+        ("0", 1), ("0#2", 2)]
+
+
+def test_profiles_of_another_run_are_refused_and_the_job_is_kept():
+    assert merge_profiles([_one_layer(0, "Linear", 1, 1), _one_layer(1, "Linear", 1, 1)]
+                          ).meta["distributed"]["job"] == "j1"
+    with pytest.raises(ValueError, match="rank 1 of run j0 cannot be merged with rank 0 of run "
+                                         "j1"):
+        merge_profiles([_one_layer(0, "Linear", 1, 1), _one_layer(1, "Linear", 1, 1, "j0")])
+
+
+def test_a_gather_through_files_skips_an_earlier_runs_rank_file(tmp_path):
+    from tracetorch.distributed import gather_profiles, rank_file
+
+    path = str(tmp_path / "job.json")
+    _one_layer(1, "Linear", 5, 5, job="earlier").save(rank_file(path, 1))
+    with pytest.warns(RuntimeWarning, match=r"of another run than this one \(job j1\)"):
+        merged = gather_profiles(_one_layer(0, "Linear", 5, 5), path, timeout=0.0)
+    assert merged is not None and merged.meta["distributed"]["missing_ranks"] == [1]
+    assert sorted(rank_rows(merged)) == [0]

@@ -216,7 +216,7 @@ class profile(ProfileResult):
                     if "date" not in self.meta:  # when, how and on what it ran: once
                         self.meta.update(run_facts(self.root))
                     if self._distributed is not None:
-                        self._distributed.exit(self)
+                        self._distributed.exit(self, exc_info[1])
             finally:
                 BOARD.release()
 

@@ -4,8 +4,10 @@ a layer whose forward waits (the injected delay the straggler analysis must find
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import time
+import warnings
 from datetime import timedelta
 from typing import Any
 
@@ -57,9 +59,10 @@ def train(model: torch.nn.Module, prof: Any, steps: int = STEPS) -> None:
         prof.step()
 
 
-def _join(rank: int, world: int, port: int) -> None:
+def _join(rank: int, world: int, port: int, timeout: float = 20.0) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=20))
+    dist.init_process_group("gloo", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=timeout))
 
 
 def ddp_job(rank: int, world: int, port: int, path: str, slow: int, bucket_cap_mb: Any,
@@ -94,3 +97,38 @@ def files_job(rank: int, world: int, port: int, path: str, crash: int) -> None:
         if rank == crash:
             os._exit(3)
     prof.gather(path, timeout=10.0 if crash < 0 else 0.5)
+
+
+def _steps(model: torch.nn.Module, prof: Any, rank: int, fail: int, how: str) -> None:
+    """Train; rank ``fail`` fails at the second step: ``how`` is "raise" or "kill" (SIGKILL)."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(STEPS):
+        if rank == fail and step == 1:
+            if how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise RuntimeError(f"rank {rank} fails mid-training")
+        opt.zero_grad()
+        model(torch.ones(BATCH, 16)).sum().backward()
+        opt.step()
+        prof.step()
+
+
+def failing_job(rank: int, world: int, port: int, path: str, fail: int, how: str) -> None:
+    """Train with DDP in ``profile(gather=path)``; rank ``fail`` fails mid-training (``how``:
+    "raise", "kill"), or never enters the profile (``how``: "absent": it trains without one).
+    What the profile warns goes to ``<path>.rank<N>.warnings``."""
+    torch.set_num_threads(1)
+    _join(rank, world, port, timeout=120.0)  # waiting for the group's timeout fails the test
+    ddp = torch.nn.parallel.DistributedDataParallel(build_model())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            if rank == fail and how == "absent":
+                _steps(ddp, tt.profile(), rank, -1, how)
+            else:
+                with tt.profile(gather=path) as prof:
+                    _steps(ddp, prof, rank, fail, how)
+        finally:
+            with open(f"{path}.rank{rank}.warnings", "w", encoding="utf-8") as out:
+                out.write("\n".join(str(w.message) for w in caught))
+    dist.destroy_process_group()

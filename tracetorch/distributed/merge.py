@@ -9,6 +9,11 @@ site per (call path, operation). So the state costs O(nodes) plus O(1) per rank,
 O(ranks × nodes), and :meth:`RankMerge.merge` is associative: ranks can be merged one at a time,
 or pairwise up a tree (:func:`tree_merge`), with the same result.
 
+Nodes are matched across ranks by call path *and* type: a rank whose layer at ``0`` is a
+``Conv1d`` where another's is a ``Linear`` keeps both, the second named ``0#2`` as a profile
+names two layers called at one name. Profiles of different runs (their ``job`` ids differ: see
+:func:`~tracetorch.distributed.meet.job_id`) are refused.
+
 A merged profile is a normal profile (``tt.load`` and ``tracetorch report`` read it); what is
 only true of a merge lives under ``result.meta["distributed"]`` (``"merged": True``): the rank
 rows under ``"ranks"``, the nodes' spreads under ``"nodes"`` (one per node, in the order of a
@@ -34,7 +39,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tracetorch.distributed.spread import Spread
-from tracetorch.engine.fold import merge_below
+from tracetorch.engine.fold import add_recorded
 from tracetorch.result import EXACT_STEPS, ProfileResult
 from tracetorch.stats import TimeStats
 from tracetorch.tree import CallNode
@@ -164,6 +169,8 @@ class RankMerge:
         self.unsupported: dict[str, int] = {}
         self.dropped_events = 0
         self.world_size = 0
+        #: The run the merged profiles belong to (``None``: not recorded).
+        self.job: str | None = None
         #: Run facts of the lowest rank merged (tracetorch's, the clock's), for the result.
         self.meta: dict[str, Any] = {}
         self._meta_rank: int | None = None
@@ -196,6 +203,8 @@ class RankMerge:
         state.unsupported = dict(result.unsupported)
         state.dropped_events = int(result.dropped_events)
         state.meta = {k: v for k, v in result.meta.items() if k not in (META_KEY, "pid")}
+        job = facts.get("job")
+        state.job = str(job) if job is not None else None
         if facts.get("merged"):
             state._restore(result, facts)
             return state
@@ -210,7 +219,7 @@ class RankMerge:
             state.root = result.root
             pairs = [(node, node) for node in result.root.walk() if node is not result.root]
         else:
-            pairs = merge_below(result.root, state.root)
+            pairs = _merge_below(result.root, state.root)
         for source, node in pairs:
             state.nodes[node] = spread = NodeSpread()
             spread.add(rank, source)
@@ -230,7 +239,7 @@ class RankMerge:
         if len(saved) != len(order):
             raise ValueError(f"merged profile: {len(saved)} node spreads for {len(order)} nodes")
         spreads = {id(node): data for node, data in zip(order, saved)}
-        for source, node in merge_below(result.root, self.root):
+        for source, node in _merge_below(result.root, self.root):
             data = spreads[id(source)]
             self.nodes[node] = NodeSpread.from_dict(data) if data else NodeSpread()
         for data in facts.get("collectives", ()):
@@ -241,12 +250,18 @@ class RankMerge:
         """Fold ``other`` (disjoint ranks) into this state; ``other`` is left spent.
 
         Raises:
-            ValueError: a rank is in both.
+            ValueError: a rank is in both; the two are of different runs (``job``).
         """
         both = self.ranks.keys() & other.ranks.keys()
         if both:
             raise ValueError(f"rank {min(both)} is merged twice")
-        for source, node in merge_below(other.root, self.root):
+        if self.job is not None and other.job is not None and self.job != other.job:
+            raise ValueError(f"rank {_listed(other.ranks)} of run {other.job} cannot be merged "
+                             f"with rank {_listed(self.ranks)} of run {self.job}: profiles of "
+                             f"different runs of the job")
+        if self.job is None:
+            self.job = other.job
+        for source, node in _merge_below(other.root, self.root):
             mine = self.nodes.get(node)
             theirs = other.nodes.get(source)
             if mine is None:
@@ -279,6 +294,7 @@ class RankMerge:
         order = list(self.root.walk())
         facts: dict[str, Any] = {
             "merged": True,
+            "job": self.job,
             "world_size": max(self.world_size, max(self.ranks, default=-1) + 1),
             "meta_rank": self._meta_rank,
             "ranks": {str(r): self.ranks[r] for r in sorted(self.ranks)},
@@ -372,6 +388,51 @@ def collective_sites(result: ProfileResult) -> list[CollectiveSite]:
 
 
 # ---------------------------------------------------------------------- helpers
+def _merge_below(source: CallNode, target: CallNode) -> list[tuple[CallNode, CallNode]]:
+    """Add every node below ``source`` into ``target``'s tree, matched by call path and
+    type: a child goes to the child of the same name, kind and type, else to a ``name#k`` one
+    of that kind and type, else to a new ``name#k`` (the first free ``k`` from 2); no two
+    children of one parent go to the same node. The (source, target) pairs, parents first.
+
+    Example:
+        >>> mine, theirs = CallNode.root(), CallNode.root()
+        >>> _ = mine.child("0", "Linear", "a"), theirs.child("0", "Conv1d", "b")
+        >>> [(t.name, t.type_name) for _, t in _merge_below(theirs, mine)]
+        [('0#2', 'Conv1d')]
+    """
+    pairs: list[tuple[CallNode, CallNode]] = []
+    stack = [(source, target)]
+    while stack:
+        theirs, mine = stack.pop()
+        taken: set[str] = set()
+        for child in theirs.children.values():
+            merged = _counterpart(mine, child, taken)
+            taken.add(merged.name)
+            if merged.rule_state == "none":
+                merged.rule_state = child.rule_state
+            add_recorded(child, merged)
+            pairs.append((child, merged))
+            stack.append((child, merged))
+    return pairs
+
+
+def _counterpart(parent: CallNode, child: CallNode, taken: set[str]) -> CallNode:
+    """The child of ``parent`` that ``child`` (of another rank's tree) merges into."""
+    name, suffix = child.name, 2
+    while True:
+        node = parent.children.get(name)
+        if node is None:
+            return parent.child(name, child.type_name, child.module_key, child.kind)
+        if (name not in taken and node.type_name == child.type_name
+                and node.kind == child.kind):
+            return node
+        name, suffix = f"{child.name}#{suffix}", suffix + 1
+
+
+def _listed(ranks: Iterable[int]) -> str:
+    return ", ".join(str(r) for r in sorted(ranks))
+
+
 def _rank_row(result: ProfileResult, facts: dict[str, Any]) -> dict[str, Any]:
     """The few numbers a rank contributes: its facts, totals and step times."""
     row = {key: facts[key] for key in _FACTS if key in facts}
