@@ -7,6 +7,7 @@ torchrun launches it: a rank raising, and a run's files next to an earlier run's
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -139,3 +140,23 @@ def test_a_late_rank_is_waited_for_not_replaced_by_an_earlier_runs_file(ranks, t
     assert sorted(rank_rows(merged)) == [0, 1]
     assert merged.meta["distributed"]["job"] != earlier
     assert merged.find("0").calls == 2 * 3  # not 3 + 2: the earlier run's rank 1
+
+
+def test_torchrun_with_a_rank_raising_fails_as_fast_as_without_tracetorch(ranks, tmp_path):
+    from support.processes import run_captured
+
+    script = os.path.join(os.path.dirname(__file__), "support", "rank_script.py")
+    start = time.monotonic()
+    try:
+        done = run_captured(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+             "2", "-m", "tracetorch", "run", "-o", "job.json", script, "3", "1", "-1"],
+            tmp_path, timeout=BOUND_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the job still ran after {time.monotonic() - start:.0f} s")
+    assert done.returncode == 1, done.stderr  # torchrun's status for a failed worker
+    assert "rank 1 fails mid-training" in done.stderr
+    # the failed rank's own profile, of this launch: torchrun's run id (a fresh uuid with
+    # --standalone) and restart count (rank 0 may be stopped by torchrun before it writes its)
+    own = tt.load(str(tmp_path / "job.rank1.json")).meta["distributed"]
+    assert own["rank"] == 1 and re.fullmatch(r"[0-9a-f-]{36}\.0", own["job"])
