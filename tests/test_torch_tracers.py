@@ -143,6 +143,7 @@ print(json.dumps([torch.jit.script(Fresh())(torch.ones(2)).tolist(),
 
 
 def test_jit_trace_inside_a_block_records_the_users_source_lines(torch):
+    import os
     import re
 
     import tracetorch
@@ -168,5 +169,6 @@ def test_jit_trace_inside_a_block_records_the_users_source_lines(torch):
         model(x)
         after_a_call = graph(model, x)
     assert before_any_call == outside and after_a_call == outside  # lines, scopes, names
-    assert "tracetorch" not in outside and "test_torch_tracers.py" in outside
+    package = os.path.dirname(tracetorch.__file__)  # no source line of ours, wherever it lies
+    assert package not in outside and "test_torch_tracers.py" in outside
     assert prof.gemm_flops == 2 * 3 * 4 * 8 + 2 * 3 * 8 * 2 + 2 * 3 * 2 * 2  # the eager call's
