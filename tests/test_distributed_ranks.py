@@ -165,12 +165,15 @@ def test_torchrun_runs_tracetorch_run_on_every_rank(ranks, tmp_path):
     script = os.path.join(os.path.dirname(__file__), "..", "examples", "ddp_train.py")
     done = run_captured(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         "-m", "tracetorch", "run", "-o", "job.json", script, "--steps", "3"],
+         "-m", "tracetorch", "run", "-o", "job.json", "--peak-flops", "1e12", "--bandwidth",
+         "1e11", script, "--steps", "3"],
         tmp_path, timeout=240)
     assert done.returncode == 0, done.stderr
     assert "rank 0: trained 3 steps" in done.stdout and "rank 1: trained 3 steps" in done.stdout
     assert "Ranks: 2 of 2" in done.stderr and "straggler: rank 1:" in done.stderr
+    assert "Bottlenecks" in done.stderr  # the job's report measures against the machine given
     merged = tt.load(str(tmp_path / "job.json"))
+    assert merged.machine is not None and merged.machine.peak_flops == 1e12
     assert sorted(rank_rows(merged)) == [0, 1]
     assert merged.find("0").calls == 2 * 3
     assert (tmp_path / "job.rank1.json").exists()

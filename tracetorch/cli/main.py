@@ -304,7 +304,10 @@ def _report_job(prof: profile, opts: argparse.Namespace, status: int, report: Te
     if opts.chrome is not None:
         export_ranks_chrome_trace(gather, os.path.join(folder, opts.chrome))
         _say(f"tracetorch: wrote {printable(opts.chrome)}", report)
-    _write_outputs(merged, argparse.Namespace(**{**vars(opts), "output": None, "chrome": None}),
+    attach_machine(merged, opts, report, "run")  # the job's report measures as one process's
+    # The gather saved -o already; it is saved again only to carry the machine.
+    output = opts.output if "machine" in merged.meta else None
+    _write_outputs(merged, argparse.Namespace(**{**vars(opts), "output": output, "chrome": None}),
                    report, folder)
     _flush(sys.stdout)
     lines = [f"\ntracetorch: {printable(opts.script)} {_ended(status)} on rank 0; "
