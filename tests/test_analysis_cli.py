@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tracetorch
-from tracetorch.analysis import calibrate as calibration
+from support.calibration import fake_measurements
 from tracetorch.cli.main import main
 
 
@@ -28,15 +28,7 @@ def saved(tmp_path: Path) -> str:
 
 @pytest.fixture
 def fake_measure(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[dict[str, Any]]:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    asked: list[dict[str, Any]] = []
-
-    def measure(facts: dict[str, Any]) -> tracetorch.Machine:
-        asked.append(facts)
-        return tracetorch.Machine(1e12, 1e11, 5_000, source="measured now", facts=facts)
-
-    monkeypatch.setattr(calibration, "measure", measure)
-    return asked
+    return fake_measurements(monkeypatch, tmp_path / "cache", 1e12, 1e11)
 
 
 def test_report_with_user_peaks(saved: str, capsys: pytest.CaptureFixture[str]) -> None:

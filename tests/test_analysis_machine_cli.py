@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import tracetorch
+from support.calibration import fake_measurements
 from tracetorch.analysis import calibrate as calibration
 from tracetorch.cli.main import main
 from tracetorch.report.html import page_data
@@ -34,15 +35,7 @@ for _ in range(3):
 @pytest.fixture
 def measured(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[dict[str, Any]]:
     """The facts each measurement was asked for (a fake measurement, in a fresh cache)."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    asked: list[dict[str, Any]] = []
-
-    def measure(facts: dict[str, Any]) -> tracetorch.Machine:
-        asked.append(facts)
-        return tracetorch.Machine(1e10, 1e9, 5_000, source="measured now", facts=facts)
-
-    monkeypatch.setattr(calibration, "measure", measure)
-    return asked
+    return fake_measurements(monkeypatch, tmp_path / "cache", 1e10, 1e9)
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tracetorch.distributed.spread import Spread
-from tracetorch.engine.fold import add_recorded
+from tracetorch.engine.fold import merge_below
 from tracetorch.result import EXACT_STEPS, ProfileResult
 from tracetorch.stats import TimeStats
 from tracetorch.tree import CallNode
@@ -400,20 +400,7 @@ def _merge_below(source: CallNode, target: CallNode) -> list[tuple[CallNode, Cal
         >>> [(t.name, t.type_name) for _, t in _merge_below(theirs, mine)]
         [('0#2', 'Conv1d')]
     """
-    pairs: list[tuple[CallNode, CallNode]] = []
-    stack = [(source, target)]
-    while stack:
-        theirs, mine = stack.pop()
-        taken: set[str] = set()
-        for child in theirs.children.values():
-            merged = _counterpart(mine, child, taken)
-            taken.add(merged.name)
-            if merged.rule_state == "none":
-                merged.rule_state = child.rule_state
-            add_recorded(child, merged)
-            pairs.append((child, merged))
-            stack.append((child, merged))
-    return pairs
+    return merge_below(source, target, _counterpart)
 
 
 def _counterpart(parent: CallNode, child: CallNode, taken: set[str]) -> CallNode:

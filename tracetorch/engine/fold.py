@@ -18,7 +18,7 @@ Example:
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from tracetorch.memory import MemoryStats
@@ -27,11 +27,13 @@ from tracetorch.tree import CallNode
 if TYPE_CHECKING:
     from tracetorch.engine.hotpath import Frame
 
-__all__ = ("fold_tree", "fold_touched", "merge_tree", "merge_below", "graft", "add_recorded",
-           "clear_recorded")
+__all__ = ("Counterpart", "fold_tree", "fold_touched", "merge_tree", "merge_below", "graft",
+           "add_recorded", "clear_recorded")
 
 #: The same node in the source tree and in the tree it was merged into.
 NodeMap = dict[CallNode, CallNode]
+#: How merge_below matches a child: (target parent, source child, names taken) -> target child.
+Counterpart = Callable[[CallNode, CallNode, set[str]], CallNode]
 
 
 def fold_tree(node: CallNode) -> tuple[int, int, int]:
@@ -200,10 +202,13 @@ def merge_tree(source: CallNode, target: CallNode) -> NodeMap:
     return mapping
 
 
-def merge_below(source: CallNode, target: CallNode) -> list[tuple[CallNode, CallNode]]:
+def merge_below(source: CallNode, target: CallNode,
+                counterpart: Counterpart | None = None) -> list[tuple[CallNode, CallNode]]:
     """Add every node below ``source`` (not ``source`` itself) into ``target``'s tree by call
     path, children matched by name and new ones appended in their call order; returns the
-    (source node, target node) pairs, each parent before its children.
+    (source node, target node) pairs, each parent before its children. ``counterpart(parent,
+    child, taken)`` picks another match (the child of ``parent`` that ``child`` goes to, given
+    the names of ``parent``'s children already taken by ``child``'s siblings).
 
     An explicit stack, not recursion: a tree hundreds of levels deep merges as well as a flat
     one.
@@ -218,14 +223,21 @@ def merge_below(source: CallNode, target: CallNode) -> list[tuple[CallNode, Call
     stack = [(source, target)]
     while stack:
         theirs, mine = stack.pop()
-        for name, child in theirs.children.items():
-            merged = mine.child(name, child.type_name, child.module_key, child.kind)
+        taken: set[str] = set()
+        for child in theirs.children.values():
+            merged = (counterpart or _same_name)(mine, child, taken)
+            taken.add(merged.name)
             if merged.rule_state == "none":
                 merged.rule_state = child.rule_state
             add_recorded(child, merged)
             pairs.append((child, merged))
             stack.append((child, merged))
     return pairs
+
+
+def _same_name(parent: CallNode, child: CallNode, taken: set[str]) -> CallNode:
+    # merge_below's own match: the child of the same name (made when missing).
+    return parent.child(child.name, child.type_name, child.module_key, child.kind)
 
 
 def graft(source: CallNode, owners: dict[str, Any], frame: Frame) -> NodeMap:
