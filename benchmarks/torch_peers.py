@@ -106,6 +106,13 @@ def torch_profiler(model: torch.nn.Module) -> contextlib.AbstractContextManager:
                                   record_shapes=False, with_flops=False)
 
 
+def torch_profiler_detailed(model: torch.nn.Module) -> contextlib.AbstractContextManager:
+    """``torch.profiler`` as a user wanting per-layer FLOPs runs it: shapes, FLOPs and module
+    hierarchy recorded (``model`` is unused)."""
+    return torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                  record_shapes=True, with_flops=True, with_modules=True)
+
+
 def import_deepspeed() -> None:
     """Import DeepSpeed's flops profiler, silencing the accelerator warning it prints to stdout
     (its logger keeps the silenced stream, so later DeepSpeed logging stays quiet too)."""
