@@ -25,7 +25,8 @@ import torch
 import wrapt
 
 __all__ = ["PAIRS", "bare_wrapt", "build_mlp", "deepspeed_profiler", "forward_classes",
-           "import_deepspeed", "module_calls", "timing_hooks", "torch_profiler"]
+           "import_deepspeed", "module_calls", "timing_hooks", "torch_profiler",
+           "torch_profiler_detailed"]
 
 PAIRS = 50
 
