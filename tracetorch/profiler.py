@@ -19,6 +19,7 @@ from typing import Any, Callable, TypeVar
 from tracetorch.adapters import AdapterSet
 from tracetorch.analysis.calibrate import resolve_machine
 from tracetorch.analysis.machine import Machine
+from tracetorch.engine import backward_sampling
 from tracetorch.engine.collector import Collector
 from tracetorch.engine.fold import clear_recorded, merge_tree
 from tracetorch.engine.hotpath import (
@@ -88,6 +89,13 @@ class profile(ProfileResult):
             The merged profile is ``prof.merged`` on rank 0; see :mod:`tracetorch.distributed`.
         collectives: in a distributed job, record collectives (bytes, time, bandwidth) through
             a dispatch mode, which costs every tensor operation microseconds; ``False`` skips it.
+        backward_every: attribute backward work to layers on one recorded step in this many
+            (the first, then every K-th: 0, K, 2K...), which spares torch's marking of layer
+            outputs on the others; 1 (the default) is exact. A step ends at :meth:`step` (call
+            it at the end of each step); a block without one is one step. Forward figures and
+            backward passes' own times stay exact; layers' backward figures come from the
+            sampled steps, and the backward totals (``backward_flops``, ``total_flops``, MFU)
+            are scaled by steps / sampled steps, which ``meta["backward_sampling"]`` records.
 
     On exit every patched attribute is restored exactly, also when the block raises; the
     exception passes through unchanged and what ran before it stays recorded. A profile may be
@@ -111,7 +119,7 @@ class profile(ProfileResult):
                  isolated: bool = False, ops: bool = True, memory: bool = True,
                  params: bool = True, op_timing: bool = False, nvtx: bool = False,
                  machine: Machine | str | None = None, gather: bool | str | None = None,
-                 collectives: bool = True) -> None:
+                 collectives: bool = True, backward_every: int = 1) -> None:
         if model is not None and not (is_layer(model) or callable(model)):
             raise TypeError(f"model must be a layer (an object with a forward method) or None, "
                             f"got {type(model).__name__}")
@@ -119,6 +127,12 @@ class profile(ProfileResult):
             raise ValueError(f"max_events must be a positive int, got {max_events!r}")
         if clock is not None and not callable(clock):
             raise TypeError(f"clock must be a callable returning nanoseconds, got {clock!r}")
+        if isinstance(backward_every, bool) or not isinstance(backward_every, int):
+            raise TypeError(f"backward_every must be an int (attribute backward work on one "
+                            f"step in that many), got {backward_every!r}")
+        if backward_every < 1:
+            raise ValueError(f"backward_every must be at least 1 (1: every step), "
+                             f"got {backward_every!r}")
         super().__init__(CallNode.root(), timeline=[] if timeline else None,
                          meta={"timing": bool(timing)})
         peaks = resolve_machine(machine, model)
@@ -158,6 +172,13 @@ class profile(ProfileResult):
         #: The job's merged profile, on rank 0 after a gather (``gather=`` or :meth:`gather`).
         self.merged: ProfileResult | None = None
         self._step_start: int | None = None
+        self.backward_every = backward_every
+        # Recorded steps so far, those whose backward work was attributed (sampled), and the
+        # step_count of the last one counted (a generator's block is entered many times in one).
+        self._steps = self._sampled_steps = 0
+        self._counted = -1
+        # step_count when the block was entered: a block without step() is one step.
+        self._entry_step = 0
 
     # ---------------------------------------------------------------- context manager
     def __enter__(self) -> profile:
@@ -191,6 +212,7 @@ class profile(ProfileResult):
             raise
         if first:
             self._step_start = self._collector.host_clock()
+            self._entry_step = self.step_count
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
@@ -204,6 +226,12 @@ class profile(ProfileResult):
                 self._scratches.append(entry.scratch)
             try:
                 if not self._entries:
+                    if self.step_count == self._entry_step and self.phase == "active":
+                        self._count_step()  # a block without step(): one step
+                    if self.backward_every > 1:
+                        self.meta["backward_sampling"] = {
+                            "every": self.backward_every, "steps": self._steps,
+                            "sampled_steps": self._sampled_steps}
                     if self.all_threads and all_threads_collector() is self._collector:
                         record_all_threads(None)
                     self._collector.stop()
@@ -249,6 +277,9 @@ class profile(ProfileResult):
             self._collector.pause()
             return
         entry.active = phase == "active"
+        if entry.active and self._ordinal() % self.backward_every:  # between sampled steps
+            entry.skipping = True
+            backward_sampling.skip(self._collector)
         # Recorded straight into the tree only when nobody else needs this step's calls apart;
         # else into the entry's scratch tree, emptied after each step (_close_segment), whose
         # nodes are found again step after step: a run of any length holds one step's tree.
@@ -262,6 +293,9 @@ class profile(ProfileResult):
 
     def _close_segment(self, entry: _Entry) -> None:
         """Stop recording the entry's current step and hand its calls to whoever keeps them."""
+        if entry.skipping:
+            entry.skipping = False
+            backward_sampling.resume(self._collector)
         target, opened = entry.target, entry.opened
         entry.target = entry.opened = None
         if target is None or opened is None:
@@ -295,9 +329,11 @@ class profile(ProfileResult):
         """
         now = self._collector.host_clock()
         duration = None
-        if self._step_start is not None and self.phase == "active":
-            duration = now - self._step_start
-            self.step_times.add(duration)
+        if self.phase == "active":
+            self._count_step()
+            if self._step_start is not None:
+                duration = now - self._step_start
+                self.step_times.add(duration)
         entry = self._recording_entry()
         if entry is not None:
             self._close_segment(entry)
@@ -311,6 +347,20 @@ class profile(ProfileResult):
         if entry is not None:
             self._open_segment(entry)
         self._step_start = self._collector.host_clock()
+
+    def _ordinal(self) -> int:
+        # The current step's place among the recorded steps (0: the first).
+        return self._steps - 1 if self._counted == self.step_count else self._steps
+
+    def _count_step(self) -> None:
+        # The current recorded step ends (once); it was sampled if backward work was
+        # attributed in it.
+        if self._counted == self.step_count:
+            return
+        if self._ordinal() % self.backward_every == 0:
+            self._sampled_steps += 1
+        self._steps += 1
+        self._counted = self.step_count
 
     def _recording_entry(self) -> _Entry | None:
         for entry in reversed(self._entries):
@@ -374,7 +424,7 @@ class profile(ProfileResult):
 class _Entry:
     """One entry into a profile: the recording of its current step and who else receives it."""
 
-    __slots__ = ("enclosing", "reentrant", "active", "target", "opened", "scratch")
+    __slots__ = ("enclosing", "reentrant", "active", "target", "opened", "scratch", "skipping")
 
     def __init__(self, enclosing: Frame | None, reentrant: bool = False) -> None:
         #: Another profile's open call, which gets every call recorded here as well.
@@ -385,6 +435,8 @@ class _Entry:
         self.opened: tuple[Token, bool] | None = None
         #: The tree recording the steps that do not go straight into the profile's.
         self.scratch: CallNode | None = None
+        #: Whether this recording attributes no backward work (between sampled steps).
+        self.skipping = False
 
 
 def _registry_with(flop_rules: dict[type, Any] | None) -> FlopRegistry:

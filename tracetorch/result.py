@@ -135,8 +135,18 @@ class ProfileResult:
 
     @property
     def backward_flops(self) -> int:
-        """FLOPs of gradient computation recorded inside the profile."""
-        return self.root.subtree_sum("backward_flops")
+        """FLOPs of gradient computation recorded inside the profile (with
+        ``profile(backward_every=K)``: the sampled steps' scaled to all steps)."""
+        return self._all_steps(self.root.subtree_sum("backward_flops"))
+
+    def _all_steps(self, sampled: int) -> int:
+        # A backward total measured on the sampled steps, estimated for every step recorded.
+        sampling = self.meta.get("backward_sampling")
+        steps, taken = ((sampling.get("steps"), sampling.get("sampled_steps"))
+                        if isinstance(sampling, dict) else (None, None))
+        if type(steps) is not int or type(taken) is not int or not 0 < taken <= steps:
+            return sampled  # exact (or a saved entry that says nothing usable)
+        return sampled * steps // taken
 
     @property
     def total_flops(self) -> int:
@@ -150,8 +160,9 @@ class ProfileResult:
 
     @property
     def backward_gemm_flops(self) -> int:
-        """Matmul and convolution FLOPs of the gradient computation."""
-        return self.root.subtree_sum("backward_gemm_flops")
+        """Matmul and convolution FLOPs of the gradient computation (scaled as
+        :attr:`backward_flops`)."""
+        return self._all_steps(self.root.subtree_sum("backward_gemm_flops"))
 
     @property
     def gemm_flops(self) -> int:

@@ -110,6 +110,9 @@ class Collector(CallTiming):
         self._deepest = 0
         # FLOPs of the backward pass in progress, for its Tensor.backward node's summary.
         self._pass_flops = self._pass_gemm = 0
+        #: Whether gradient work is charged to layers now: off between the sampled steps of
+        #: ``profile(backward_every=K)`` (see :mod:`tracetorch.engine.backward_sampling`).
+        self.backward_on = True
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, target: CallNode) -> Frame:
@@ -402,8 +405,8 @@ class Collector(CallTiming):
     # ------------------------------------------------------------------ backward
     def add_backward(self, node: CallNode, flops: int, gemm: bool, elapsed_ns: int) -> None:
         """Attribute one gradient operation to the layer whose forward created it (ignored once
-        this profile has stopped: the graph outlived the block)."""
-        if not self.active:
+        this profile has stopped: the graph outlived the block, or between sampled steps)."""
+        if not self.active or not self.backward_on:
             return
         node.backward_flops += flops
         if gemm:

@@ -9,7 +9,7 @@ Example:
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tracetorch.analysis.machine import machine_entry
 from tracetorch.phases import input_bound
@@ -45,6 +45,19 @@ _LOWER_BOUND = {"partial": "; a lower bound (layers with unknown FLOPs ran)",
 def _split_flops(total: int, gemm: int) -> str:
     return (f"{format_flops(total)} (GEMM/conv {format_flops(gemm)}, "
             f"other {format_flops(total - gemm)})")
+
+
+def _sampling_line(meta: dict[str, Any]) -> str:
+    # profile(backward_every=K): which steps the backward figures come from, and how scaled.
+    sampling = meta.get("backward_sampling")
+    if not isinstance(sampling, dict):
+        return ""
+    every, steps, taken = (sampling.get(key) for key in ("every", "steps", "sampled_steps"))
+    if type(every) is not int or type(steps) is not int or type(taken) is not int:
+        return ""
+    return (f"sampled 1 step in {every} ({taken} of {_plural(steps, 'step')}): Backward and "
+            f"Total FLOPs scaled to all steps; the rows' Bwd and backward FLOPs are the sampled "
+            f"steps'")
 
 
 def _phases_line(result: ProfileResult) -> str:
@@ -104,6 +117,9 @@ def summary_lines(result: ProfileResult) -> list[str]:
     if has_backward:
         rows.append(("Backward FLOPs", _split_flops(result.backward_flops, backward_gemm)))
         rows.append(("Total FLOPs", _split_flops(result.total_flops, forward_gemm + backward_gemm)))
+    sampled = _sampling_line(result.meta)
+    if sampled:
+        rows.append(("Backward", sampled))
     total_time = format_time_ns(result.total_time_ns)
     rows.append(("Total time", f"{total_time} in {_plural(top_calls, 'top-level call')}"))
 

@@ -218,8 +218,8 @@ def mark_operation(frame: Frame, result: Any, parts: Sequence[GradientPart],
     """Mark the node of a counted tensor operation with the gradient parts of its arguments
     (an index names a positional argument, a string a keyword argument)."""
     fn = result.grad_fn
-    if fn is None or not _grad_enabled():
-        return
+    if fn is None or not _grad_enabled() or not frame.collector.backward_on:
+        return  # (off between the sampled steps of profile(backward_every=K))
 
     def tensor_of(need: int | str) -> Any:
         if isinstance(need, int):
