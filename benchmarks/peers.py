@@ -3,14 +3,14 @@
 Each row is one piece of work (a step): the model is built once, then every variant of
 ``torch_peers`` (plain; bare wrapt wrappers; forward hooks; forward + full backward hooks;
 ``torch.profiler``; DeepSpeed's ``FlopsProfiler``; ``tracetorch.profile(model)``, also with
-``ops=False``) is entered, runs one untimed step, times a sample of back-to-back steps and is
-left again. Variants are interleaved round by round (the order rotates each round), each sample
-paired with a plain one taken just before it; a column's cell is the median over rounds of (the
-variant's sample - its plain sample) per step, divided by the module calls per step (counted
-once with forward hooks). The garbage collector runs between samples, never inside one. One thread
-(``torch.set_num_threads(1)``), batch 1. The clock is the process's CPU time by default
-(``--clock wall`` for wall time): on a shared machine the time spent waiting for a core is
-noise, not cost.
+``ops=False`` and with ``backward_every=8``) is entered, runs one untimed step, times a sample of
+back-to-back steps and is left again. Variants are interleaved round by round (the order rotates
+each round), each sample paired with a plain one taken just before it; a column's cell is the
+median over rounds of (the variant's sample - its plain sample) per step, divided by the module
+calls per step (counted once with forward hooks). The garbage collector runs between samples, never
+inside one. One thread (``torch.set_num_threads(1)``), batch 1. The clock is the process's CPU time
+by default (``--clock wall`` for wall time): on a shared machine the time spent waiting for a core
+is noise, not cost.
 
 Rows (``--rows`` takes names or prefixes, e.g. ``mlp``):
 

@@ -159,3 +159,41 @@ def test_the_sampling_line_and_a_json_round_trip(torch: ModuleType, tmp_path: Pa
 def test_bad_backward_every_is_refused(value: Any, error: type[Exception]) -> None:
     with pytest.raises(error, match="backward_every"):
         tracetorch.profile(backward_every=value)
+
+
+def test_mfu_counts_the_scaled_backward_flops(torch: ModuleType) -> None:
+    from tracetorch.analysis.machine import Machine
+    from tracetorch.analysis.utilization import utilization
+
+    machine = Machine(1e12, 1e11)
+    exact, sampled = _torch_run(torch, 1, 8), _torch_run(torch, 4, 8)
+    assert utilization(sampled, machine).model_flops == utilization(exact, machine).model_flops
+
+
+def test_a_schedule_samples_among_its_active_steps(torch: ModuleType) -> None:
+    model = torch.nn.Linear(4, 8)
+    every = tracetorch.schedule(wait=1, warmup=1, active=4, repeat=1)
+    with tracetorch.profile(model, schedule=every, backward_every=2) as prof:
+        for _ in range(8):  # wait, warmup, 4 active (the 1st and 3rd sampled), done, done
+            model(torch.ones(3, 4)).sum().backward()
+            prof.step()
+    assert prof.meta["backward_sampling"] == {"every": 2, "steps": 4, "sampled_steps": 2}
+    weight = 2 * 3 * 4 * 8  # the weight's gradient per step
+    assert prof.find("").backward_flops == 2 * weight and prof.backward_flops == 4 * weight
+
+
+def test_the_innermost_profile_decides_what_is_marked(torch: ModuleType) -> None:
+    model = torch.nn.Linear(4, 8)
+    weight = 2 * 3 * 4 * 8
+    with tracetorch.profile(model) as outer:
+        with tracetorch.profile(model, backward_every=2) as inner:
+            for _ in range(4):
+                model(torch.ones(3, 4)).sum().backward()
+                inner.step()
+        with tracetorch.profile(model, backward_every=2) as stepped_once:
+            stepped_once.step()  # its step 1 skips; one exact profile inside it marks again
+            with tracetorch.profile(model) as innermost:
+                model(torch.ones(3, 4)).sum().backward()
+    assert inner.backward_flops == 4 * weight and inner.find("").backward_flops == 2 * weight
+    assert innermost.backward_flops == weight
+    assert outer.find("").calls == 5

@@ -32,7 +32,8 @@ def require_valgrind(script: str) -> None:
 
 
 HEADER = ("| work | bare wrapt | forward hooks | forward + full backward hooks | torch.profiler "
-          "| DeepSpeed profiler | tracetorch | tracetorch ops=False |")
+          "| DeepSpeed profiler | tracetorch | tracetorch ops=False "
+          "| tracetorch backward_every=8 |")
 
 
 @pytest.mark.slow
@@ -49,7 +50,7 @@ def test_peers_prints_the_overhead_table() -> None:
     number = re.compile(r"~-?[\d,]+")
     for row in rows:
         # DeepSpeed may be missing here (a blank cell with its reason); the rest are torch's
-        cells = row[1:5] + [row[6], row[7].rstrip(" |")]
+        cells = row[1:5] + [row[6], row[7], row[8].rstrip(" |")]
         assert all(number.fullmatch(cell) for cell in cells), row
     assert "% added to the plain step time" in out
     assert re.search(r"mlp-train: plain step [\d.]+ ms, 101 module calls", out)

@@ -20,6 +20,7 @@ Example:
 """
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Callable
 
 from tracetorch.engine.hotpath import _FRAME, set_exit_observer
@@ -33,6 +34,8 @@ __all__ = ("skip", "resume")
 _skipping = 0
 #: The framework's own gate, put back when no profile skips any more.
 _framework_gate: Callable[[], bool] | None = None
+# Profiles in several threads may step at once (once per step: the lock costs nothing).
+_lock = threading.Lock()
 
 
 def _marking_now() -> bool:
@@ -48,23 +51,25 @@ def skip(collector: Collector) -> None:
     """Stop attributing backward work to ``collector``'s layers until :func:`resume`."""
     global _skipping, _framework_gate
     collector.backward_on = False
-    _skipping += 1
-    if _skipping == 1:
-        observer, gate = set_exit_observer(None)
-        if observer is not None:
-            _framework_gate = gate
-            set_exit_observer(observer, _marking_now)
-        else:  # nothing marks (no torch): keep it that way
-            set_exit_observer(observer, gate)
+    with _lock:
+        _skipping += 1
+        if _skipping == 1:
+            observer, gate = set_exit_observer(None)
+            if observer is not None:
+                _framework_gate = gate
+                set_exit_observer(observer, _marking_now)
+            else:  # nothing marks (no torch): keep it that way
+                set_exit_observer(observer, gate)
 
 
 def resume(collector: Collector) -> None:
     """Attribute backward work to ``collector``'s layers again."""
     global _skipping, _framework_gate
     collector.backward_on = True
-    _skipping = max(0, _skipping - 1)
-    if _skipping == 0:
-        observer, gate = set_exit_observer(None)
-        # Put the framework's gate back unless someone installed their own since.
-        set_exit_observer(observer, _framework_gate if gate is _marking_now else gate)
-        _framework_gate = None
+    with _lock:
+        _skipping = max(0, _skipping - 1)
+        if _skipping == 0:
+            observer, gate = set_exit_observer(None)
+            # Put the framework's gate back unless someone installed their own since.
+            set_exit_observer(observer, _framework_gate if gate is _marking_now else gate)
+            _framework_gate = None
