@@ -42,7 +42,10 @@ first call would.
 
 **Optimizers.** No ``step`` is patched: torch's global optimizer step hooks open and close the
 ``"{type}.step"`` node (see :mod:`~tracetorch.adapters.torch.steps`), so optimizers and LR
-schedulers created in a block are exactly what torch alone makes of them.
+schedulers created in a block are exactly what torch alone makes of them. Only
+``Optimizer.zero_grad`` of torch's base class is replaced while profiling, by one that runs
+torch's without the function mode (its ``.grad`` accesses count nothing and cost a third of a
+training step's overhead through the mode).
 
 **Operations and gradients.** :mod:`~tracetorch.adapters.torch.ops` counts matrix products,
 convolutions and attention in functional code; :mod:`~tracetorch.adapters.torch.marks` tags
@@ -71,7 +74,7 @@ from tracetorch.adapters.torch.compiled import compiled_call, start_compiled_cou
 from tracetorch.adapters.torch.cuda import configure as cuda_configure
 from tracetorch.adapters.torch.ops import start_op_counting, traced_forward
 from tracetorch.adapters.torch.saved import saved_bytes
-from tracetorch.adapters.torch.steps import start_step_hooks
+from tracetorch.adapters.torch.steps import quiet_zero_grad, start_step_hooks
 from tracetorch.adapters.torch.structure import start_structure_hooks
 from tracetorch.adapters.torch.tracing import skip_frames, tracing
 from tracetorch.engine.hotpath import OpCounter, make_wrapper
@@ -278,6 +281,8 @@ class TorchAdapter:
             cleanups.append(start_compiled_counting(counter, board))
             module = torch.nn.Module
             board.install(module, "_slow_forward", traced_forward(vars(module)["_slow_forward"]))
+            optimizer = torch.optim.Optimizer
+            board.install(optimizer, "zero_grad", quiet_zero_grad(vars(optimizer)["zero_grad"]))
             eval_frame = sys.modules.get("torch._dynamo.eval_frame")
             compiled = getattr(eval_frame, "OptimizedModule", None)
             if compiled is not None:  # else imported later: the subclass watcher wraps it
