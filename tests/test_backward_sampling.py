@@ -197,3 +197,16 @@ def test_the_innermost_profile_decides_what_is_marked(torch: ModuleType) -> None
     assert inner.backward_flops == 4 * weight and inner.find("").backward_flops == 2 * weight
     assert innermost.backward_flops == weight
     assert outer.find("").calls == 5
+
+
+def test_core_timeline_keeps_the_sampled_steps_backward_spans() -> None:
+    model = Sequential(Linear(4, 3), ReLU(), Linear(3, 2))
+    x = Tensor(np.ones((5, 4), dtype=np.float32))
+    spans = []
+    for every in (1, 4):
+        with tracetorch.profile(model, timeline=True, backward_every=every) as prof:
+            for _ in range(8):
+                model(x).sum().backward()
+                prof.step()
+        spans.append(len(prof.backward_timeline))
+    assert spans[0] == 4 * spans[1] > 0  # steps 0 and 4 of 8

@@ -110,9 +110,6 @@ class Collector(CallTiming):
         self._deepest = 0
         # FLOPs of the backward pass in progress, for its Tensor.backward node's summary.
         self._pass_flops = self._pass_gemm = 0
-        #: Whether gradient work is charged to layers now: off between the sampled steps of
-        #: ``profile(backward_every=K)`` (see :mod:`tracetorch.engine.backward_sampling`).
-        self.backward_on = True
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, target: CallNode) -> Frame:

@@ -61,6 +61,10 @@ class CallTiming:
         self.plain_clock: Clock | None = None
         self.max_events = max_events
         self.dropped_events = 0
+        #: Whether gradient work is charged to layers now (and its spans kept): off between the
+        #: sampled steps of ``profile(backward_every=K)`` (:mod:`~tracetorch.engine.
+        #: backward_sampling`).
+        self.backward_on = True
         #: The nodes that ran (or were charged backward work) since the last fold, each once.
         self.touched: list[CallNode] = []
         #: What runs right before and after each layer call's clock readings (NVTX ranges,
@@ -125,7 +129,7 @@ class CallTiming:
         ``max_events`` with the calls); a span that continues the last one of the same layer in
         this thread extends it."""
         spans = self.backward_events
-        if spans is None or end <= start:
+        if spans is None or end <= start or not self.backward_on:
             return
         thread = threading.get_ident()
         if spans:
