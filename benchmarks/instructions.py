@@ -148,9 +148,11 @@ def report(rows: list[tuple[Work, dict[str, Any]]], steps: int) -> None:
         summary = f"{work.name}: plain step {plain / steps:,.0f} instructions, {calls} module calls"
         if PLAIN_AGAIN in counts:
             summary += f" (counted again: {100 * (counts[PLAIN_AGAIN] - plain) / plain:+.3f}%)"
-        hooks = added.get("forward hooks", 0.0)
-        if "tracetorch" in added and hooks > 0:
-            summary += f", tracetorch {added['tracetorch'] / hooks:.2f}x forward hooks"
+        for ours, theirs in (("tracetorch", "forward hooks"), ("tracetorch", "torch.profiler"),
+                             ("tracetorch", "torch.profiler shapes+FLOPs+modules"),
+                             ("tracetorch backward_every=8", "torch.profiler")):
+            if ours in added and added.get(theirs, 0.0) > 0:
+                summary += f", {ours} {added[ours] / added[theirs]:.2f}x {theirs}"
         for name in ("tracetorch", "tracetorch ops=False", "forward hooks"):
             if name in added:
                 summary += f"; {name} +{100 * (counts[name] - plain) / plain:.2f}% of the step"

@@ -56,6 +56,7 @@ from torch_peers import (
     module_calls,
     timing_hooks,
     torch_profiler,
+    torch_profiler_detailed,
 )
 
 import tracetorch
@@ -91,6 +92,8 @@ VARIANTS: dict[str, Variant] = {
     "tracetorch ops=False": lambda model: tracetorch.profile(model, ops=False),
     # Backward attributed on one step in 8 (stepped after each optimizer step: training rows).
     "tracetorch backward_every=8": lambda model: sampled_backward(model, 8),
+    # What a user wanting per-layer FLOPs from torch turns on.
+    "torch.profiler shapes+FLOPs+modules": torch_profiler_detailed,
 }
 COLUMNS = [name for name in VARIANTS if name != "plain"]
 BERT_GOAL_PCT = 5.0
@@ -264,8 +267,9 @@ def _pct_cell(row: Row, name: str) -> str:
     return "–" if pct is None else f"{pct[0]:+.1f}% ±{pct[1]:.1f}"
 
 
-def _ratio(row: Row, name: str) -> str:
-    ours, theirs = row.added_pct("tracetorch"), row.added_pct(name)
+def _ratio(row: Row, name: str, ours_name: str = "tracetorch") -> str:
+    # The cost ours_name adds over the one name adds, both medians over rounds.
+    ours, theirs = row.added_pct(ours_name), row.added_pct(name)
     if ours is None or theirs is None:
         return "–"
     if theirs[0] <= theirs[1]:  # a cost within the noise divides into nonsense
@@ -300,7 +304,10 @@ def report(rows: list[Row]) -> None:
               f"calls, {row.steps} steps/sample, {row.seconds:.0f} s; tracetorch adds "
               f"{_pct_cell(row, 'tracetorch')} to the step{goal}, "
               f"{_ratio(row, 'forward hooks')} what forward hooks add, "
-              f"{_ratio(row, 'torch.profiler')} what torch.profiler adds")
+              f"{_ratio(row, 'torch.profiler')} what torch.profiler adds, "
+              f"{_ratio(row, 'torch.profiler shapes+FLOPs+modules')} what torch.profiler with "
+              f"shapes, FLOPs and modules adds; backward_every=8 "
+              f"{_ratio(row, 'torch.profiler', 'tracetorch backward_every=8')} torch.profiler's")
 
 
 def select_work(tokens: str) -> list[Work]:

@@ -33,7 +33,7 @@ def require_valgrind(script: str) -> None:
 
 HEADER = ("| work | bare wrapt | forward hooks | forward + full backward hooks | torch.profiler "
           "| DeepSpeed profiler | tracetorch | tracetorch ops=False "
-          "| tracetorch backward_every=8 |")
+          "| tracetorch backward_every=8 | torch.profiler shapes+FLOPs+modules |")
 
 
 @pytest.mark.slow
@@ -50,7 +50,7 @@ def test_peers_prints_the_overhead_table() -> None:
     number = re.compile(r"~-?[\d,]+")
     for row in rows:
         # DeepSpeed may be missing here (a blank cell with its reason); the rest are torch's
-        cells = row[1:5] + [row[6], row[7], row[8].rstrip(" |")]
+        cells = row[1:5] + [row[6], row[7], row[8], row[9].rstrip(" |")]
         assert all(number.fullmatch(cell) for cell in cells), row
     assert "% added to the plain step time" in out
     assert re.search(r"mlp-train: plain step [\d.]+ ms, 101 module calls", out)
