@@ -12,6 +12,8 @@ nodes kept between openings, and the tests between two openings would not reach 
 """
 from __future__ import annotations
 
+import pytest
+
 import tracetorch
 
 F32, F64 = 4, 8
@@ -189,3 +191,47 @@ def test_the_registration_hooks_leave_with_the_block(torch):
         layer(torch.ones(1, 2))
         assert all(len(registry) == len(seen) + 1 for registry, seen in zip(hooks, before))
     assert [dict(registry) for registry in hooks] == before
+
+
+# ----------------------------------------------------------------------------- the key itself
+def _leaf_reference(value, out):
+    """A call key's argument part as its rule says, one value at a time (shape_of, then
+    dtype_of; lists, tuples and dicts walked; ``None`` for anything else)."""
+    from tracetorch.tensors import dtype_of, shape_of
+
+    shape = shape_of(value)
+    if shape is not None:
+        out += [shape, dtype_of(value)]
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _leaf_reference(item, out)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _leaf_reference(item, out)
+    else:
+        out.append(None)
+    return out
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+def test_a_multi_argument_key_is_each_arguments_shape_and_dtype_in_order(torch):
+    # The walk enters None, flags and sizes and plain tensors without the general reads: the
+    # same key as those reads give, nested tensors and numpy values included.
+    import numpy as np
+
+    from tracetorch.tensors import typed_signature
+
+    nested = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])  # .shape raises
+    args = (torch.ones(2, 3), None, True, 7, 0.5, "mode", np.float32(2.0), np.zeros((4,)),
+            [torch.ones(1, dtype=torch.int64), (None, torch.ones(5, dtype=torch.float16))],
+            nested, torch.nn.Parameter(torch.ones(3)))
+    kwargs = {"mask": None, "cache": {"k": torch.ones(2, 2)}, "use_cache": False, "n": 3}
+    with tracetorch.profile():  # the torch classes registered as a profile registers them
+        key = typed_signature(args, kwargs, ("tail",))
+    reference: list = []
+    for value in (*args, *kwargs.values()):
+        _leaf_reference(value, reference)
+    assert key == (*reference, "tail")
+    # the tensor, None, four plain values, numpy's scalar (a shape, ()) ... the nested tensor
+    assert key[:9] == ((2, 3), torch.float32, None, None, None, None, None, (), np.float32)
+    assert key[key.index((4,)) + 7] is None

@@ -180,8 +180,29 @@ def _collect_arguments(args: tuple[Any, ...], kwargs: dict[str, Any] | None, out
             _collect_shapes(value, out, dtypes)
 
 
+#: Classes whose instances have no ``.shape`` (``shape_of`` gives ``None``) and hold nothing: a
+#: multi-argument call passes many (``None`` for an optional mask, flags, sizes), each entered
+#: as ``None`` without the reads that find no shape (the same key, a fraction of the cost).
+_SHAPELESS = frozenset({type(None), bool, int, float, str})
+
+
 def _collect_shapes(value: Any, out: list[Any], dtypes: bool) -> None:
     # (The flat list reads back one way: a shape is a tuple, followed by its dtype when asked.)
+    cls = type(value)
+    if cls in _SHAPELESS:
+        out.append(None)
+        return
+    if cls in _INT_SHAPED and QUIET_READS.get(cls, False) is None:
+        # A plain array, read as it is: shape_of and dtype_of, inlined
+        try:
+            dims = tuple(value.shape)
+        except Exception:  # (shape_of's None: a strided nested tensor; no list, tuple or dict)
+            out.append(None)
+            return
+        out.append(dims)
+        if dtypes:
+            out.append(getattr(value, "dtype", None))
+        return
     shape = shape_of(value)
     if shape is not None:
         out.append(shape)
