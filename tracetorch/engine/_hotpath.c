@@ -27,7 +27,8 @@ typedef struct {
     Py_ssize_t flush_every;  /* FLUSH_EVERY, a constant: read once */
 } Wrapper;
 
-static PyObject *s_FRAME, *s_op_switch, *s_exit_observer, *s_observe_now, *s_all_threads,
+static PyObject *s_FRAME, *s_op_replay, *s_op_switch, *s_exit_observer, *s_observe_now,
+    *s_all_threads,
     *s_call_key, *s_grad_mode, *s_structure, *s_training, *s_QUIET_READS, *s_quiet_reads,
     *s_dtype, *s_first_entry, *s_FLUSH_EVERY,
     *s_frame, *s_plain_clock, *s_record_failure, *s_time, *s_flush, *s_unfolded, *s_touch,
@@ -521,6 +522,22 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
     int observe = PyObject_IsTrue(PyTuple_GET_ITEM(inner, F_OBSERVE));
     if (inner_ops < 0 || observe < 0)
         goto out;
+    if (inner_ops) {  /* its counts learned: a frame with ops off (hotpath._op_replay) */
+        PyObject *replay = global(self, s_op_replay);
+        if (replay == NULL)
+            goto out;
+        if (replay != Py_None) {
+            PyObject *replayed = PyObject_CallFunctionObjArgs(replay, inner, args, kwargs, owner,
+                                                              NULL);
+            if (replayed == NULL || !is_frame(replayed)) {
+                Py_XDECREF(replayed);
+                goto out;
+            }
+            Py_SETREF(inner, replayed);
+            if ((inner_ops = PyObject_IsTrue(PyTuple_GET_ITEM(inner, F_OPS))) < 0)
+                goto out;
+        }
+    }
     sw = global(self, s_op_switch);
     if (sw == NULL)
         goto out;
@@ -671,6 +688,7 @@ PyInit__hotpath(void)
 {
     INTERN(s_FRAME, "_FRAME");
     INTERN(s_op_switch, "_op_switch");
+    INTERN(s_op_replay, "_op_replay");
     INTERN(s_exit_observer, "_exit_observer");
     INTERN(s_observe_now, "_observe_now");
     INTERN(s_all_threads, "_all_threads");

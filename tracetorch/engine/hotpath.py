@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ("BackwardPassOwner", "Frame", "make_wrapper", "current_frame", "innermost_frame",
            "open_root", "close_root",
-           "OpCounter", "set_exit_observer", "set_op_switch", "record_all_threads",
+           "OpCounter", "set_exit_observer", "set_op_switch", "set_op_replay", "record_all_threads",
            "all_threads_collector", "call_key", "training_flag", "set_grad_mode",
            "structure_changed", "structure_generation")
 
@@ -106,6 +106,11 @@ _observe_now: Callable[[], bool] = _always
 #: returning whether it changed anything (then the wrapper switches back when the call ends).
 _op_switch: Callable[[bool], bool] | None = None
 
+#: ``replay(frame, args, kwargs, owner) -> frame``: asked before each call of a frame that counts
+#: operations; may hand back a copy of it with ``ops`` off, for a call whose operation counts it
+#: has learned and added already (see :func:`set_op_replay`).
+_op_replay: Callable[[Frame, tuple[Any, ...], dict[str, Any], Any], Frame] | None = None
+
 #: Reads the grad mode of the frameworks in use (``None``: none has one), a part of every
 #: call's key: what a call saves for backward depends on it. See :func:`set_grad_mode`.
 _grad_mode: Callable[[], Any] | None = None
@@ -146,6 +151,16 @@ def set_op_switch(switch: Callable[[bool], bool] | None) -> Callable[[bool], boo
     """Install (or with ``None`` remove) the operation-counting switch; returns the previous."""
     global _op_switch
     previous, _op_switch = _op_switch, switch
+    return previous
+
+
+def set_op_replay(replay: Callable[[Frame, tuple[Any, ...], dict[str, Any], Any], Frame] | None
+                  ) -> Callable[[Frame, tuple[Any, ...], dict[str, Any], Any], Frame] | None:
+    """Install (or with ``None`` remove) the replay of learned operation counts, asked before
+    each call of a frame with ``ops`` (the torch adapter's: see
+    :mod:`tracetorch.adapters.torch.learned`); returns the previous."""
+    global _op_replay
+    previous, _op_replay = _op_replay, replay
     return previous
 
 
@@ -365,6 +380,8 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
         if node is None:
             node = collector.new_child(frame, owner, kind, label, flops_fn)
         inner = node.frame
+        if inner.ops and _op_replay is not None:  # its counts learned: a frame with ops off
+            inner = _op_replay(inner, args, kwargs, owner)
         switched = ops is not inner.ops and _op_switch is not None and _op_switch(inner.ops)
         token = _FRAME.set(inner)
         clock = collector.clock

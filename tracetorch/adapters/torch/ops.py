@@ -53,6 +53,7 @@ from torch.overrides import TorchFunctionMode
 
 from tracetorch.adapters.torch import marks as marks_module
 from tracetorch.adapters.torch.backward import forget_passes, pass_recorder
+from tracetorch.adapters.torch.learned import OpLearner, disturb, learning_enabled
 from tracetorch.adapters.torch.marks import mark_operation, tag_call
 from tracetorch.adapters.torch.tracing import tracing
 from tracetorch.engine.hotpath import (
@@ -60,6 +61,7 @@ from tracetorch.engine.hotpath import (
     current_frame,
     innermost_frame,
     set_exit_observer,
+    set_op_replay,
     set_op_switch,
 )
 from tracetorch.engine.native import native_type
@@ -120,6 +122,7 @@ def _counting(name: str, formula: CallFormula, gemm: bool,
                     if gemm and result.grad_fn is not None:
                         parts = function_gradient_parts(func, args, kwargs, result)
                         if parts:
+                            disturb()  # (only the mode marks it: a call that must not be learned)
                             mark_operation(frame, result, parts, args, kwargs)
         except Exception:  # an unusual call signature is not worth breaking the model for
             return result
@@ -147,6 +150,15 @@ def _counting_entries(counter: OpCounter) -> tuple[dict[Any, Entry], dict[Any, s
     return known
 
 
+def _disturbing(entry: Entry) -> Entry:
+    # A backward pass recorded inside a layer's call: no call running it is learned from.
+    def run(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        disturb()
+        return entry(func, args, kwargs)
+
+    return run
+
+
 class OpCountingMode(TorchFunctionMode):
     """The function mode of one profiling session: counts the functions of
     :func:`~tracetorch.flops.torch_functions.torch_function_formulas` and records backward
@@ -156,10 +168,10 @@ class OpCountingMode(TorchFunctionMode):
         super().__init__()
         counting, self._names = _counting_entries(counter)
         entries = dict(counting)
-        backward = pass_recorder()
+        backward = _disturbing(pass_recorder())
         entries[torch.Tensor.backward] = backward
         entries[torch.autograd.backward] = backward
-        entries[torch.autograd.grad] = pass_recorder("autograd.grad")
+        entries[torch.autograd.grad] = _disturbing(pass_recorder("autograd.grad"))
         self._entries = entries
         self.retired = False
 
@@ -324,6 +336,9 @@ def start_op_counting(counter: OpCounter) -> Callable[[], None]:
     mode = OpCountingMode(counter)
     switch = make_switch(mode)
     previous_switch = set_op_switch(switch)
+    # Calls whose counts are learned run without the mode (see .learned).
+    learner = OpLearner(mode) if learning_enabled() else None
+    previous_replay = set_op_replay(learner)
     # Marking autograd nodes has nothing to do under no_grad/inference mode: asked of torch
     # before the observer is called at all.
     observer = _exit_observer()
@@ -337,6 +352,11 @@ def start_op_counting(counter: OpCounter) -> Callable[[], None]:
         current = set_op_switch(previous_switch)
         if current is not switch:
             set_op_switch(current)
+        current_replay = set_op_replay(previous_replay)
+        if current_replay is not learner:
+            set_op_replay(current_replay)
+        if learner is not None:
+            learner.forget()
         installed = set_exit_observer(*previous_observer)
         if installed[0] is not observer:
             set_exit_observer(*installed)

@@ -1,0 +1,266 @@
+"""Learned operation counts (tracetorch.adapters.torch.learned): under no_grad a layer without a
+FLOP rule runs without the function mode once two calls with its key counted the same, and
+every figure stays what the mode counts on every call (``TRACETORCH_LEARN_OPS=0``)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch") if os.environ.get("CI") != "true" else __import__("torch")
+
+import tracetorch  # noqa: E402
+from tracetorch.adapters.torch.ops import OpCountingMode  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def _figures(prof):
+    """Every node's forward and backward figures and op table (calls and FLOPs)."""
+    return {node.path: (node.calls, node.flops, node.gemm_flops, node.macs, node.flops_source,
+                        node.backward_flops, node.backward_gemm_flops,
+                        sorted((op.name, op.calls, op.flops) for op in node.op_table()))
+            for node in prof.root.walk()}
+
+
+class _ModeCalls:
+    """Counts the calls reaching the profile's function mode."""
+
+    def __init__(self, monkeypatch):
+        self.calls = 0
+        original = OpCountingMode.__torch_function__
+
+        def counted(mode, *args, **kwargs):
+            self.calls += 1
+            return original(mode, *args, **kwargs)
+
+        monkeypatch.setattr(OpCountingMode, "__torch_function__", counted)
+
+
+def _run(monkeypatch, learn, model, inputs, steps=6, grad=False, **options):
+    """Profile ``steps`` steps of ``model(**inputs)``; returns its figures and the calls that
+    reached the mode at each step."""
+    with monkeypatch.context() as patch:
+        patch.setenv("TRACETORCH_LEARN_OPS", "1" if learn else "0")
+        mode_calls = _ModeCalls(patch)
+        per_step = []
+        with torch.set_grad_enabled(grad), tracetorch.profile(model, **options) as prof:
+            for _ in range(steps):
+                before = mode_calls.calls
+                out = model(**inputs)
+                if grad:
+                    out.sum().backward()
+                prof.step()
+                per_step.append(mode_calls.calls - before)
+    return _figures(prof), per_step
+
+
+class Attention(torch.nn.Module):
+    """Products, a softmax and a residual add around ruled Linears: no rule of its own."""
+
+    def __init__(self, width=8):
+        super().__init__()
+        self.q = torch.nn.Linear(width, width)
+        self.k = torch.nn.Linear(width, width)
+        self.out = torch.nn.Linear(width, width)
+
+    def forward(self, x):
+        scores = torch.softmax(self.q(x) @ self.k(x).transpose(-1, -2), dim=-1)
+        return x + self.out(scores @ x)
+
+
+class Block(torch.nn.Module):
+    """A layer without a rule around another one without a rule."""
+
+    def __init__(self):
+        super().__init__()
+        self.attention = Attention()
+        self.norm = torch.nn.LayerNorm(8)
+
+    def forward(self, x):
+        return self.norm(self.attention(x) * 0.5 + x)
+
+
+def _small_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(Block(), Block()).eval()
+
+
+def test_learned_counts_equal_the_modes_on_small_models(monkeypatch):
+    model, x = _small_model(), {"input": torch.randn(2, 4, 8)}
+    reference, reference_calls = _run(monkeypatch, False, model, x)
+    learned, learned_calls = _run(monkeypatch, True, model, x)
+    assert learned == reference
+    assert learned_calls[:2] == reference_calls[:2]
+    # Blocks and Attentions learned from steps 1 and 2: no operation reaches the mode after.
+    assert learned_calls[2:] == [0] * 4 and reference_calls[2] > 0
+
+
+def test_learned_counts_equal_the_modes_for_varying_shapes(monkeypatch):
+    # Two keys interleaved: each learned apart, each replayed with its own counts.
+    model = _small_model()
+
+    class Alternating(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model, self.step = model, 0
+
+        def forward(self, x):
+            self.step += 1
+            return self.model(x if self.step % 2 else x[:, :3])
+
+    x = {"x": torch.randn(2, 4, 8)}
+    reference, _ = _run(monkeypatch, False, Alternating(), x, steps=8)
+    learned, _ = _run(monkeypatch, True, Alternating(), x, steps=8)
+    assert learned == reference
+
+
+class Unsteady(torch.nn.Module):
+    """Runs ``adds[i]`` additions at its i-th call: its counts change under one key."""
+
+    def __init__(self, adds):
+        super().__init__()
+        self.adds, self.call = adds, 0
+
+    def forward(self, x):
+        for _ in range(self.adds[self.call]):
+            x = x + 1
+        self.call += 1
+        return x
+
+
+@pytest.mark.parametrize("adds", [[1, 2, 2, 2, 2, 2], [1, 2, 1, 1, 1, 1], [3, 1, 3, 3, 3, 3]])
+def test_counts_that_differ_between_the_first_calls_are_never_learned(monkeypatch, adds):
+    x = {"x": torch.ones(3)}
+    reference, reference_calls = _run(monkeypatch, False, Unsteady(adds), x)
+    learned, learned_calls = _run(monkeypatch, True, Unsteady(adds), x)
+    assert learned == reference
+    assert reference[""][-1] == [("add", sum(adds), 3 * sum(adds))]  # 3 elements per add
+    assert learned_calls == reference_calls  # every call counted by the mode
+
+
+def test_steady_counts_are_learned(monkeypatch):
+    x = {"x": torch.ones(3)}
+    reference, reference_calls = _run(monkeypatch, False, Unsteady([2] * 6), x)
+    learned, learned_calls = _run(monkeypatch, True, Unsteady([2] * 6), x)
+    assert learned == reference
+    assert reference[""][-1] == [("add", 12, 36)]
+    # Calls 1 and 2 counted by the mode, 3 to 6 learned.
+    assert learned_calls[:2] == reference_calls[:2] and learned_calls[2:] == [0] * 4
+
+
+def test_nothing_is_learned_while_autograd_records(monkeypatch):
+    model, x = _small_model().train(), {"input": torch.randn(2, 4, 8)}
+    reference, reference_calls = _run(monkeypatch, False, model, x, grad=True)
+    learned, learned_calls = _run(monkeypatch, True, model, x, grad=True)
+    assert learned == reference
+    assert learned_calls == reference_calls
+
+
+def test_a_users_mode_above_the_profiles_keeps_every_count(monkeypatch):
+    # The profile's mode cannot come off the stack under a user's mode: nothing is replayed,
+    # which would count the calls twice.
+    class UserMode(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    model = _small_model()
+
+    class UnderUserMode(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            with UserMode():
+                return self.model(x)
+
+    x = {"x": torch.randn(2, 4, 8)}
+    reference, _ = _run(monkeypatch, False, UnderUserMode(), x)
+    learned, _ = _run(monkeypatch, True, UnderUserMode(), x)
+    assert learned == reference
+
+
+def test_op_timing_counts_every_call(monkeypatch):
+    # Each operation's time is measured, never learned.
+    model, x = _small_model(), {"input": torch.randn(2, 4, 8)}
+    reference, reference_calls = _run(monkeypatch, False, model, x, op_timing=True)
+    learned, learned_calls = _run(monkeypatch, True, model, x, op_timing=True)
+    assert learned == reference
+    assert learned_calls == reference_calls
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "t5"])
+def test_learned_counts_equal_the_modes_on_transformers(monkeypatch, name):
+    if os.environ.get("CI") != "true":
+        pytest.importorskip("transformers")
+    from test_transformers_models import build
+
+    model, inputs = build(name)
+    reference, reference_calls = _run(monkeypatch, False, model, inputs, steps=4)
+    learned, learned_calls = _run(monkeypatch, True, model, inputs, steps=4)
+    assert learned == reference
+    assert learned_calls[:2] == reference_calls[:2]
+    assert sum(learned_calls[2:]) < sum(reference_calls[2:]) / 4
+
+
+class Repeated(torch.nn.Module):
+    """Runs ``times`` additions: a plain argument the call key has no value of."""
+
+    def forward(self, x, times):
+        for _ in range(times):
+            x = x + 1
+        return x
+
+
+def test_a_plain_argument_is_a_part_of_what_is_learned(monkeypatch):
+    layer = Repeated()
+
+    class Caller(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer, self.call = layer, 0
+
+        def forward(self, x):
+            self.call += 1
+            return self.layer(x, 2 if self.call <= 3 else 5)
+
+    x = {"x": torch.ones(3)}
+    reference, _ = _run(monkeypatch, False, Caller(), x)
+    learned, _ = _run(monkeypatch, True, Caller(), x)
+    assert learned == reference
+    assert reference["layer"][-1] == [("add", 3 * 2 + 3 * 5, 3 * (3 * 2 + 3 * 5))]
+
+
+class BackwardInside(torch.nn.Module):
+    """Runs a backward pass of its own under enable_grad: what it charges is no mode's count."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(4, 4))
+
+    def forward(self, x):
+        with torch.enable_grad():
+            (self.weight @ x).sum().backward()
+        return x * 2
+
+
+def test_a_call_running_a_backward_pass_is_not_learned(monkeypatch):
+    x = {"x": torch.ones(4, 2)}
+    reference, reference_calls = _run(monkeypatch, False, BackwardInside(), x)
+    learned, learned_calls = _run(monkeypatch, True, BackwardInside(), x)
+    assert learned == reference
+    assert reference[""][5] > 0  # its backward FLOPs
+    assert learned_calls == reference_calls
+
+
+def test_the_nodes_of_stopped_profiles_are_not_kept(monkeypatch, torch):
+    from tracetorch.engine import hotpath
+
+    layer = Repeated()
+    with torch.no_grad(), tracetorch.profile():
+        learner = hotpath._op_replay
+        for _ in range(300):
+            with tracetorch.profile(layer):
+                layer(torch.ones(2), 1)
+        assert learner is not None and len(learner._states) < 200
