@@ -265,3 +265,23 @@ def test_an_exception_in_the_block_restores_everything():
             model(1) / 0
     assert {cls: vars(cls).get("forward") for cls in (Linear, Layer)} == before
     assert not BOARD.active
+
+
+def test_a_layer_method_binds_as_wrapts_own_wrapper_does():
+    # wrapt asks a subclass of its FunctionWrapper for __bound_function_wrapper__ at every
+    # binding; the layer's method names wrapt's own bound class, so the binding finds it at
+    # once (without it, each bound read raised and cleared an AttributeError) and makes what
+    # wrapt makes for its own wrapper.
+    import wrapt
+
+    original = vars(Layer)["forward"]
+    plain = wrapt.FunctionWrapper(original, lambda wrapped, instance, args, kwargs: 0)
+    patch = Patch.apply(Layer, "forward", recording_wrapper(original, "module"))
+    try:
+        method = vars(Layer)["forward"]
+        assert "__bound_function_wrapper__" in vars(type(method))
+        layer = Layer()
+        assert type(layer.forward) is type(plain.__get__(layer, Layer))
+        assert layer.forward(1) == 2 and Layer.forward is original
+    finally:
+        patch.restore()

@@ -164,6 +164,10 @@ class LayerMethod(wrapt.FunctionWrapper):
     ``super().forward(x)`` made inside the layer's own call is anyway. Costs a Python
     ``__get__`` per bound read: about 0.2 µs per layer call.
 
+    ``__bound_function_wrapper__`` names the class of the bound wrapper, wrapt's own: wrapt
+    looks it up on every binding through a subclass, and without it each binding raised and
+    cleared an ``AttributeError`` (more than the ``__get__`` itself).
+
     Example:
         >>> class Layer:
         ...     def forward(self, x):
@@ -173,6 +177,8 @@ class LayerMethod(wrapt.FunctionWrapper):
         >>> Layer.forward is original, Layer().forward(3)
         (True, 3)
     """
+
+    __bound_function_wrapper__ = wrapt.BoundFunctionWrapper
 
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         if instance is None:
