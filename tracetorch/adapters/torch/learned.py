@@ -217,8 +217,8 @@ class OpLearner:
         if len(states) >= self._pruned_at:
             # Nodes of profiles stopped meanwhile (no frame) are not called again: a profile
             # opened in a loop inside a long one leaves no growing table.
-            for stopped in [known for known in states if known.frame is None]:
-                del states[stopped]
+            for stopped in [known for known in list(states) if known.frame is None]:
+                states.pop(stopped, None)  # (list(): another thread may add a node meanwhile)
             self._pruned_at = 2 * max(len(states), 32)
         state = states[node] = _NodeState()
         return state
