@@ -8,6 +8,7 @@ from setuptools import Extension, setup
 
 setup(ext_modules=[
     Extension("tracetorch.engine._hotpath", ["tracetorch/engine/_hotpath.c"], optional=True),
+    Extension("tracetorch.engine._binding", ["tracetorch/engine/_binding.c"], optional=True),
     Extension("tracetorch.adapters.torch._marks", ["tracetorch/adapters/torch/_marks.c"],
               optional=True),
 ])

@@ -1,6 +1,7 @@
 """The patch primitive: identity restore, ownership, inherited attributes, reference counts."""
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -285,3 +286,17 @@ def test_a_layer_method_binds_as_wrapts_own_wrapper_does():
         assert layer.forward(1) == 2 and Layer.forward is original
     finally:
         patch.restore()
+
+
+def test_a_layer_method_binds_in_c_where_the_accelerator_is_built():
+    # _call_impl reads self.forward at every layer call: a Python __get__ costs a frame there.
+    from types import FunctionType
+
+    from tracetorch.engine.native import PURE_PYTHON_ENV, native_type
+    from tracetorch.engine.patches import LayerMethod
+
+    binding = next(vars(cls)["__get__"] for cls in LayerMethod.__mro__ if "__get__" in vars(cls))
+    built = native_type("tracetorch.engine._binding", "layer_binding") is not None
+    if os.environ.get("CI") == "true" and os.environ.get(PURE_PYTHON_ENV) != "1":
+        assert built, "tracetorch/engine/_binding.c was not built by pip install"
+    assert isinstance(binding, FunctionType) is not built

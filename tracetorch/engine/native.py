@@ -1,9 +1,11 @@
 """The optional C accelerators of the hot path, and the switch that turns them off.
 
-Two C files are built by ``pip install`` where a C compiler is there (see ``setup.py``):
+Three C files are built by ``pip install`` where a C compiler is there (see ``setup.py``):
 ``engine/_hotpath.c`` does what :func:`tracetorch.engine.hotpath.make_wrapper`'s Python wrapper
 does on a recorded call, and ``adapters/torch/_marks.c`` what the torch exit observer
-(:func:`tracetorch.adapters.torch.marks.tag_call`) does for a one-tensor output. Each hands
+(:func:`tracetorch.adapters.torch.marks.tag_call`) does for a one-tensor output
+(``engine/_binding.c``, a third, binds a layer's recording method: see
+:class:`tracetorch.engine.patches.LayerMethod`). Each hands
 the uncommon cases back to the Python function it stands for, so without a compiler nothing is
 lost but speed. ``TRACETORCH_PURE_PYTHON=1`` in the environment (read at import) runs the
 Python functions even where the accelerators are built: the tests run both.

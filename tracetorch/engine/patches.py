@@ -38,6 +38,7 @@ from typing import Any, Callable, NamedTuple
 import wrapt
 
 from tracetorch.engine.hotpath import make_wrapper
+from tracetorch.engine.native import native_type
 from tracetorch.tree import NodeKind
 
 __all__ = ("BOARD", "LayerMethod", "Patch", "PatchTarget", "PatchBoard", "defining_class",
@@ -152,7 +153,24 @@ def is_instrumented(value: Any) -> bool:
 _bind = wrapt.FunctionWrapper.__get__
 
 
-class LayerMethod(wrapt.FunctionWrapper):
+class _LayerBinding(wrapt.FunctionWrapper):
+    """How a layer's method binds: read from a class, the function itself; from an instance,
+    wrapt's binding (in C where ``tracetorch/engine/_binding.c`` is built: see below)."""
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        if instance is None:
+            return self.__wrapped__
+        return _bind(self, instance, owner)
+
+
+# The same binding as a C slot: no Python frame on each read of a layer's method (``_call_impl``
+# reads ``self.forward`` at every call).
+_native_binding = native_type("tracetorch.engine._binding", "layer_binding")
+_Binding: type[wrapt.FunctionWrapper] = (
+    _LayerBinding if _native_binding is None else _native_binding(wrapt.FunctionWrapper))
+
+
+class LayerMethod(_Binding):  # type: ignore[valid-type,misc]
     """The recording wrapper of a layer's method: called through an instance it records, read
     from the class (``type(self).forward``, ``Linear.forward``) it is the original function.
 
@@ -161,8 +179,9 @@ class LayerMethod(wrapt.FunctionWrapper):
     forward_with_checkpointing`` to decide whether to checkpoint), and Dynamo, which guards on
     the object such a read returns, finds the same one at each check: wrapt binds a new object
     at each read. An unbound call (``Base.forward(self, x)``) is the call of the function, as
-    ``super().forward(x)`` made inside the layer's own call is anyway. Costs a Python
-    ``__get__`` per bound read: about 0.2 µs per layer call.
+    ``super().forward(x)`` made inside the layer's own call is anyway. The binding is a C slot
+    where the accelerators are built (``_LayerBinding.__get__`` otherwise: a Python frame per
+    bound read, about 0.2 µs per layer call).
 
     ``__bound_function_wrapper__`` names the class of the bound wrapper, wrapt's own: wrapt
     looks it up on every binding through a subclass, and without it each binding raised and
@@ -179,11 +198,6 @@ class LayerMethod(wrapt.FunctionWrapper):
     """
 
     __bound_function_wrapper__ = wrapt.BoundFunctionWrapper
-
-    def __get__(self, instance: Any, owner: Any = None) -> Any:
-        if instance is None:
-            return self.__wrapped__
-        return _bind(self, instance, owner)
 
     @property  # type: ignore[misc]
     def __class__(self) -> type:
