@@ -44,8 +44,8 @@ first call would.
 ``"{type}.step"`` node (see :mod:`~tracetorch.adapters.torch.steps`), so optimizers and LR
 schedulers created in a block are exactly what torch alone makes of them. Only
 ``Optimizer.zero_grad`` of torch's base class is replaced while profiling, by one that runs
-torch's without the function mode (its ``.grad`` accesses count nothing and cost a third of a
-training step's overhead through the mode).
+torch's without the function mode (its ``.grad`` accesses count nothing, and through the mode
+cost over a quarter of a small training step's overhead).
 
 **Operations and gradients.** :mod:`~tracetorch.adapters.torch.ops` counts matrix products,
 convolutions and attention in functional code; :mod:`~tracetorch.adapters.torch.marks` tags

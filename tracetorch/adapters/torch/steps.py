@@ -19,11 +19,13 @@ rectification) are read then, at every step. An optimizer class with no rule has
 ``torch.optim.Optimizer.zero_grad`` is :func:`quiet_zero_grad` of torch's own (installed on the
 class through the patch board, put back when the last profile closes). It reads and writes each
 parameter's ``.grad``, and through the mode each of those costs about 2 µs and counts nothing
-(no FLOPs, at the profile's root no op table): a training step of 100 parameters spent a third
-of tracetorch's cost there. Popping the mode from inside it is not possible (torch takes the mode
-off its stack while its handler runs and puts it back after), hence the class's function; an
-optimizer whose class overrides ``zero_grad`` without calling torch's runs it with the mode on,
-as before.
+(no FLOPs, at the profile's root no op table): on the 50×(Linear, ReLU) training step (100
+parameters) 29% of tracetorch's instructions went there (``benchmarks/instructions.py``).
+Popping the mode from inside it is not possible (torch takes the mode off its stack while its
+handler runs and puts it back after), hence the class's function; an optimizer whose class
+overrides ``zero_grad`` without calling torch's runs it with the mode on, as before. So does
+``torch.nn.Module.zero_grad`` (``model.zero_grad()``): it warns for a DataParallel replica,
+naming its caller's line, which a Python function around it would become.
 
 A step that raises never reaches its post-hook. The profile notices at the next step in the
 same context (the torch call of the failed step is no longer on the stack): the step counts as
