@@ -2,6 +2,7 @@
 Python wrapper it speeds up, and switched off by ``TRACETORCH_PURE_PYTHON=1``."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -216,3 +217,64 @@ def test_the_plain_clock_is_there_only_while_calls_are_taken_and_timed_plainly()
     plain.set_active(True)
     plain.set_active(False)
     assert plain.plain_clock is None
+
+
+#: A training loop whose backward attribution the C hook and the Python one must agree on, to
+#: the tick: nested containers, a layer with an inclusive rule (TransformerEncoderLayer), a
+#: Linear shared by two places, one called twice in a loop, passes into every leaf and passes
+#: limited by ``inputs`` (the Python ``_charge``'s in both), on a clock that ticks once a read.
+_ATTRIBUTION = """
+import json, torch, tracetorch
+from torch import nn
+
+torch.manual_seed(0)
+shared = nn.Linear(6, 6)
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Sequential(nn.Linear(4, 6), nn.ReLU())
+        self.a, self.b = shared, nn.Sequential(nn.Tanh(), shared)
+        self.twice = nn.Linear(6, 6)
+        self.enc = nn.TransformerEncoderLayer(6, 2, 12, dropout=0.0, batch_first=True)
+        self.out = nn.Linear(6, 1)
+
+    def forward(self, x):
+        h = self.b(self.a(self.inp(x)))
+        for _ in range(2):
+            h = torch.relu(self.twice(h))
+        return self.out(self.enc(h.unsqueeze(0))).sum() + h.sum()
+
+model, x = Model(), torch.randn(3, 4, requires_grad=True)
+ticks = iter(range(10**9))
+with tracetorch.profile(model, timeline=True, clock=lambda: next(ticks)) as prof:
+    for _ in range(3):
+        model(x).backward()
+    torch.autograd.grad(model(x), [shared.weight])
+    model(x).backward(inputs=[x])
+rows = [[n.path, n.kind, n.backward_flops, n.backward_gemm_flops, n.backward_time.count,
+         n.backward_time.total_ns, n.flops] for n in prof.nodes()]
+print(json.dumps([rows, [[n.path, start, end] for n, start, end, _ in prof.backward_timeline]]))
+"""
+
+
+@pytest.mark.slow
+def test_the_c_boundary_hook_attributes_backward_as_the_python_one(torch_installed):
+    if native.native_type("tracetorch.adapters.torch._marks", "Boundary") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("tracetorch/adapters/torch/_marks.c was not built by pip install")
+        pytest.skip("the C accelerator is not built here")
+
+    def attribution(pure: bool) -> list[object]:
+        env = {k: v for k, v in os.environ.items() if k != native.PURE_PYTHON_ENV}
+        if pure:
+            env[native.PURE_PYTHON_ENV] = "1"
+        out = subprocess.run([sys.executable, "-c", _ATTRIBUTION], env=env, capture_output=True,
+                             text=True, check=True, cwd=ROOT).stdout
+        return json.loads(out)
+
+    c_rows, python_rows = attribution(False), attribution(True)
+    assert c_rows == python_rows
+    rows = {row[0]: row for row in c_rows[0]}
+    assert rows["a"][4] == 5 and rows["a"][2] > 0  # shared: one node per place, each pass
+    assert rows["twice"][2] > 0 and rows["enc.linear1"][2] > 0 and c_rows[1]

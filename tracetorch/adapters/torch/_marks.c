@@ -26,7 +26,8 @@ static PyObject *s_Tensor, *s_PARTS, *s_MARKS, *s_HOOK_KEY, *s_HookDict, *s_on_m
     *s_layer_parts,
     *s_grad_fn, *s_metadata, *s_backward_hooks, *s_register_hook_dict, *s_register_prehook,
     *s_current_node, *s_PASSES, *s_timer, *s_clock, *s_collector, *s_recompute_of, *s_charge,
-    *s_boundaries, *s_reach, *s_Parameter, *s_parameters, *s_requires_grad;
+    *s_boundaries, *s_reach, *s_Parameter, *s_parameters, *s_requires_grad, *s_will_execute,
+    *s_leaves, *s_kind, *s_thread, *s_frame, *s_flops;
 
 static int
 Standin_traverse(Standin *self, visitproc visit, void *arg)
@@ -309,17 +310,124 @@ STANDIN_TYPE(MarkerType, "Marker",
 /* ------------------------------------------------------------------------------ boundaries
  * ``Boundary(fallback, namespace)`` stands for backward._on_marked_node, the hook autograd
  * runs at each marked node: with the pass of this thread recorded on the host clock, it does
- * BackwardPass.reach — the calls' parts charged (through the Python ``_charge``, for calls
- * that have parts) and the boundary noted; a pass with a device timer, a node run on another
- * thread and a pass that no entry point announced are the Python hook's.
+ * BackwardPass.reach — the calls' parts charged (as ``_charge`` does: in C for a pass into
+ * every leaf) and the boundary noted; a pass with a device timer, a node run on another thread
+ * and a pass that no entry point announced are the Python hook's.
  */
+/* BackwardPass._charge(frame, node, parts) for a pass that accumulates into every leaf
+ * (``leaves`` None) and parts as marks resolve them; any other case is the Python method's.
+ * Each part's FLOPs count if one of its tensors is a leaf or a node the pass will run. 0, or -1
+ * with an error set. */
+static int
+charge(PyObject *ns, PyObject *state, PyObject *frame, PyObject *node, PyObject *parts)
+{
+    int status = -1;
+    PyObject *leaves = NULL, *flops = NULL, *own = NULL, *kind = NULL, *charged = NULL;
+    PyObject *will = global(ns, s_will_execute);
+    if (will == NULL || (leaves = PyObject_GetAttr(state, s_leaves)) == NULL)
+        return -1;
+    if (leaves != Py_None || !(PyList_CheckExact(parts) || PyTuple_CheckExact(parts))
+            || PyTuple_GET_SIZE(frame) < 3)
+        goto python;
+    if ((flops = PyLong_FromLong(0)) == NULL)
+        goto done;
+    /* the parts are the mark's (a list only marking builds): nothing changes them here */
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(parts); i++) {
+        PyObject *part = PySequence_Fast_ITEMS(parts)[i];
+        if (!PyTuple_Check(part) || PyTuple_GET_SIZE(part) != 2
+                || !PyTuple_Check(PyTuple_GET_ITEM(part, 1)))
+            goto python;
+        PyObject *tensors = PyTuple_GET_ITEM(part, 1);
+        int counts = 0;
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(tensors) && !counts; j++) {
+            PyObject *fn = PyObject_GetAttr(PyTuple_GET_ITEM(tensors, j), s_grad_fn);
+            if (fn == NULL)
+                goto done;
+            if (fn == Py_None) {  /* a leaf: the pass accumulates into every one */
+                Py_DECREF(fn);
+                counts = 1;
+                break;
+            }
+            PyObject *r = PyObject_CallOneArg(will, fn);
+            Py_DECREF(fn);
+            if (r == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_RuntimeError))
+                    goto done;
+                PyErr_Clear();  /* not a node of this pass's graph */
+                continue;
+            }
+            counts = PyObject_IsTrue(r);
+            Py_DECREF(r);
+            if (counts < 0)
+                goto done;
+        }
+        if (counts) {
+            PyObject *sum = PyNumber_Add(flops, PyTuple_GET_ITEM(part, 0));
+            if (sum == NULL)
+                goto done;
+            Py_SETREF(flops, sum);
+        }
+    }
+    int any = PyObject_IsTrue(flops);
+    if (any <= 0) {
+        status = any;
+        goto done;
+    }
+    /* products outside every layer (at the profile's root) are the pass's own */
+    PyObject *target = node;
+    if ((kind = PyObject_GetAttr(node, s_kind)) == NULL)
+        goto done;
+    int thread = PyObject_RichCompareBool(kind, s_thread, Py_EQ);
+    if (thread < 0)
+        goto done;
+    if (PyTuple_GET_ITEM(frame, 2) == Py_None || thread) {
+        if ((own = PyObject_GetAttr(state, s_frame)) == NULL)
+            goto done;
+        if (!PyTuple_Check(own) || PyTuple_GET_SIZE(own) < 2) {
+            PyErr_SetString(PyExc_TypeError, "BackwardPass.frame must be a Frame");
+            goto done;
+        }
+        target = PyTuple_GET_ITEM(own, 1);
+    }
+    if ((charged = PyObject_GetAttr(state, s_flops)) == NULL)
+        goto done;
+    if (!PyDict_Check(charged)) {
+        PyErr_SetString(PyExc_TypeError, "BackwardPass.flops must be a dict");
+        goto done;
+    }
+    PyObject *before = PyDict_GetItemWithError(charged, target);  /* borrowed */
+    if (before == NULL && PyErr_Occurred())
+        goto done;
+    if (before != NULL) {
+        PyObject *sum = PyNumber_Add(before, flops);
+        if (sum == NULL)
+            goto done;
+        Py_SETREF(flops, sum);
+    }
+    status = PyDict_SetItem(charged, target, flops);
+    goto done;
+python:
+    {
+        PyObject *r = PyObject_CallMethodObjArgs(state, s_charge, frame, node, parts, NULL);
+        status = r == NULL ? -1 : 0;
+        Py_XDECREF(r);
+    }
+done:
+    Py_XDECREF(leaves);
+    Py_XDECREF(flops);
+    Py_XDECREF(own);
+    Py_XDECREF(kind);
+    Py_XDECREF(charged);
+    return status;
+}
+
 /* BackwardPass.reach(mark) on the host clock; 0, or -1 with an error set. */
 static int
-reach(PyObject *state, PyObject *mark)
+reach(PyObject *ns, PyObject *state, PyObject *mark)
 {
     int status = -1;
     PyObject *clock = NULL, *now = NULL, *collector = NULL, *recompute = NULL, *boundaries = NULL;
-    PyObject *innermost = NULL, *noted = NULL;
+    PyObject *innermost = NULL;
     if ((clock = PyObject_GetAttr(state, s_clock)) == NULL || (now = PyObject_CallNoArgs(clock)) == NULL)
         goto done;
     if ((collector = PyObject_GetAttr(state, s_collector)) == NULL)
@@ -357,13 +465,8 @@ reach(PyObject *state, PyObject *mark)
             int has_parts = PyObject_IsTrue(parts);
             if (has_parts < 0)
                 goto done;
-            if (has_parts) {
-                PyObject *r = PyObject_CallMethodObjArgs(state, s_charge, frame, innermost, parts,
-                                                         NULL);
-                if (r == NULL)
-                    goto done;
-                Py_DECREF(r);
-            }
+            if (has_parts && charge(ns, state, frame, innermost, parts) < 0)
+                goto done;
         }
         mark = PyTuple_GET_ITEM(mark, 2);
     }
@@ -373,8 +476,9 @@ reach(PyObject *state, PyObject *mark)
         PyErr_SetString(PyExc_TypeError, "BackwardPass.boundaries must be a list");
         goto done;
     }
-    noted = PyTuple_Pack(2, innermost != NULL ? innermost : Py_None, now);
-    if (noted == NULL || PyList_Append(boundaries, noted) < 0)
+    /* the layer and the time, one after the other */
+    if (PyList_Append(boundaries, innermost != NULL ? innermost : Py_None) < 0
+            || PyList_Append(boundaries, now) < 0)
         goto done;
     status = 0;
 done:
@@ -384,7 +488,6 @@ done:
     Py_XDECREF(recompute);
     Py_XDECREF(boundaries);
     Py_XDECREF(innermost);
-    Py_XDECREF(noted);
     return status;
 }
 
@@ -435,7 +538,7 @@ Boundary_call(Standin *self, PyObject *args, PyObject *kwds)
     }
     int done;
     if (timer == Py_None) {
-        done = reach(state, mark);
+        done = reach(self->ns, state, mark);
     }
     else {
         PyObject *r = PyObject_CallMethodOneArg(state, s_reach, mark);
@@ -505,6 +608,12 @@ PyInit__marks(void)
     INTERN(s_Parameter, "_Parameter");
     INTERN(s_parameters, "_parameters");
     INTERN(s_requires_grad, "requires_grad");
+    INTERN(s_will_execute, "_will_execute");
+    INTERN(s_leaves, "leaves");
+    INTERN(s_kind, "kind");
+    INTERN(s_thread, "thread");
+    INTERN(s_frame, "frame");
+    INTERN(s_flops, "flops");
     if (PyType_Ready(&MarkerType) < 0 || PyType_Ready(&BoundaryType) < 0)
         return NULL;
     /* A Boundary sits in the hook dict of layer outputs: torch.save warns of a hook there

@@ -127,9 +127,9 @@ class BackwardPass:
         self._asked: dict[int, bool] = {}
         self.timer = backward_timer(self.collector)
         self.clock = self.collector.host_clock
-        #: ``(layer, host ns)`` at each marked node: the layer whose work starts there (``None``:
-        #: a node of another profile's call, which moves no layer).
-        self.boundaries: list[tuple[CallNode | None, int]] = []
+        #: At each marked node, one after the other, the layer whose work starts there (``None``:
+        #: a node of another profile's call, which moves no layer) and the host ns.
+        self.boundaries: list[Any] = []
         self.flops: dict[CallNode, int] = {}
         self.start = self.clock()
         if self.timer is not None:
@@ -166,7 +166,7 @@ class BackwardPass:
                     else frame.node
                 if parts:
                     self._charge(frame, innermost, parts)
-        self.boundaries.append((innermost, now))
+        self.boundaries += (innermost, now)
         if self.timer is not None and innermost is not None:
             self.timer.mark(innermost.frame if _opens(innermost) else self.frame)
 
@@ -203,28 +203,27 @@ class BackwardPass:
         """End of the pass: share the time between boundaries out to the layers open in each
         stretch (the innermost one), with device spans or a timeline's spans, then one sample
         per layer reached."""
-        spent: dict[CallNode, int] = {}  # every layer reached: its host ns
-        # With a timeline (host clock), when each open layer was entered: its span's start.
-        spans: dict[CallNode, int] | None = (
-            {} if self.collector.backward_events is not None and self.timer is None else None)
-        add_span = self.collector.add_backward_span
-        host = self.timer is None  # a device timer charges its spans below
-        open_: list[CallNode] = []  # the innermost last
-        last = self.start
-        for target, now in self.boundaries:
-            if open_ and host:
-                spent[open_[-1]] += now - last
-            last = now
-            if target is not None and not (open_ and open_[-1] is target):
-                _open(open_, target, now, spent, spans, add_span)
-        self.boundaries = []
-        if open_ and host:
-            now = self.clock()
-            spent[open_[-1]] += now - last
-            if spans is not None:
-                for node in reversed(open_):  # inner spans end first, as calls do
-                    add_span(node, spans.pop(node), now)
-        if self.timer is not None:
+        boundaries, self.boundaries = self.boundaries, []
+        targets = tuple(boundaries[0::2])
+        plan = _PLANS.get(targets)
+        if plan is None:
+            if len(_PLANS) >= _MAX_PLANS:  # passes of ever new shapes: keep the newest
+                _PLANS.clear()
+            plan = _PLANS[targets] = _plan(targets)
+        entered, runs, spans, open_at_end = plan
+        spent = entered.copy()  # every layer reached: its host ns
+        if self.timer is None:
+            # times[0] is the pass's start, times[k] the k-th boundary's, the last its end.
+            times: list[int] = [self.start, *boundaries[1::2]]
+            if open_at_end:
+                times.append(self.clock())
+            for node, begin, end in runs:
+                spent[node] += times[end] - times[begin]
+            if self.collector.backward_events is not None:  # a timeline: the layers' spans
+                add_span = self.collector.add_backward_span
+                for node, begin, end in spans:
+                    add_span(node, times[begin], times[end])
+        else:  # a device timer charges its spans
             for frame, elapsed in self.timer.resolve():
                 if frame is not None and frame.node in spent:
                     spent[frame.node] += elapsed
@@ -252,30 +251,66 @@ def _exclude_descendants(flops: dict[CallNode, int]) -> None:
         flops[node] = max(0, flops[node] - below)
 
 
+#: What a pass's sequence of boundary layers means for its times, worked out once per sequence
+#: (a training loop repeats the same one each step): ``(entered, runs, spans, open_at_end)`` —
+#: the layers it opens, in order, each with 0 (a copy is a pass's ns per layer, to add to:
+#: copying a dict costs less than building one); ``(layer, i, j)`` runs, the layer innermost
+#: from ``times[i]`` to ``times[j]`` (``times``: the pass's start, each boundary's time, its
+#: end); each layer's span, in the order they end; whether a layer is open at the end.
+_Plan = tuple[dict[CallNode, int], list[tuple[CallNode, int, int]],
+              list[tuple[CallNode, int, int]], bool]
+
+#: The plans by sequence of boundary layers (``None``: another profile's node), dropped when the
+#: last profile closes (:func:`forget_passes`) or when there are too many.
+_PLANS: dict[tuple[CallNode | None, ...], _Plan] = {}
+_MAX_PLANS = 64
+
+
+def _plan(targets: tuple[CallNode | None, ...]) -> _Plan:
+    # At each boundary the stretch since the previous one goes to the innermost layer open; the
+    # target and its enclosing layers become the open ones, and layers not enclosing it end.
+    entered: dict[CallNode, int] = {}
+    runs: list[tuple[CallNode, int, int]] = []
+    spans: list[tuple[CallNode, int, int]] = []
+    since: dict[CallNode, int] = {}  # each open layer: where its span began
+    open_: list[CallNode] = []  # the innermost last
+    for at, target in enumerate(targets, 1):
+        if open_:
+            _run(runs, open_[-1], at)
+        if target is None or (open_ and open_[-1] is target):
+            continue
+        path = []
+        node: CallNode | None = target
+        while node is not None and _opens(node) and node not in since:
+            path.append(node)
+            node = node.parent
+        while open_ and open_[-1] is not node:
+            ended = open_.pop()
+            spans.append((ended, since.pop(ended), at))
+        for node in reversed(path):
+            open_.append(node)
+            entered[node] = 0
+            since[node] = at
+    end = len(targets) + 1
+    if open_:
+        _run(runs, open_[-1], end)
+        for node in reversed(open_):  # inner spans end first, as calls do
+            spans.append((node, since.pop(node), end))
+    return entered, runs, spans, bool(open_)
+
+
+def _run(runs: list[tuple[CallNode, int, int]], node: CallNode, end: int) -> None:
+    # The stretch ending at ``end`` is ``node``'s: one run with the stretch before, if its too.
+    if runs and runs[-1][0] is node and runs[-1][2] == end - 1:
+        runs[-1] = (node, runs[-1][1], end)
+    else:
+        runs.append((node, end - 1, end))
+
+
 def _opens(node: CallNode) -> bool:
     # Whether a boundary at ``node`` opens it (a layer), or closes every layer (the root, a
     # thread's node: the profile's own work).
     return node.parent is not None and node.kind != "thread"
-
-
-def _open(open_: list[CallNode], target: CallNode, now: int, spent: dict[CallNode, int],
-          spans: dict[CallNode, int] | None, add_span: Callable[[CallNode, int, int], None]
-          ) -> None:
-    # The target and its enclosing layers become the open ones; layers not enclosing it end.
-    path = []
-    node: CallNode | None = target
-    while node is not None and _opens(node) and node not in open_:
-        path.append(node)
-        node = node.parent
-    while open_ and open_[-1] is not node:
-        ended = open_.pop()
-        if spans is not None:
-            add_span(ended, spans.pop(ended), now)
-    for entered in reversed(path):
-        open_.append(entered)
-        spent.setdefault(entered, 0)
-        if spans is not None:
-            spans[entered] = now
 
 
 #: Each leaf's gradient accumulator, found once (``get_gradient_edge`` builds a view to find it)
@@ -297,6 +332,7 @@ def forget_passes() -> None:
     backward pass that raised)."""
     _ACCUMULATORS.clear()
     _PASSES.clear()
+    _PLANS.clear()
 
 
 #: The passes being recorded, by the thread that started them.
