@@ -54,7 +54,7 @@ from typing import Any
 
 import torch
 
-from tracetorch.engine.hotpath import Frame, call_key, innermost_frame
+from tracetorch.engine.hotpath import Frame, innermost_frame, structure_generation
 from tracetorch.flops.torch_functions import torch_function_formulas
 from tracetorch.tree import CallNode
 
@@ -99,27 +99,43 @@ def learning_enabled() -> bool:
     return os.environ.get("TRACETORCH_LEARN_OPS", "1") != "0"
 
 
-def _values(arguments: Any, depth: int = 0) -> tuple[Any, ...]:
-    # What the call key leaves out of a call's arguments (it has their tensors' shapes and
-    # dtypes, None for the rest): plain values (a flag, a count) by value, containers by their
-    # items (three levels deep), other objects by their type, each with its position or name.
-    # A flag that changes what a layer runs makes another key.
-    found: list[Any] = []
-    for name, value in (arguments.items() if isinstance(arguments, dict)
-                        else enumerate(arguments)):
-        if isinstance(value, _Tensor):
-            continue
-        if value is None or isinstance(value, _PLAIN):
-            found.append((name, value))
-        elif isinstance(value, (tuple, list, dict)) and depth < 3:
-            found.append((name, _values(value, depth + 1)))
-        else:
-            found.append((name, type(value)))
-    return tuple(found)
+def _key(args: tuple[Any, ...], kwargs: dict[str, Any], owner: Any) -> tuple[Any, ...]:
+    # The call's key under no_grad, in one walk: what call_key holds (the tensors' shapes and
+    # dtypes, the structure generation, the training flag) and what it leaves out, plain
+    # arguments (a flag, a count) by value: a flag that changes what a layer runs makes another
+    # key. Keyword arguments with their names.
+    training = getattr(owner, "training", None)  # (training_flag, inlined)
+    parts: list[Any] = [structure_generation(),
+                        training if training is True or training is False else None]
+    for value in args:  # (None, the commonest argument after tensors, without a call)
+        parts.append(None if value is None else _part(value, 0))
+    for name, value in kwargs.items():
+        parts.append(name)
+        parts.append(None if value is None else _part(value, 0))
+    return tuple(parts)
+
+
+def _part(value: Any, depth: int) -> Any:
+    if value is None:
+        return None
+    cls = value.__class__
+    if cls is _Tensor or cls is _Parameter:
+        return (value.shape, value.dtype)
+    if cls in _PLAIN:
+        return (cls, value)  # (True and 1 are equal keys otherwise)
+    if (cls is tuple or cls is list) and depth < 3:
+        return tuple([_part(item, depth + 1) for item in value])
+    if cls is dict and depth < 3:
+        return tuple([(name, _part(item, depth + 1)) for name, item in value.items()])
+    if isinstance(value, _Tensor):  # a subclass: read with its __torch_function__ off
+        with _quiet():
+            return (cls, value.shape, value.dtype)
+    return cls  # any other object by its type
 
 
 _Tensor = torch.Tensor
-_PLAIN = (bool, int, float, str, torch.dtype, torch.device)
+_Parameter = torch.nn.Parameter
+_PLAIN = frozenset({bool, int, float, str, torch.dtype, torch.device})
 _new_tuple = tuple.__new__
 
 
@@ -153,9 +169,10 @@ class _NodeState:
 
 
 class OpLearner:
-    """The replay the engine asks before each call of a frame that counts operations (see the
-    module docstring): hands back the frame to run the call with, ``frame`` itself or, for a
-    call whose counts are learned (added to the node already), a copy with ``ops`` off.
+    """What is learned of one profiling session's layers: :meth:`replay` is what the engine asks
+    before each call of a frame that counts operations (see the module docstring); it hands back
+    the frame to run the call with, ``frame`` itself or, for a call whose counts are learned
+    (added to the node already), a copy with ``ops`` off.
 
     Example:
         >>> from tracetorch.engine.hotpath import OpCounter
@@ -170,8 +187,9 @@ class OpLearner:
         self._pruned_at = 64  # the size past which the states of stopped profiles are dropped
         self._gemm, self._ambiguous = _gemm_names()
 
-    def __call__(self, frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any],
-                 owner: Any) -> Frame:
+    def replay(self, frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any],
+               owner: Any) -> Frame:
+        """The frame to run this call of ``frame``'s node with (see the class docstring)."""
         node = frame.node
         state = self._states.get(node)
         if state is not None and state.pending is not None:
@@ -182,9 +200,9 @@ class OpLearner:
         try:
             if depth:  # the key's .shape reads must not reach the mode (nor a user's)
                 with _quiet():
-                    key = (call_key(args, kwargs, owner), _values(args), _values(kwargs))
+                    key = _key(args, kwargs, owner)
             else:
-                key = (call_key(args, kwargs, owner), _values(args), _values(kwargs))
+                key = _key(args, kwargs, owner)
             if state is None:
                 state = self._new_state(node)
             learned = state.learned.get(key)

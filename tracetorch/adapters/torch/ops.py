@@ -338,7 +338,8 @@ def start_op_counting(counter: OpCounter) -> Callable[[], None]:
     previous_switch = set_op_switch(switch)
     # Calls whose counts are learned run without the mode (see .learned).
     learner = OpLearner(mode) if learning_enabled() else None
-    previous_replay = set_op_replay(learner)
+    replay = learner.replay if learner is not None else None
+    previous_replay = set_op_replay(replay)
     # Marking autograd nodes has nothing to do under no_grad/inference mode: asked of torch
     # before the observer is called at all.
     observer = _exit_observer()
@@ -353,7 +354,7 @@ def start_op_counting(counter: OpCounter) -> Callable[[], None]:
         if current is not switch:
             set_op_switch(current)
         current_replay = set_op_replay(previous_replay)
-        if current_replay is not learner:
+        if current_replay is not replay:
             set_op_replay(current_replay)
         if learner is not None:
             learner.forget()
