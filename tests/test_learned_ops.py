@@ -264,3 +264,29 @@ def test_the_nodes_of_stopped_profiles_are_not_kept(monkeypatch, torch):
             with tracetorch.profile(layer):
                 layer(torch.ones(2), 1)
         assert replay is not None and len(replay.__self__._states) < 200
+
+
+def test_a_torch_function_subclass_logs_the_same_calls_inside_and_outside():
+    # The learner's key reads a subclass's .shape and .dtype with its __torch_function__ off.
+    class Logged(torch.Tensor):
+        log: list = []
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            cls.log.append(getattr(func, "__name__", ""))
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    model = _small_model()
+
+    def step():
+        x = torch.randn(2, 4, 8).as_subclass(Logged)
+        Logged.log = []
+        model(x)
+        return list(Logged.log)
+
+    with torch.no_grad():
+        step()
+        outside = step()
+        with tracetorch.profile(model):
+            inside = [step() for _ in range(5)]
+    assert inside[1:] == [outside] * 4
