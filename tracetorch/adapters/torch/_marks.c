@@ -25,9 +25,8 @@ typedef struct {
 static PyObject *s_Tensor, *s_PARTS, *s_MARKS, *s_HOOK_KEY, *s_HookDict, *s_on_marked_node,
     *s_layer_parts,
     *s_grad_fn, *s_metadata, *s_backward_hooks, *s_register_hook_dict, *s_register_prehook,
-    *s_current_node, *s_PASSES, *s_timer, *s_clock, *s_collector, *s_recompute_of, *s_charge,
-    *s_boundaries, *s_reach, *s_Parameter, *s_parameters, *s_requires_grad, *s_will_execute,
-    *s_leaves, *s_kind, *s_thread, *s_frame, *s_flops;
+    *s_current_node, *s_PASSES, *s_hot, *s_charge, *s_reach, *s_Parameter, *s_parameters,
+    *s_requires_grad, *s_will_execute, *s_kind, *s_thread;
 
 static int
 Standin_traverse(Standin *self, visitproc visit, void *arg)
@@ -312,21 +311,27 @@ STANDIN_TYPE(MarkerType, "Marker",
  * runs at each marked node: with the pass of this thread recorded on the host clock, it does
  * BackwardPass.reach — the calls' parts charged (as ``_charge`` does: in C for a pass into
  * every leaf) and the boundary noted; a pass with a device timer, a node run on another thread
- * and a pass that no entry point announced are the Python hook's.
+ * and a pass that no entry point announced are the Python hook's. It reads the pass through
+ * its ``hot`` tuple (see BackwardPass), laid out as below.
  */
+enum { HOT_CLOCK, HOT_COLLECTOR, HOT_RECOMPUTE_OF, HOT_BOUNDARIES, HOT_LEAVES, HOT_FLOPS,
+       HOT_PASS_NODE, HOT_SIZE };
+
 /* BackwardPass._charge(frame, node, parts) for a pass that accumulates into every leaf
  * (``leaves`` None) and parts as marks resolve them; any other case is the Python method's.
  * Each part's FLOPs count if one of its tensors is a leaf or a node the pass will run. 0, or -1
  * with an error set. */
 static int
-charge(PyObject *ns, PyObject *state, PyObject *frame, PyObject *node, PyObject *parts)
+charge(PyObject *ns, PyObject *state, PyObject *hot, PyObject *frame, PyObject *node,
+       PyObject *parts)
 {
     int status = -1;
-    PyObject *leaves = NULL, *flops = NULL, *own = NULL, *kind = NULL, *charged = NULL;
+    PyObject *flops = NULL, *kind = NULL;
     PyObject *will = global(ns, s_will_execute);
-    if (will == NULL || (leaves = PyObject_GetAttr(state, s_leaves)) == NULL)
+    if (will == NULL)
         return -1;
-    if (leaves != Py_None || !(PyList_CheckExact(parts) || PyTuple_CheckExact(parts))
+    if (PyTuple_GET_ITEM(hot, HOT_LEAVES) != Py_None
+            || !(PyList_CheckExact(parts) || PyTuple_CheckExact(parts))
             || PyTuple_GET_SIZE(frame) < 3)
         goto python;
     if ((flops = PyLong_FromLong(0)) == NULL)
@@ -380,21 +385,9 @@ charge(PyObject *ns, PyObject *state, PyObject *frame, PyObject *node, PyObject 
     int thread = PyObject_RichCompareBool(kind, s_thread, Py_EQ);
     if (thread < 0)
         goto done;
-    if (PyTuple_GET_ITEM(frame, 2) == Py_None || thread) {
-        if ((own = PyObject_GetAttr(state, s_frame)) == NULL)
-            goto done;
-        if (!PyTuple_Check(own) || PyTuple_GET_SIZE(own) < 2) {
-            PyErr_SetString(PyExc_TypeError, "BackwardPass.frame must be a Frame");
-            goto done;
-        }
-        target = PyTuple_GET_ITEM(own, 1);
-    }
-    if ((charged = PyObject_GetAttr(state, s_flops)) == NULL)
-        goto done;
-    if (!PyDict_Check(charged)) {
-        PyErr_SetString(PyExc_TypeError, "BackwardPass.flops must be a dict");
-        goto done;
-    }
+    if (PyTuple_GET_ITEM(frame, 2) == Py_None || thread)
+        target = PyTuple_GET_ITEM(hot, HOT_PASS_NODE);
+    PyObject *charged = PyTuple_GET_ITEM(hot, HOT_FLOPS);
     PyObject *before = PyDict_GetItemWithError(charged, target);  /* borrowed */
     if (before == NULL && PyErr_Occurred())
         goto done;
@@ -413,88 +406,70 @@ python:
         Py_XDECREF(r);
     }
 done:
-    Py_XDECREF(leaves);
     Py_XDECREF(flops);
-    Py_XDECREF(own);
     Py_XDECREF(kind);
-    Py_XDECREF(charged);
     return status;
 }
 
 /* BackwardPass.reach(mark) on the host clock; 0, or -1 with an error set. */
 static int
-reach(PyObject *ns, PyObject *state, PyObject *mark)
+reach(PyObject *ns, PyObject *state, PyObject *hot, PyObject *mark)
 {
-    int status = -1;
-    PyObject *clock = NULL, *now = NULL, *collector = NULL, *recompute = NULL, *boundaries = NULL;
-    PyObject *innermost = NULL;
-    if ((clock = PyObject_GetAttr(state, s_clock)) == NULL || (now = PyObject_CallNoArgs(clock)) == NULL)
-        goto done;
-    if ((collector = PyObject_GetAttr(state, s_collector)) == NULL)
-        goto done;
-    if ((recompute = PyObject_GetAttr(collector, s_recompute_of)) == NULL)
-        goto done;
-    if (!PyDict_Check(recompute)) {
-        PyErr_SetString(PyExc_TypeError, "recompute_of must be a dict");
-        goto done;
+    PyObject *collector = PyTuple_GET_ITEM(hot, HOT_COLLECTOR);
+    PyObject *recompute = PyTuple_GET_ITEM(hot, HOT_RECOMPUTE_OF);
+    PyObject *boundaries = PyTuple_GET_ITEM(hot, HOT_BOUNDARIES);
+    PyObject *innermost = Py_NewRef(Py_None);  /* a frame's node, or the one it reruns */
+    PyObject *now = PyObject_CallNoArgs(PyTuple_GET_ITEM(hot, HOT_CLOCK));
+    if (now == NULL) {
+        Py_DECREF(innermost);
+        return -1;
     }
     /* the outermost call heads the chain, the innermost ends it */
     while (mark != Py_None) {
         if (!PyTuple_Check(mark) || PyTuple_GET_SIZE(mark) != 3) {
             PyErr_SetString(PyExc_TypeError, "a mark must be (frame, parts, inner)");
-            goto done;
+            goto failed;
         }
         PyObject *frame = PyTuple_GET_ITEM(mark, 0);
         PyObject *parts = PyTuple_GET_ITEM(mark, 1);
         if (!PyTuple_Check(frame) || PyTuple_GET_SIZE(frame) < 2) {
             PyErr_SetString(PyExc_TypeError, "a mark's frame must be a Frame");
-            goto done;
+            goto failed;
         }
         if (PyTuple_GET_ITEM(frame, 0) == collector) {
-            PyObject *node = PyTuple_GET_ITEM(frame, 1);
+            PyObject *layer = PyTuple_GET_ITEM(frame, 1);
             /* a layer run again by activation checkpointing: its gradients are the layer's */
             if (PyDict_GET_SIZE(recompute)) {
-                PyObject *original = PyDict_GetItemWithError(recompute, node);
+                PyObject *original = PyDict_GetItemWithError(recompute, layer);
                 if (original == NULL && PyErr_Occurred())
-                    goto done;
+                    goto failed;
                 if (original != NULL)
-                    node = original;
+                    layer = original;
             }
-            Py_INCREF(node);
-            Py_XSETREF(innermost, node);
+            Py_SETREF(innermost, Py_NewRef(layer));
             int has_parts = PyObject_IsTrue(parts);
-            if (has_parts < 0)
-                goto done;
-            if (has_parts && charge(ns, state, frame, innermost, parts) < 0)
-                goto done;
+            if (has_parts < 0 || (has_parts && charge(ns, state, hot, frame, innermost,
+                                                      parts) < 0))
+                goto failed;
         }
         mark = PyTuple_GET_ITEM(mark, 2);
     }
-    if ((boundaries = PyObject_GetAttr(state, s_boundaries)) == NULL)
-        goto done;
-    if (!PyList_Check(boundaries)) {
-        PyErr_SetString(PyExc_TypeError, "BackwardPass.boundaries must be a list");
-        goto done;
-    }
     /* the layer and the time, one after the other */
-    if (PyList_Append(boundaries, innermost != NULL ? innermost : Py_None) < 0
-            || PyList_Append(boundaries, now) < 0)
-        goto done;
-    status = 0;
-done:
-    Py_XDECREF(clock);
-    Py_XDECREF(now);
-    Py_XDECREF(collector);
-    Py_XDECREF(recompute);
-    Py_XDECREF(boundaries);
-    Py_XDECREF(innermost);
+    int status = PyList_Append(boundaries, innermost) < 0 || PyList_Append(boundaries, now) < 0
+                 ? -1 : 0;
+    Py_DECREF(innermost);
+    Py_DECREF(now);
     return status;
+failed:
+    Py_DECREF(innermost);
+    Py_DECREF(now);
+    return -1;
 }
 
 static PyObject *
 Boundary_call(Standin *self, PyObject *args, PyObject *kwds)
 {
-    PyObject *node = NULL, *meta = NULL, *key = NULL, *timer = NULL;
+    PyObject *node = NULL, *meta = NULL, *key = NULL, *hot = NULL;
     PyObject *current = global(self->ns, s_current_node);
     PyObject *passes = global(self->ns, s_PASSES);
     PyObject *marks_key = global(self->ns, s_MARKS);
@@ -532,18 +507,25 @@ Boundary_call(Standin *self, PyObject *args, PyObject *kwds)
         return PyObject_Call(self->fallback, args, kwds);
     }
     Py_INCREF(state);
-    if ((timer = PyObject_GetAttr(state, s_timer)) == NULL) {
+    if ((hot = PyObject_GetAttr(state, s_hot)) == NULL) {
         Py_DECREF(state);
         goto failed;
     }
     int done;
-    if (timer == Py_None) {
-        done = reach(self->ns, state, mark);
-    }
-    else {
+    if (hot == Py_None) {  /* a device timer's pass */
         PyObject *r = PyObject_CallMethodOneArg(state, s_reach, mark);
         done = r == NULL ? -1 : 0;
         Py_XDECREF(r);
+    }
+    else if (!PyTuple_CheckExact(hot) || PyTuple_GET_SIZE(hot) != HOT_SIZE
+             || !PyDict_Check(PyTuple_GET_ITEM(hot, HOT_RECOMPUTE_OF))
+             || !PyList_Check(PyTuple_GET_ITEM(hot, HOT_BOUNDARIES))
+             || !PyDict_Check(PyTuple_GET_ITEM(hot, HOT_FLOPS))) {
+        PyErr_SetString(PyExc_TypeError, "BackwardPass.hot is not laid out as _marks.c reads it");
+        done = -1;
+    }
+    else {
+        done = reach(self->ns, state, hot, mark);
     }
     Py_DECREF(state);
     if (done < 0)
@@ -555,7 +537,7 @@ failed:
         Py_XDECREF(node);
         Py_XDECREF(meta);
         Py_XDECREF(key);
-        Py_XDECREF(timer);
+        Py_XDECREF(hot);
         return NULL;
     }
     PyErr_Clear();
@@ -563,7 +545,7 @@ finished:
     Py_XDECREF(node);
     Py_XDECREF(meta);
     Py_XDECREF(key);
-    Py_XDECREF(timer);
+    Py_XDECREF(hot);
     Py_RETURN_NONE;
 }
 
@@ -598,22 +580,15 @@ PyInit__marks(void)
     INTERN(s_register_prehook, "register_prehook");
     INTERN(s_current_node, "_current_node");
     INTERN(s_PASSES, "_PASSES");
-    INTERN(s_timer, "timer");
-    INTERN(s_clock, "clock");
-    INTERN(s_collector, "collector");
-    INTERN(s_recompute_of, "recompute_of");
+    INTERN(s_hot, "hot");
     INTERN(s_charge, "_charge");
-    INTERN(s_boundaries, "boundaries");
     INTERN(s_reach, "reach");
     INTERN(s_Parameter, "_Parameter");
     INTERN(s_parameters, "_parameters");
     INTERN(s_requires_grad, "requires_grad");
     INTERN(s_will_execute, "_will_execute");
-    INTERN(s_leaves, "leaves");
     INTERN(s_kind, "kind");
     INTERN(s_thread, "thread");
-    INTERN(s_frame, "frame");
-    INTERN(s_flops, "flops");
     if (PyType_Ready(&MarkerType) < 0 || PyType_Ready(&BoundaryType) < 0)
         return NULL;
     /* A Boundary sits in the hook dict of layer outputs: torch.save warns of a hook there
