@@ -6,9 +6,10 @@ Inside a torch module without a FLOP rule every operation reaches the profile's 
 layer it calls pops the mode and pushes it back: in a transformer's attention or residual
 blocks that is most of what profiling costs. What the mode records for one call of a node — the
 calls and FLOPs in its op table, its operation FLOPs and GEMM FLOPs — depends on what the call
-runs, which for nearly every layer is a function of the call's key
-(:func:`~tracetorch.engine.hotpath.call_key`: its inputs' shapes and dtypes, the grad mode,
-the generation of layer structures, the training flag).
+runs, which for nearly every layer is a function of the call's key: what
+:func:`~tracetorch.engine.hotpath.call_key` holds (its inputs' shapes and dtypes, the grad
+mode, the generation of layer structures, the training flag) and, here, its plain arguments
+by value (a flag, a count; any other object by its type).
 
 :class:`OpLearner` is asked before each call of a frame that counts operations
 (:func:`~tracetorch.engine.hotpath.set_op_replay`). It learns a node's counts under a key from
@@ -28,8 +29,9 @@ differ:
   profile's could not be taken off the stack for the call).
 
 A layer whose counts change between calls of the same key after two equal ones (control flow
-on tensor values that happened to agree twice) is beyond what agreement can catch; set
-``TRACETORCH_LEARN_OPS=0`` to count every call with the mode.
+on tensor values that happened to agree twice, an attribute changed later, an argument object
+whose state differs) is beyond what agreement can catch; ``TRACETORCH_LEARN_OPS=0``, set
+before a profile opens, counts every call with the mode.
 
 What a call counted is read at the node's next call, from its op table (which a fold does not
 reset): the difference to the table before it. A call raising after its counts were replayed
