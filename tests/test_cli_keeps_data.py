@@ -140,10 +140,12 @@ WAIT_FOR_INPUT = 'print("ready", flush=True)\nsys.stdin.read()\n'
 def test_a_stop_signal_saves_the_profile_and_ends_with_that_signal(
         tmp_path: Path, stop: signal.Signals) -> None:
     script(tmp_path, WAIT_FOR_INPUT)
+    # The signal at its default in the child, as in a terminal: a test run under nohup
+    # ignores SIGHUP, and an ignored signal is left ignored (as Python itself would).
     proc = subprocess.Popen(
         [sys.executable, "-m", "tracetorch", "run", "-o", "r.json", "--html", "r.html", "s.py"],
         cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+        text=True, preexec_fn=lambda: signal.signal(stop, signal.SIG_DFL))
     try:
         assert proc.stdout is not None
         while proc.stdout.readline().strip() != "ready":  # the model has run: stop it now
