@@ -139,14 +139,23 @@ class ProfileResult:
         ``profile(backward_every=K)``: the sampled steps' scaled to all steps)."""
         return self._all_steps(self.root.subtree_sum("backward_flops"))
 
+    @property
+    def backward_sampling(self) -> tuple[int, int, int] | None:
+        """``(every, steps, sampled_steps)`` of ``profile(backward_every=K)``, read from
+        ``meta["backward_sampling"]``; ``None`` for an exact profile (or a saved entry that says
+        nothing usable)."""
+        sampling = self.meta.get("backward_sampling")
+        if not isinstance(sampling, dict):
+            return None
+        every, steps, taken = (sampling.get(key) for key in ("every", "steps", "sampled_steps"))
+        if type(every) is int and type(steps) is int and type(taken) is int and 0 < taken <= steps:
+            return every, steps, taken
+        return None
+
     def _all_steps(self, sampled: int) -> int:
         # A backward total measured on the sampled steps, estimated for every step recorded.
-        sampling = self.meta.get("backward_sampling")
-        steps, taken = ((sampling.get("steps"), sampling.get("sampled_steps"))
-                        if isinstance(sampling, dict) else (None, None))
-        if type(steps) is not int or type(taken) is not int or not 0 < taken <= steps:
-            return sampled  # exact (or a saved entry that says nothing usable)
-        return sampled * steps // taken
+        sampling = self.backward_sampling
+        return sampled if sampling is None else sampled * sampling[1] // sampling[2]
 
     @property
     def total_flops(self) -> int:

@@ -9,7 +9,7 @@ Example:
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tracetorch.analysis.machine import machine_entry
 from tracetorch.phases import input_bound
@@ -47,14 +47,12 @@ def _split_flops(total: int, gemm: int) -> str:
             f"other {format_flops(total - gemm)})")
 
 
-def _sampling_line(meta: dict[str, Any]) -> str:
+def _sampling_line(result: ProfileResult) -> str:
     # profile(backward_every=K): which steps the backward figures come from, and how scaled.
-    sampling = meta.get("backward_sampling")
-    if not isinstance(sampling, dict):
+    sampling = result.backward_sampling
+    if sampling is None:
         return ""
-    every, steps, taken = (sampling.get(key) for key in ("every", "steps", "sampled_steps"))
-    if type(every) is not int or type(steps) is not int or type(taken) is not int:
-        return ""
+    every, steps, taken = sampling
     return (f"sampled 1 step in {every} ({taken} of {_plural(steps, 'step')}): Backward and "
             f"Total FLOPs scaled to all steps; the rows' Bwd and backward FLOPs are the sampled "
             f"steps'")
@@ -117,7 +115,7 @@ def summary_lines(result: ProfileResult) -> list[str]:
     if has_backward:
         rows.append(("Backward FLOPs", _split_flops(result.backward_flops, backward_gemm)))
         rows.append(("Total FLOPs", _split_flops(result.total_flops, forward_gemm + backward_gemm)))
-    sampled = _sampling_line(result.meta)
+    sampled = _sampling_line(result)
     if sampled:
         rows.append(("Backward", sampled))
     total_time = format_time_ns(result.total_time_ns)
