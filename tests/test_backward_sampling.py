@@ -11,21 +11,8 @@ import numpy as np
 import pytest
 
 import tracetorch
+from support.clocks import TICK, Ticks
 from tracetorch.core import Linear, ReLU, Sequential, Tensor
-
-#: Nanoseconds per read of the fake clock.
-TICK = 1_000
-
-
-class Ticks:
-    """A clock that advances one tick per read: every duration is a whole number of ticks."""
-
-    def __init__(self) -> None:
-        self.now = 0
-
-    def __call__(self) -> int:
-        self.now += TICK
-        return self.now
 
 
 def _core_run(backward_every: int, steps: int) -> tracetorch.profile:

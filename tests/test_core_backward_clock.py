@@ -5,20 +5,8 @@ import numpy as np
 import pytest
 
 import tracetorch
+from support.clocks import TICK, Ticks
 from tracetorch.core import Linear, ReLU, Sequential, Tensor, autograd
-
-STEP = 1000
-
-
-class Ticks:
-    """A fake integer-ns clock: every read advances it by ``STEP``."""
-
-    def __init__(self) -> None:
-        self.now = 0
-
-    def __call__(self) -> int:
-        self.now += STEP
-        return self.now
 
 
 def _model() -> Sequential:
@@ -37,12 +25,12 @@ def test_fake_clock_times_every_gradient_op() -> None:
         _train_steps(model, steps=2)
     # A graph node's closure is timed by two consecutive reads: exactly one step each. Per pass,
     # a Linear owns two nodes (matmul, bias add) and ReLU one; each pass is one sample.
-    expected = {"layers.0": 2 * STEP, "layers.1": STEP, "layers.2": 2 * STEP}
+    expected = {"layers.0": 2 * TICK, "layers.1": TICK, "layers.2": 2 * TICK}
     for path, per_pass in expected.items():
         stats = prof.find(path).backward_time
         assert (stats.count, stats.total_ns, stats.min_ns, stats.max_ns) == (
             2, 2 * per_pass, per_pass, per_pass), path
-    assert all(n.time.total_ns % STEP == 0 for n in prof.nodes())
+    assert all(n.time.total_ns % TICK == 0 for n in prof.nodes())
 
 
 def test_timing_off_gives_zero_backward_time_everywhere() -> None:
@@ -95,7 +83,7 @@ def test_observer_clock_is_asked_per_node_with_its_tag(installed) -> None:
     w = Tensor(np.ones((3, 2), dtype=np.float32), requires_grad=True)
     (Tensor(np.ones((4, 3), dtype=np.float32)) @ w).sum().backward()
     assert observer.clock_tags == ["sum-tag", "matmul-tag"]
-    assert observer.seen == [("sum-tag", "sum", STEP), ("matmul-tag", "matmul", STEP)]
+    assert observer.seen == [("sum-tag", "sum", TICK), ("matmul-tag", "matmul", TICK)]
 
 
 def test_observer_without_clock_gets_host_time(installed) -> None:
