@@ -30,8 +30,8 @@ from typing import Any
 from playwright.sync_api import sync_playwright
 
 from tracetorch.cli.demo import run_demo
-from tracetorch.result import ProfileResult
-from tracetorch.tree import CallNode
+from tracetorch.records.result import ProfileResult
+from tracetorch.records.tree import CallNode
 
 CHROMIUM = "/usr/bin/chromium"
 #: No network, no first-run work, no GPU: the browser only opens the local file.

@@ -23,9 +23,9 @@ import tracemalloc
 from typing import Any
 
 from tracetorch.distributed import RankMerge, find_straggler
-from tracetorch.result import ProfileResult
-from tracetorch.stats import TimeStats
-from tracetorch.tree import CallNode
+from tracetorch.records.result import ProfileResult
+from tracetorch.records.stats import TimeStats
+from tracetorch.records.tree import CallNode
 
 
 def rank_tree(rank: int, nodes: int, calls: int, rng: random.Random) -> ProfileResult:

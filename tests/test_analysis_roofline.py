@@ -14,7 +14,7 @@ import pytest
 import tracetorch
 from tracetorch.analysis.bottlenecks import analyze
 from tracetorch.analysis.roofline import layer_bound, time_by_bound
-from tracetorch.tree import CallNode
+from tracetorch.records.tree import CallNode
 
 MACHINE = tracetorch.Machine(peak_flops=1e12, bandwidth_bytes_per_s=1e11, call_overhead_ns=5_000,
                              source="test machine")

@@ -9,9 +9,9 @@ import pytest
 
 import tracetorch
 from tracetorch.analysis.utilization import utilization
+from tracetorch.records.stats import TimeStats
+from tracetorch.records.tree import CallNode
 from tracetorch.report.bottleneck import utilization_lines
-from tracetorch.stats import TimeStats
-from tracetorch.tree import CallNode
 
 PEAK = tracetorch.Machine(peak_flops=1e12, bandwidth_bytes_per_s=1e11, source="test peak")
 MS = 1_000_000

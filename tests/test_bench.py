@@ -6,8 +6,8 @@ import gc
 import numpy as np
 import pytest
 
-from tracetorch.bench import Measurement, benchmark, measure_latency
-from tracetorch.tensors import dummy_input
+from tracetorch.models.tensors import dummy_input
+from tracetorch.tools.bench import Measurement, benchmark, measure_latency
 
 
 class FakeClock:

@@ -197,7 +197,7 @@ def test_the_registration_hooks_leave_with_the_block(torch):
 def _leaf_reference(value, out):
     """A call key's argument part as its rule says, one value at a time (shape_of, then
     dtype_of; lists, tuples and dicts walked; ``None`` for anything else)."""
-    from tracetorch.tensors import dtype_of, shape_of
+    from tracetorch.models.tensors import dtype_of, shape_of
 
     shape = shape_of(value)
     if shape is not None:
@@ -219,7 +219,7 @@ def test_a_multi_argument_key_is_each_arguments_shape_and_dtype_in_order(torch):
     # same key as those reads give, nested tensors and numpy values included.
     import numpy as np
 
-    from tracetorch.tensors import typed_signature
+    from tracetorch.models.tensors import typed_signature
 
     nested = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])  # .shape raises
     args = (torch.ones(2, 3), None, True, 7, 0.5, "mode", np.float32(2.0), np.zeros((4,)),

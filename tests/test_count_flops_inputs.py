@@ -47,7 +47,7 @@ def test_a_bad_shape_names_the_argument_and_never_prints_a_tensor():
     with pytest.raises(ValueError, match=r"inputs: expected a non-empty tuple of positive ints, "
                                          r"got \(0, 3\)"):
         tracetorch.count_flops(nn.Linear(3, 2), (0, 3))
-    from tracetorch.tensors import check_shape
+    from tracetorch.models.tensors import check_shape
 
     with pytest.raises(ValueError) as caught:
         check_shape(torch.ones(100, 100))
@@ -88,7 +88,7 @@ def test_a_count_leaves_its_tree_to_reference_counting_not_to_the_cyclic_collect
 
 def test_a_recording_is_released_only_once_stopped():
     from tracetorch.engine.collector import Collector
-    from tracetorch.tree import CallNode
+    from tracetorch.records.tree import CallNode
 
     collector = Collector(CallNode.root(), None)
     collector.start(collector.root)

@@ -10,11 +10,11 @@ import pytest
 
 import tracetorch as tt
 from support.trees import encoder_tree
+from tracetorch.analysis.diff import ProfileDiff
 from tracetorch.cli.main import main
 from tracetorch.core import Linear, ReLU, Sequential, Tensor
-from tracetorch.diff import ProfileDiff
-from tracetorch.result import ProfileResult
-from tracetorch.tree import CallNode
+from tracetorch.records.result import ProfileResult
+from tracetorch.records.tree import CallNode
 
 
 class Ticks:

@@ -17,9 +17,9 @@ from tracetorch.distributed import (
     rank_rows,
     tree_merge,
 )
-from tracetorch.result import ProfileResult
-from tracetorch.stats import TimeStats
-from tracetorch.tree import CallNode
+from tracetorch.records.result import ProfileResult
+from tracetorch.records.stats import TimeStats
+from tracetorch.records.tree import CallNode
 
 
 def _site(path: str, op: str, calls: int, nbytes: int, each_ns: int) -> dict:

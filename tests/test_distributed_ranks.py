@@ -10,12 +10,8 @@ import pytest
 
 import tracetorch as tt
 from tracetorch.cli.main import main
-from tracetorch.distributed import (
-    collective_sites,
-    export_ranks_chrome_trace,
-    node_spreads,
-    rank_rows,
-)
+from tracetorch.distributed import collective_sites, node_spreads, rank_rows
+from tracetorch.report.ranks_trace import export_ranks_chrome_trace
 
 pytestmark = pytest.mark.slow
 

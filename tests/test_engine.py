@@ -398,7 +398,7 @@ def test_step_times_exact_quantiles_survive_a_round_trip(tmp_path):
 
 
 def test_sketch_takes_over_past_the_exact_limit():
-    from tracetorch.stats import TimeStats
+    from tracetorch.records.stats import TimeStats
 
     stats = TimeStats(exact_limit=3)
     for ns in (100, 200, 300):

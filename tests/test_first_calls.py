@@ -11,7 +11,7 @@ import tracetorch  # noqa: E402
 from test_torch_tracers import run_case  # noqa: E402
 from tracetorch.adapters.torch.tracing import tracing  # noqa: E402
 from tracetorch.engine.patches import BOARD, is_instrumented  # noqa: E402
-from tracetorch.profiler import _ADAPTERS  # noqa: E402
+from tracetorch.profiler.block import _ADAPTERS  # noqa: E402
 
 nn = torch.nn
 CALL_IMPL = vars(nn.Module)["_call_impl"]

@@ -24,7 +24,7 @@ from tracetorch.flops.gradients import (  # noqa: E402
     layer_gradient_parts,
 )
 from tracetorch.flops.torch_functions import torch_function_formulas  # noqa: E402
-from tracetorch.introspect import bound_inputs  # noqa: E402
+from tracetorch.models.introspect import bound_inputs  # noqa: E402
 
 nn = torch.nn
 F = torch.nn.functional

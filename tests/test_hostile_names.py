@@ -5,7 +5,7 @@ The names carry ESC (``\\x1b[31m`` recolours a terminal, ``\\x1b[2J`` clears it)
 U+202E (right-to-left override: what follows it is shown reversed), and one starts with
 ``=cmd|`` (a spreadsheet runs it as a formula). Text outputs (tables, diff, bottleneck report,
 the unsupported-layer warning, CLI status lines) and the viewers' files (Chrome trace,
-speedscope, HTML) show each such character as the escape ``tracetorch.report.units.printable``
+speedscope, HTML) show each such character as the escape ``tracetorch.text.units.printable``
 writes; the CSV prefixes a formula cell with ``'``; the JSON profile keeps every name exactly.
 """
 from __future__ import annotations
@@ -27,13 +27,13 @@ from test_report_html_browser import Report, browser  # noqa: F401 - the fixture
 from tracetorch.analysis.machine import Machine
 from tracetorch.cli.main import main
 from tracetorch.cli.progress import ProgressLine
+from tracetorch.records.result import ProfileResult
+from tracetorch.records.rows import csv_cell
+from tracetorch.records.tree import CallNode
 from tracetorch.report.bottleneck import render_analysis
 from tracetorch.report.flat_table import render_flat
-from tracetorch.report.rows import csv_cell
 from tracetorch.report.table import node_label
-from tracetorch.report.units import printable
-from tracetorch.result import ProfileResult
-from tracetorch.tree import CallNode
+from tracetorch.text.units import printable
 
 #: Characters that must never reach a terminal or a viewer as they are.
 RAW = ("\x1b", "\x07", "\x00", "\u202e")
@@ -278,7 +278,7 @@ def test_the_html_report_shows_escaped_names_in_chromium(
 def test_the_ranks_section_escapes_the_stragglers_layers() -> None:
     from test_distributed_merge import rank_profile
     from tracetorch.distributed import merge_profiles
-    from tracetorch.distributed.summary import render_ranks
+    from tracetorch.report.ranks import render_ranks
 
     merged = merge_profiles([rank_profile(0, 100, compute_ns=1_000),
                              rank_profile(1, 900, compute_ns=2_600)])

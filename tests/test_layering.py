@@ -1,17 +1,18 @@
-"""The layers import one way: ``tracetorch.result`` uses ``tracetorch.report``, never the reverse.
+"""The layers import one way: ``tracetorch.records.result`` uses ``tracetorch.report``, never the
+reverse.
 
 Reports only read a result, so ``report/`` names ``ProfileResult`` in annotations alone (under
 ``TYPE_CHECKING``); the JSON reader returns a saved profile's parts, which ``ProfileResult``
 assembles. What proves "no cycle" is the import graph read from the source: every ``import``
 statement that can run counts, including one inside a function (a lazy import still closes a
 cycle the first time it runs), and only the body of ``if TYPE_CHECKING:`` does not. No module of
-``report/`` may reach ``tracetorch.result`` through that graph, while ``tracetorch.result``
-reaches ``report/``: the edge exists, and it points one way.
+``report/`` may reach ``tracetorch.records.result`` through that graph, while
+``tracetorch.records.result`` reaches ``report/``: the edge exists, and it points one way.
 
 Importing ``a.b.c`` runs ``a/b/__init__``, so the graph has that edge too, except into the root
 package: ``tracetorch/__init__`` is the public facade, run by every import of anything inside
 it. Naming the root explicitly (``import tracetorch``, ``from tracetorch import load``) does
-count, since the facade imports ``tracetorch.result``.
+count, since the facade imports ``tracetorch.records.result``.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import tracetorch
 
 PACKAGE = Path(tracetorch.__file__).parent
 ROOT = "tracetorch"
-RESULT = "tracetorch.result"
+RESULT = "tracetorch.records.result"
 REPORT = "tracetorch.report"
 
 
@@ -130,7 +131,7 @@ def _path(seen: dict[str, str], start: str, end: str) -> str:
 def test_no_report_module_reaches_result_at_run_time() -> None:
     graph = import_graph()
     report_modules = [m for m in graph if m == REPORT or m.startswith(REPORT + ".")]
-    assert {"tracetorch.report.jsonio", "tracetorch.report.jsonread", "tracetorch.report.table",
+    assert {"tracetorch.records.jsonio", "tracetorch.records.jsonread", "tracetorch.report.table",
             "tracetorch.report.flat_table", "tracetorch.report.chrome"} <= set(report_modules)
     for module in report_modules:
         seen = reachable(graph, module)
@@ -142,7 +143,7 @@ def test_result_uses_report_one_way() -> None:
     graph = import_graph()
     seen = reachable(graph, RESULT)
     # The renderers, the writer and the reader are report's; result only assembles.
-    assert {"tracetorch.report.table", "tracetorch.report.jsonio", "tracetorch.report.jsonread",
+    assert {"tracetorch.report.table", "tracetorch.records.jsonio", "tracetorch.records.jsonread",
             "tracetorch.report.chrome"} <= set(seen)
     assert RESULT not in seen
 
@@ -154,26 +155,26 @@ def test_import_scanner_counts_lazy_imports_and_skips_type_checking_only() -> No
         from typing import TYPE_CHECKING
         from . import units
         if TYPE_CHECKING:
-            from tracetorch.result import ProfileResult
+            from tracetorch.records.result import ProfileResult
         else:
-            from tracetorch.tree import CallNode
+            from tracetorch.records.tree import CallNode
         if typing.TYPE_CHECKING:
             import tracetorch.profiler
         def render(result: ProfileResult) -> str:
             from ..stats import TimeStats
             import importlib
-            importlib.import_module("tracetorch.schedule")
+            importlib.import_module("tracetorch.profiler.schedule")
             return ""
         class Lazy:
             def table(self) -> str:
                 from tracetorch.report.table import render_table
                 return render_table(self)
     """)
-    found = imported_names(source, "tracetorch.report.jsonio",
-                           known={"tracetorch.report.units"})
-    assert {"tracetorch.report.units", "tracetorch.tree", "tracetorch.stats",
-            "tracetorch.schedule", "tracetorch.report.table"} <= found
-    assert "tracetorch.result" not in found and "tracetorch.profiler" not in found
+    found = imported_names(source, "tracetorch.records.jsonio",
+                           known={"tracetorch.text.units"})
+    assert {"tracetorch.text.units", "tracetorch.records.tree", "tracetorch.records.stats",
+            "tracetorch.profiler.schedule", "tracetorch.report.table"} <= found
+    assert "tracetorch.records.result" not in found and "tracetorch.profiler" not in found
     # In a package's __init__, a relative import is relative to the package itself.
     assert imported_names("from .table import x", "tracetorch.report", is_package=True) == \
         {"tracetorch.report.table"}
@@ -181,6 +182,6 @@ def test_import_scanner_counts_lazy_imports_and_skips_type_checking_only() -> No
 
 def test_graph_sees_the_known_edges() -> None:
     graph = import_graph()
-    assert "tracetorch.tree" in graph["tracetorch.report.jsonio"]
+    assert "tracetorch.records.tree" in graph["tracetorch.records.jsonio"]
     assert "tracetorch.report" in graph["tracetorch.report.table"]  # via the package __init__
     assert RESULT in graph[ROOT]

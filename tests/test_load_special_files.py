@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 import tracetorch as tt
-from tracetorch.report import jsonread
-from tracetorch.result import ProfileResult
-from tracetorch.tree import CallNode
+from tracetorch.records import jsonread
+from tracetorch.records.result import ProfileResult
+from tracetorch.records.tree import CallNode
 
 needs_posix = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs or /dev here")
 

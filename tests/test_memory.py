@@ -8,7 +8,7 @@ import pytest
 
 import tracetorch
 from tracetorch.core import Linear, ReLU, Sequential, Tensor, no_grad
-from tracetorch.report.units import format_bytes
+from tracetorch.text.units import format_bytes
 
 F32 = 4
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from support.torch_models import shared_model
-from tracetorch.introspect import is_torch_module
-from tracetorch.params import count_parameters, parameter_table
-from tracetorch.tensors import numel
+from tracetorch.models.introspect import is_torch_module
+from tracetorch.models.params import count_parameters, parameter_table
+from tracetorch.models.tensors import numel
 
 
 class Dense:
@@ -253,7 +253,7 @@ def test_torch_buffers_are_counted_apart(torch):
 @pytest.mark.slow
 def test_count_parameters_never_imports_torch():
     code = ("import sys, numpy as np\n"
-            "from tracetorch.params import count_parameters, parameter_table\n"
+            "from tracetorch.models.params import count_parameters, parameter_table\n"
             "class L:\n"
             "    weight = np.zeros((3, 3))\n"
             "    def forward(self, x): return x\n"

@@ -1,4 +1,4 @@
-"""The TinyTorch-compatible facade (tracetorch.perf) and tracetorch.flop_count."""
+"""The TinyTorch-compatible facade (tracetorch.perf) and tracetorch.tools.flop_count."""
 from __future__ import annotations
 
 import tracemalloc
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from support.torch_models import shared_model
+from tracetorch.compat.tinytorch.profiling import _count_conv_flops, _count_linear_flops
 from tracetorch.core import Conv2d, Flatten, Linear, MaxPool2d, ReLU, Sequential, Tensor
-from tracetorch.flop_count import count_flops
 from tracetorch.perf import (
     BYTES_PER_FLOAT32,
     KB_TO_BYTES,
@@ -19,7 +19,7 @@ from tracetorch.perf import (
     arithmetic_intensity,
     quick_profile,
 )
-from tracetorch.perf.profiling import _count_conv_flops, _count_linear_flops
+from tracetorch.tools.flop_count import count_flops
 
 
 @pytest.fixture

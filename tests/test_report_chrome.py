@@ -11,9 +11,9 @@ import pytest
 import tracetorch
 from support.trees import encoder_tree
 from tracetorch.core import Linear, ReLU, Sequential, Tensor
+from tracetorch.records.result import ProfileResult
+from tracetorch.records.tree import CallNode, TimelineEvent
 from tracetorch.report.chrome import chrome_trace_events, export_chrome_trace
-from tracetorch.result import ProfileResult
-from tracetorch.tree import CallNode, TimelineEvent
 
 MAIN, WORKER = 140_234_567_890_123, 140_234_567_999_999  # threading.get_ident()-sized ids
 

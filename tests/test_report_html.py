@@ -18,12 +18,12 @@ from support.trees import encoder_tree
 from tracetorch.cli.main import main
 from tracetorch.core import Linear, ReLU, Sequential, Tensor
 from tracetorch.profiler import profile
+from tracetorch.records.jsonio import deep_recursion, result_to_dict
+from tracetorch.records.result import ProfileResult
+from tracetorch.records.tree import CallNode
 from tracetorch.report.html import ASSETS, PROFILE_ID, REPORT_ID, render_html, save_html
-from tracetorch.report.jsonio import deep_recursion, result_to_dict
 from tracetorch.report.notebook import render_notebook
 from tracetorch.report.summary import summary_lines
-from tracetorch.result import ProfileResult
-from tracetorch.tree import CallNode
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = ["</script><script>alert(1)</script>", "say \"hi\" & 'bye'", "<!-- x", "a\u2028b",

@@ -21,9 +21,9 @@ import pytest
 from tracetorch.cli.demo import run_demo
 from tracetorch.core import Linear, ReLU, Sequential, Tensor
 from tracetorch.profiler import profile
+from tracetorch.records.result import ProfileResult
+from tracetorch.records.tree import CallNode
 from tracetorch.report.table import TREE_COLUMNS, tree_context
-from tracetorch.result import ProfileResult
-from tracetorch.tree import CallNode
 
 pytestmark = pytest.mark.slow
 

@@ -15,20 +15,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tracetorch
-from tracetorch.report.chrome import chrome_trace_events
-from tracetorch.report.flat_table import render_flat
-from tracetorch.report.jsonio import (
+from tracetorch.records.jsonio import (
     FORMAT_NAME,
     FORMAT_VERSION,
     deep_recursion,
     result_to_dict,
     save_result,
 )
-from tracetorch.report.jsonread import SavedProfile, parse_profile, read_profile
+from tracetorch.records.jsonread import SavedProfile, parse_profile, read_profile
+from tracetorch.records.result import ProfileResult
+from tracetorch.records.stats import TimeStats
+from tracetorch.records.tree import CallNode
+from tracetorch.report.chrome import chrome_trace_events
+from tracetorch.report.flat_table import render_flat
 from tracetorch.report.table import render_table
-from tracetorch.result import ProfileResult
-from tracetorch.stats import TimeStats
-from tracetorch.tree import CallNode
 
 
 def build() -> ProfileResult:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from support.trees import add_flops, encoder_tree
-from tracetorch.report.rows import ROW_FIELDS, row_fields, to_rows
-from tracetorch.result import ProfileResult
-from tracetorch.tree import CallNode
+from tracetorch.records.result import ProfileResult
+from tracetorch.records.rows import ROW_FIELDS, row_fields, to_rows
+from tracetorch.records.tree import CallNode
 
 
 def built() -> ProfileResult:

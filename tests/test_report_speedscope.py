@@ -12,9 +12,9 @@ import tracetorch
 from support.trees import encoder_tree
 from tracetorch.cli.main import main
 from tracetorch.core import Linear, ReLU, Sequential, Tensor
+from tracetorch.records.result import ProfileResult
+from tracetorch.records.tree import CallNode
 from tracetorch.report.speedscope import BACKWARD_FRAME, SCHEMA_URL, speedscope_document
-from tracetorch.result import ProfileResult
-from tracetorch.tree import CallNode
 
 # What https://www.speedscope.app/file-format-schema.json requires (jlfwong/speedscope,
 # src/lib/file-format-spec.ts): the file, each frame, each sampled profile.

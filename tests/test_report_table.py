@@ -6,11 +6,11 @@ import re
 import pytest
 
 from support.trees import add_flops, encoder_tree
+from tracetorch.records.result import ProfileResult
+from tracetorch.records.stats import TimeStats
+from tracetorch.records.tree import CallNode
 from tracetorch.report.flat_table import render_flat
 from tracetorch.report.table import node_label, render_table
-from tracetorch.result import ProfileResult
-from tracetorch.stats import TimeStats
-from tracetorch.tree import CallNode
 
 
 def build(steps: list[int] | None = None, **extra: object) -> ProfileResult:
@@ -303,10 +303,10 @@ def test_flat_empty_profile() -> None:
 
 
 def test_control_characters_in_names_are_escaped():
+    from tracetorch.records.result import ProfileResult
+    from tracetorch.records.tree import CallNode
     from tracetorch.report.flat_table import render_flat
     from tracetorch.report.table import render_table
-    from tracetorch.result import ProfileResult
-    from tracetorch.tree import CallNode
 
     root = CallNode.root()
     node = root.child("evil\x1b[2J\x07", "Bell\nType", "m0")
@@ -320,7 +320,7 @@ def test_control_characters_in_names_are_escaped():
 
 
 def test_time_stats_and_aggregate_rows_read_well():
-    from tracetorch.stats import TimeStats
+    from tracetorch.records.stats import TimeStats
 
     stats = TimeStats()
     assert repr(stats) == "TimeStats(count=0)"
@@ -362,7 +362,7 @@ def test_flops_a_rule_cannot_give_are_marked_unknown_and_their_parents_partial()
     assert row["odd"].split()[3] == "?"
     assert "FLOPs+ = a lower bound" in text
     assert "Forward FLOPs: 48 FLOPs (GEMM/conv 48 FLOPs, other 0 FLOPs); a lower bound" in text
-    from tracetorch.report.jsonio import result_to_dict
+    from tracetorch.records.jsonio import result_to_dict
 
     document = result_to_dict(prof)
     net = document["root"]["children"][0]

@@ -14,10 +14,10 @@ from support.trees import encoder_tree
 from test_report_table import build, cells, rows
 from tracetorch.cli.main import main
 from tracetorch.core import Linear, ReLU, Sequential, Tensor
-from tracetorch.report._layout import DEFAULT_WIDTH, color_enabled, elide_middle, terminal_width
+from tracetorch.records.result import ProfileResult
 from tracetorch.report.flat_table import FLAT_COLUMNS, render_flat
 from tracetorch.report.table import TREE_COLUMNS, render_table
-from tracetorch.result import ProfileResult
+from tracetorch.text.layout import DEFAULT_WIDTH, color_enabled, elide_middle, terminal_width
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tracetorch.report.units import (
+from tracetorch.text.units import (
     COUNT_PREFIXES,
     TIME_UNITS,
     format_count,

@@ -17,7 +17,7 @@ import pytest
 
 import tracetorch as tt
 from tracetorch.core import Linear, ReLU, Sequential, Tensor
-from tracetorch.tree import CallNode
+from tracetorch.records.tree import CallNode
 
 torch = (pytest.importorskip("torch") if os.environ.get("CI") != "true"
          else __import__("torch"))

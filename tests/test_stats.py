@@ -6,8 +6,8 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tracetorch import stats
-from tracetorch.stats import TimeStats
+from tracetorch.records import stats
+from tracetorch.records.stats import TimeStats
 
 durations = st.lists(st.integers(min_value=0, max_value=10**12), min_size=1, max_size=200)
 

@@ -15,9 +15,9 @@ import pytest
 import tracetorch
 from tracetorch.core import Linear, Module, ReLU, Sequential, Tensor
 from tracetorch.engine import fold, identities
-from tracetorch.params import count_parameters
-from tracetorch.subtree_params import subtree_parameter_counts
-from tracetorch.tree import CallNode
+from tracetorch.models.params import count_parameters
+from tracetorch.models.subtree_params import subtree_parameter_counts
+from tracetorch.records.tree import CallNode
 
 LINEAR_FLOPS = 2 * 2 * 2  # Linear(2, 2) on one row
 
@@ -181,7 +181,7 @@ def walks(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
                         counted("children", identities.named_children_of))
     monkeypatch.setattr(identities, "named_submodules",
                         counted("subtree", identities.named_submodules))
-    from tracetorch import subtree_params
+    from tracetorch.models import subtree_params
 
     original = subtree_params._parts
 

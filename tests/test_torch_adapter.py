@@ -525,7 +525,7 @@ def test_a_shared_module_is_named_by_each_parents_attribute(torch, with_model):
 def test_shapes_of_torch_tensors_are_plain_int_tuples_on_both_paths():
     with tracetorch.profile():  # the adapter registers torch.Tensor's shapes as plain ints
         pass
-    from tracetorch.tensors import shape_of
+    from tracetorch.models.tensors import shape_of
 
     class Lying(torch.Tensor):  # a subclass is never trusted: its sizes are converted
         @property

@@ -17,16 +17,16 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from tracetorch.analysis.calibrate import calibrate
+from tracetorch.analysis.diff import ProfileDiff, diff
 from tracetorch.analysis.machine import Machine
-from tracetorch.bench import Measurement, benchmark, measure_latency
-from tracetorch.diff import ProfileDiff, diff
-from tracetorch.flop_count import count_flops
 from tracetorch.flops.registry import FlopCount, flop_rule
-from tracetorch.instrument import instrument
-from tracetorch.params import count_parameters, parameter_table
+from tracetorch.models.params import count_parameters, parameter_table
 from tracetorch.profiler import profile
-from tracetorch.result import ProfileResult
-from tracetorch.schedule import schedule
+from tracetorch.profiler.instrument import instrument
+from tracetorch.profiler.schedule import schedule
+from tracetorch.records.result import ProfileResult
+from tracetorch.tools.bench import Measurement, benchmark, measure_latency
+from tracetorch.tools.flop_count import count_flops
 
 __all__ = (
     "__version__",

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 import tracetorch
+from tracetorch.compat.tinytorch.analytic import conv2d_layer_flops, linear_layer_flops
 from tracetorch.core import AvgPool2d, Conv2d, LayerNorm, Linear, MaxPool2d, Tensor, autograd
 from tracetorch.core import functional as F
 from tracetorch.flops import core_ops
-from tracetorch.perf.analytic import conv2d_layer_flops, linear_layer_flops
 
 
 class _Costs:

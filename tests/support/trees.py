@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from tracetorch.tree import CallNode
+from tracetorch.records.tree import CallNode
 
 __all__ = ("EncoderTree", "encoder_tree", "add_flops")
 

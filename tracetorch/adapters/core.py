@@ -22,8 +22,8 @@ from tracetorch.adapters.base import all_subclasses
 from tracetorch.engine.hotpath import OpCounter
 from tracetorch.engine.patches import PatchBoard, PatchTarget
 from tracetorch.engine.saved_meters import register_saved_meter
-from tracetorch.tensors import ndarray_of, tensors_in
-from tracetorch.tree import NodeKind
+from tracetorch.models.tensors import ndarray_of, tensors_in
+from tracetorch.records.tree import NodeKind
 
 __all__ = ("CoreAdapter", "saved_bytes")
 

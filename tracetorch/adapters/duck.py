@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tracetorch.engine.patches import PatchTarget, defining_class, is_instrumented
-from tracetorch.introspect import layer_classes, named_submodules
+from tracetorch.models.introspect import layer_classes, named_submodules
 
 __all__ = ("duck_targets", "instance_forwards")
 

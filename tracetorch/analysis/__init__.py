@@ -8,8 +8,8 @@ Modules by concern: :mod:`~tracetorch.analysis.machine` (the peaks, :class:`Mach
 :mod:`~tracetorch.analysis.bottlenecks` (all of it for one profile).
 
 This package's ``__init__`` imports nothing: ``calibrate`` runs a profile (it imports
-:mod:`tracetorch.profiler`, hence :mod:`tracetorch.result`), while the reports import the other
-modules and must never reach ``tracetorch.result`` (see ``tests/test_layering.py``).
+:mod:`tracetorch.profiler`, hence :mod:`tracetorch.records.result`), while the reports import the
+other modules and must never reach ``tracetorch.records.result`` (see ``tests/test_layering.py``).
 """
 from __future__ import annotations
 

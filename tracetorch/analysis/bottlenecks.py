@@ -5,8 +5,8 @@ report (:mod:`tracetorch.report.bottleneck`), which always starts with the peaks
 
 Example:
     >>> from tracetorch.analysis.machine import Machine
-    >>> from tracetorch.result import ProfileResult
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.result import ProfileResult
+    >>> from tracetorch.records.tree import CallNode
     >>> found = analyze(ProfileResult(CallNode.root()), Machine(1e12, 1e11))
     >>> found.layers, found.look_first
     ((), ())
@@ -30,8 +30,8 @@ from tracetorch.analysis.roofline import (
 )
 from tracetorch.analysis.utilization import Utilization, utilization
 
-if TYPE_CHECKING:  # reports read results; tracetorch.result imports this package, not the reverse
-    from tracetorch.result import ProfileResult
+if TYPE_CHECKING:  # reports read results, a result never imports a report
+    from tracetorch.records.result import ProfileResult
 
 __all__ = ("Analysis", "analyze")
 

@@ -4,7 +4,7 @@
 call (and ``profile(machine="calibrate")``) reads the cache:
 
 - **peak FLOP/s**: square ``n x n`` matmuls for a few sizes (:data:`CPU_SIZES`, or
-  :data:`CUDA_SIZES` on a GPU), each timed by :func:`tracetorch.bench.benchmark`; the best
+  :data:`CUDA_SIZES` on a GPU), each timed by :func:`tracetorch.tools.bench.benchmark`; the best
   median rate (``2 n^3`` FLOPs per product) is the peak;
 - **bandwidth**: one large copy (:data:`CPU_COPY_BYTES`, well past any CPU cache; 1 GiB on a
   GPU): bytes read plus bytes written over the median time;
@@ -17,10 +17,11 @@ The cache is ``$XDG_CACHE_HOME/tracetorch/machine.json`` (``~/.cache/tracetorch/
 count; ``refresh=True`` (``tracetorch calibrate --refresh``) measures again.
 
 A profile is measured against the calibration that fits it: :func:`profile_target` reads the
-framework, device, dtype and thread count the profile recorded (see :mod:`tracetorch.runinfo`),
-:func:`cached_machine` finds the cache entry for them and :func:`calibrate` measures them once
-when there is none. numpy's BLAS fixes its thread count when numpy loads, so numpy at another
-count than this process runs is measured in a child process started with that count.
+framework, device, dtype and thread count the profile recorded (see
+:mod:`tracetorch.profiler.runinfo`), :func:`cached_machine` finds the cache entry for them and
+:func:`calibrate` measures them once when there is none. numpy's BLAS fixes its thread count when
+numpy loads, so numpy at another count than this process runs is measured in a child process started
+with that count.
 
 Example:
     >>> import tracetorch
@@ -47,8 +48,8 @@ from typing import Any
 
 from tracetorch.analysis.kits import Kit, import_torch, kit_for
 from tracetorch.analysis.machine import Machine
-from tracetorch.introspect import is_torch_module
-from tracetorch.report.units import format_per_second, format_time_ns
+from tracetorch.models.introspect import is_torch_module
+from tracetorch.text.units import format_per_second, format_time_ns
 
 __all__ = ("calibrate", "cached_machine", "measure", "machine_facts", "profile_target",
            "cache_path", "resolve_machine", "measurement_lines", "FRAMEWORKS", "DTYPES",
@@ -229,9 +230,9 @@ def _cached(facts: dict[str, Any]) -> Machine | None:
 
 def profile_target(meta: Mapping[str, Any]) -> dict[str, Any]:
     """The ``framework``, ``device``, ``dtype`` and ``threads`` a profile ran with, from the
-    facts it recorded (:func:`tracetorch.runinfo.run_facts`): the arguments of the calibration
-    that fits it. What a profile did not record (an older file) is the default: numpy, cpu,
-    float32, this process's threads; a dtype no calibration runs in (an integer model) is
+    facts it recorded (:func:`tracetorch.profiler.runinfo.run_facts`): the arguments of the
+    calibration that fits it. What a profile did not record (an older file) is the default: numpy,
+    cpu, float32, this process's threads; a dtype no calibration runs in (an integer model) is
     float32.
 
     Raises:

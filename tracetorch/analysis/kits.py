@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tracetorch.bench import benchmark
+from tracetorch.tools.bench import benchmark
 
 __all__ = ("Kit", "NumpyKit", "TorchKit", "kit_for", "import_torch")
 

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tracetorch.report.units import format_per_second, format_time_ns
+from tracetorch.text.units import format_per_second, format_time_ns
 
 __all__ = ("Machine", "machine_entry", "MACHINE_WHERE")
 

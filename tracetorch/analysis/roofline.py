@@ -4,7 +4,8 @@ A layer's own numbers decide its label, with a :class:`~tracetorch.analysis.mach
 peaks (``P`` FLOP/s, ``B`` bytes/s, one call's fixed cost ``c``):
 
 - **intensity** ``I = FLOPs / bytes moved`` (inclusive forward FLOPs; bytes as
-  :mod:`tracetorch.memory` counts them: inputs and outputs, and the parameters once per call);
+  :mod:`tracetorch.records.memory` counts them: inputs and outputs, and the parameters once per
+  call);
 - **ceiling** ``min(P, B * I)``: the most FLOP/s a layer of that intensity can reach;
 - **predicted time** ``max(FLOPs / P, bytes / B)``: the roofline's time for the work; the
   measured time beyond it is the **time above the ceiling** (the headroom), and
@@ -47,8 +48,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tracetorch.analysis.machine import Machine
-from tracetorch.report.units import format_percent, format_time_ns
-from tracetorch.tree import CallNode
+from tracetorch.records.tree import CallNode
+from tracetorch.text.units import format_percent, format_time_ns
 
 __all__ = ("Bound", "BOUNDS", "LayerBound", "ContainerSummary", "layer_bound", "labelled_nodes",
            "unlabelled_reasons", "where_to_look_first", "time_by_bound", "container_summaries",

@@ -14,12 +14,12 @@ The time is the steps' (``prof.step()``: the whole loop body, data loading inclu
 were marked, else the top-level calls' time. Per step, each step is taken to do the profile's
 mean FLOPs per step, so a step's MFU is ``(model FLOPs / steps) / step time / peak``, at the
 median, fastest and slowest step. Achieved FLOP/s per phase divide each phase's FLOPs by its
-time (:meth:`~tracetorch.result.ProfileResult.time_by_kind`).
+time (:meth:`~tracetorch.records.result.ProfileResult.time_by_kind`).
 
 Example:
     >>> from tracetorch.analysis.machine import Machine
-    >>> from tracetorch.result import ProfileResult
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.result import ProfileResult
+    >>> from tracetorch.records.tree import CallNode
     >>> root = CallNode.root(); fc = root.child("fc", "Linear", "m0")
     >>> fc.time.add(1_000_000); fc.flops = 500_000_000          # 0.5 GFLOPs in 1 ms
     >>> use = utilization(ProfileResult(root), Machine(1e12, 1e11))
@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tracetorch.analysis.machine import Machine
-from tracetorch.tree import CallNode
+from tracetorch.records.tree import CallNode
 
-if TYPE_CHECKING:  # reports read results; tracetorch.result imports this package, not the reverse
-    from tracetorch.result import ProfileResult
+if TYPE_CHECKING:  # reports read results, a result never imports a report
+    from tracetorch.records.result import ProfileResult
 
 __all__ = ("Utilization", "PhaseRate", "utilization", "PHASES")
 
@@ -113,8 +113,8 @@ def utilization(result: ProfileResult, machine: Machine) -> Utilization:
 
     Example:
         >>> from tracetorch.analysis.machine import Machine
-        >>> from tracetorch.result import ProfileResult
-        >>> from tracetorch.tree import CallNode
+        >>> from tracetorch.records.result import ProfileResult
+        >>> from tracetorch.records.tree import CallNode
         >>> utilization(ProfileResult(CallNode.root()), Machine(1e12, 1e11)).mfu is None
         True
     """

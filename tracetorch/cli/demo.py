@@ -39,8 +39,8 @@ from tracetorch.core import (
     manual_seed,
 )
 from tracetorch.profiler import profile
-from tracetorch.report.units import format_time_ns
-from tracetorch.schedule import schedule
+from tracetorch.profiler.schedule import schedule
+from tracetorch.text.units import format_time_ns
 
 __all__ = (
     "DemoRun",

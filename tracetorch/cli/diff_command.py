@@ -2,7 +2,7 @@
 
 The report goes to stdout. The exit status is 1 when ``--fail-above`` is given and a layer
 regressed by more than it (a time change beyond noise, or FLOPs per call; see
-:mod:`tracetorch.diff`), 0 otherwise, 2 for a usage error (a missing or corrupt file, a bad
+:mod:`tracetorch.analysis.diff`), 0 otherwise, 2 for a usage error (a missing or corrupt file, a bad
 option value).
 
 Example:
@@ -17,9 +17,9 @@ import os
 import sys
 from typing import Any
 
-from tracetorch.diff import DEFAULT_SIGMAS, DIFF_SORT_KEYS, ProfileDiff, diff
+from tracetorch.analysis.diff import DEFAULT_SIGMAS, DIFF_SORT_KEYS, ProfileDiff, diff
 from tracetorch.report.diff_report import DEFAULT_TOP
-from tracetorch.report.units import format_time_ns, printable
+from tracetorch.text.units import format_time_ns, printable
 
 __all__ = ("add_diff_command", "parse_percent", "EXIT_REGRESSED")
 

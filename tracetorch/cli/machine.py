@@ -44,8 +44,8 @@ from tracetorch.analysis.calibrate import (
 )
 from tracetorch.analysis.machine import Machine
 from tracetorch.cli.argtypes import int_at_least, positive_number
-from tracetorch.report.units import printable
-from tracetorch.result import ProfileResult
+from tracetorch.records.result import ProfileResult
+from tracetorch.text.units import printable
 
 __all__ = ("add_calibrate_command", "add_machine_options", "user_machine", "attach_machine",
            "default_frameworks")

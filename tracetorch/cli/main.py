@@ -42,17 +42,17 @@ from tracetorch.cli.machine import (
 )
 from tracetorch.cli.outputs import check_outputs, write_outputs
 from tracetorch.cli.progress import ProgressLine
+from tracetorch.cli.ranks import rank_profile, ranks_text, run_gather_path
 from tracetorch.cli.script import die_of_signal, run_script, runnable, signal_name
-from tracetorch.distributed.chrome import export_ranks_chrome_trace
-from tracetorch.distributed.cli import rank_profile, ranks_text, run_gather_path
 from tracetorch.distributed.gather import rank_file
 from tracetorch.profiler import profile
-from tracetorch.report._layout import color_enabled, terminal_width
+from tracetorch.records.result import ProfileResult
 from tracetorch.report.flat_table import FLAT_COLUMNS, FLAT_VIEWS, render_flat
 from tracetorch.report.ops import render_op_table
+from tracetorch.report.ranks_trace import export_ranks_chrome_trace
 from tracetorch.report.table import SORT_KEYS, TREE_COLUMNS, render_table
-from tracetorch.report.units import printable
-from tracetorch.result import ProfileResult
+from tracetorch.text.layout import color_enabled, terminal_width
+from tracetorch.text.units import printable
 
 __all__ = ("main", "CliError", "COMMANDS")
 

@@ -24,13 +24,13 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any, Callable, TextIO
 
+from tracetorch.records.jsonio import save_result
+from tracetorch.records.result import ProfileResult
+from tracetorch.records.rows import write_csv
 from tracetorch.report.chrome import export_chrome_trace
 from tracetorch.report.html import save_html
-from tracetorch.report.jsonio import save_result
-from tracetorch.report.rows import write_csv
 from tracetorch.report.speedscope import export_speedscope
-from tracetorch.report.units import printable
-from tracetorch.result import ProfileResult
+from tracetorch.text.units import printable
 
 __all__ = ("OUTPUTS", "check_outputs", "write_outputs")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from tracetorch.report.units import printable
+from tracetorch.text.units import printable
 
 __all__ = ("ProgressLine",)
 

@@ -1,5 +1,6 @@
 """Profiling ``torch.distributed`` jobs as one: rank facts, collectives, gathering, merging and
-the straggler.
+the straggler. Their views are renderers like any other: :mod:`tracetorch.report.ranks` (text)
+and :mod:`tracetorch.report.ranks_trace` (one Chrome trace, a process per rank).
 
 Nothing here imports torch: the parts that need ``torch.distributed`` import it when a profile
 runs under an initialized process group (or under ``torchrun``), which implies it is loaded.
@@ -11,7 +12,6 @@ Example:
 """
 from __future__ import annotations
 
-from tracetorch.distributed.chrome import export_ranks_chrome_trace, ranks_chrome_trace
 from tracetorch.distributed.gather import gather_profiles, rank_file
 from tracetorch.distributed.merge import (
     CollectiveSite,
@@ -25,9 +25,7 @@ from tracetorch.distributed.merge import (
 )
 from tracetorch.distributed.spread import EXACT_RANKS, Spread
 from tracetorch.distributed.straggler import LayerExcess, Straggler, find_straggler
-from tracetorch.distributed.summary import render_ranks
 
 __all__ = ("CollectiveSite", "EXACT_RANKS", "LayerExcess", "NodeSpread", "RankMerge", "Spread",
-           "Straggler", "collective_sites", "export_ranks_chrome_trace", "find_straggler",
-           "gather_profiles", "merge_profiles", "node_spreads", "rank_file", "rank_rows",
-           "ranks_chrome_trace", "render_ranks", "tree_merge")
+           "Straggler", "collective_sites", "find_straggler", "gather_profiles", "merge_profiles",
+           "node_spreads", "rank_file", "rank_rows", "tree_merge")

@@ -34,7 +34,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from tracetorch.stats import TimeStats
+from tracetorch.records.stats import TimeStats
 
 __all__ = ("CollectiveLog", "OPS", "bus_factor")
 

@@ -1,6 +1,6 @@
 """Every rank's profile to rank 0, over the job's own process group or through shared files.
 
-Each rank contributes its profile as the versioned dict of :mod:`tracetorch.report.jsonio`
+Each rank contributes its profile as the versioned dict of :mod:`tracetorch.records.jsonio`
 (its timeline left out: merging does not read it). With a process group alive they travel by
 ``gather_object`` to rank 0, which folds them into a :class:`~.merge.RankMerge` one at a time;
 with ``tree=True`` (the default beyond :data:`TREE_FROM` ranks) they are reduced up a binomial
@@ -35,8 +35,8 @@ from typing import Any
 from tracetorch.distributed.meet import job_id, meet
 from tracetorch.distributed.merge import META_KEY, RankMerge
 from tracetorch.distributed.rank import group_alive, rank_facts
-from tracetorch.report.jsonio import deep_recursion, save_result
-from tracetorch.result import ProfileResult
+from tracetorch.records.jsonio import deep_recursion, save_result
+from tracetorch.records.result import ProfileResult
 
 __all__ = ("GATHER_S", "gather_profiles", "rank_file", "saved_rank_files", "TREE_FROM")
 
@@ -59,7 +59,7 @@ def saved_rank_files(merged: ProfileResult, path: str) -> dict[str, str]:
 
     Example:
         >>> from tracetorch.distributed.merge import merge_profiles
-        >>> from tracetorch.tree import CallNode
+        >>> from tracetorch.records.tree import CallNode
         >>> merged = merge_profiles([ProfileResult(CallNode.root())], ranks=[0])
         >>> merged.meta["distributed"]["rank_files"] = {"0": "job.rank0.json"}
         >>> saved_rank_files(merged, "out/job.json") == {"0": os.path.abspath("out/job.rank0.json")}

@@ -1,8 +1,8 @@
 """One profile for the whole job: the per-rank trees reduced into mergeable per-node statistics.
 
 :class:`RankMerge` is the state of a merge. Each node of its tree holds what the engine's nodes
-hold, summed over ranks (calls, FLOPs, per-call :class:`~tracetorch.stats.TimeStats`), plus a
-:class:`~tracetorch.distributed.spread.Spread` of the node's per-rank inclusive and self time
+hold, summed over ranks (calls, FLOPs, per-call :class:`~tracetorch.records.stats.TimeStats`), plus
+a :class:`~tracetorch.distributed.spread.Spread` of the node's per-rank inclusive and self time
 (min / median / max across ranks, the slowest rank). Beside the tree it keeps a few numbers per
 rank (step times, compute time, time in collectives, calls and FLOPs) and the collectives, one
 site per (call path, operation). So the state costs O(nodes) plus O(1) per rank, never
@@ -20,8 +20,8 @@ rows under ``"ranks"``, the nodes' spreads under ``"nodes"`` (one per node, in t
 depth-first walk of the saved tree; the root's is ``None``) and the collective sites.
 
 Example:
-    >>> from tracetorch.result import ProfileResult
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.result import ProfileResult
+    >>> from tracetorch.records.tree import CallNode
     >>> def rank_profile(rank, ns):
     ...     root = CallNode.root(); root.child("fc", "Linear", "m0").time.add(ns)
     ...     return ProfileResult(root, meta={"distributed": {"rank": rank, "world_size": 2}})
@@ -40,9 +40,9 @@ from typing import Any
 
 from tracetorch.distributed.spread import Spread
 from tracetorch.engine.fold import merge_below
-from tracetorch.result import EXACT_STEPS, ProfileResult
-from tracetorch.stats import TimeStats
-from tracetorch.tree import CallNode
+from tracetorch.records.result import EXACT_STEPS, ProfileResult
+from tracetorch.records.stats import TimeStats
+from tracetorch.records.tree import CallNode
 
 __all__ = ("RankMerge", "NodeSpread", "CollectiveSite", "merge_profiles", "tree_merge",
            "node_spreads", "rank_rows", "collective_sites", "META_KEY")
@@ -150,8 +150,8 @@ class RankMerge:
     """The state of a merge of rank profiles (see the module docstring).
 
     Example:
-        >>> from tracetorch.result import ProfileResult
-        >>> from tracetorch.tree import CallNode
+        >>> from tracetorch.records.result import ProfileResult
+        >>> from tracetorch.records.tree import CallNode
         >>> state = RankMerge()
         >>> for rank in (0, 1):
         ...     root = CallNode.root(); root.child("fc", "Linear", "m0").time.add(10 + rank)
@@ -288,7 +288,7 @@ class RankMerge:
 
     # ------------------------------------------------------------------ the result
     def result(self) -> ProfileResult:
-        """The merged profile: a normal :class:`~tracetorch.result.ProfileResult`."""
+        """The merged profile: a normal :class:`~tracetorch.records.result.ProfileResult`."""
         from tracetorch.distributed.straggler import find_straggler
 
         order = list(self.root.walk())

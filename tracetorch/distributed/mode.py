@@ -34,7 +34,7 @@ from tracetorch.adapters.torch.tracing import tracing
 from tracetorch.distributed.collectives import OPS, CollectiveLog
 from tracetorch.engine.hotpath import current_frame
 from tracetorch.engine.patches import recording_wrapper
-from tracetorch.tensors import tensor_bytes
+from tracetorch.models.tensors import tensor_bytes
 
 __all__ = ("CollectiveMode",)
 

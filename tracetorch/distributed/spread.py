@@ -1,7 +1,7 @@
 """Across-rank statistics that merge: one number per rank folded into O(1) state.
 
 A :class:`Spread` holds, for one quantity (a layer's time on each rank, a rank's compute time),
-the ranks' values as a :class:`~tracetorch.stats.TimeStats` — exact while there are at most
+the ranks' values as a :class:`~tracetorch.records.stats.TimeStats` — exact while there are at most
 :data:`EXACT_RANKS` of them, a bounded quantile sketch beyond — and which rank is slowest and
 fastest. Merging two spreads is associative and commutative (ties go to the lower rank), so a
 job's spreads can be reduced in any order, pairwise up a tree.
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from tracetorch.stats import TimeStats
+from tracetorch.records.stats import TimeStats
 
 __all__ = ("EXACT_RANKS", "Spread", "median")
 

@@ -12,8 +12,8 @@ median most (from the merged nodes' spreads, so it costs O(nodes) at any scale).
 
 Example:
     >>> from tracetorch.distributed.merge import merge_profiles
-    >>> from tracetorch.result import ProfileResult
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.result import ProfileResult
+    >>> from tracetorch.records.tree import CallNode
     >>> def rank_profile(rank, compute):
     ...     root = CallNode.root(); root.child("fc", "Linear", "m0").time.add(compute)
     ...     facts = {"rank": rank, "world_size": 3, "compute_ns": compute, "collective_ns": 0}
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from tracetorch.distributed.spread import median
 
 if TYPE_CHECKING:
-    from tracetorch.result import ProfileResult
+    from tracetorch.records.result import ProfileResult
 
 __all__ = ("Straggler", "LayerExcess", "find_straggler", "MAX_LAYERS")
 

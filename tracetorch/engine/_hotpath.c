@@ -40,7 +40,7 @@ static PyObject *one;
 enum { F_COLLECTOR, F_NODE, F_OWNER, F_OPS, F_OBSERVE, F_PENDING, F_FLOPS_CACHE, F_CHILDREN,
        F_FIELDS };
 
-/* The slot of a counter (tracetorch.tree.ENTRY_FIELDS) holding the key it was measured for. */
+/* The slot of a counter (tracetorch.records.tree.ENTRY_FIELDS) holding the key it was measured for. */
 enum { E_KEY = 7 };
 
 static int guard_form_ok(PyObject *guard);

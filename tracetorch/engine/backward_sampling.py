@@ -11,7 +11,7 @@ own gate (torch's grad mode, read by the engine anyway) is back and sampling cos
 
 Example:
     >>> from tracetorch.engine.collector import Collector
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.tree import CallNode
     >>> collector = Collector(CallNode.root(), model=None)
     >>> skip(collector); collector.backward_on
     False

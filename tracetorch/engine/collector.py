@@ -10,7 +10,7 @@ in :mod:`tracetorch.engine.fold`, what a call saves for backward in
 :mod:`tracetorch.engine.unsupported`.
 
 Example:
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.tree import CallNode
     >>> collector = Collector(CallNode.root(), model=None)
     >>> collector.root.children
     {}
@@ -31,15 +31,15 @@ from tracetorch.engine.warm import WarmNodes
 from tracetorch.engine.wrappers import is_wrapper, naming_through_wrappers, wrapper_name
 from tracetorch.flops.optimizers import optimizer_scope
 from tracetorch.flops.registry import NO_RULE, FlopCount, FlopRegistry, default_registry
-from tracetorch.introspect import (
+from tracetorch.models.introspect import (
     bound_inputs,
     is_stateless,
     is_torch_module,
     only_calls_children,
     runs_compiled_graph,
 )
-from tracetorch.tensors import parameter_ids, signature, tensor_bytes
-from tracetorch.tree import CallNode, NodeKind, new_entry
+from tracetorch.models.tensors import parameter_ids, signature, tensor_bytes
+from tracetorch.records.tree import CallNode, NodeKind, new_entry
 
 __all__ = ("Collector",)
 
@@ -343,7 +343,7 @@ class Collector(CallTiming):
         structures: see :func:`~tracetorch.engine.hotpath.call_key`): note the shapes, run the
         rule, measure the sizes.
 
-        Returns the counter (:data:`~tracetorch.tree.ENTRY_FIELDS`; ``None`` FLOPs when the
+        Returns the counter (:data:`~tracetorch.records.tree.ENTRY_FIELDS`; ``None`` FLOPs when the
         node's FLOPs come from counted operations instead of a rule; bytes 0 with
         ``profile(memory=False)``; its key left for the caller to fill in).
         """
@@ -419,7 +419,7 @@ class Collector(CallTiming):
 
         The pass's own node (``Tensor.backward``), when given, gets the pass's FLOPs as its
         ``flops``: a summary of work charged to the layers, which totals leave out (see
-        :attr:`tracetorch.result.ProfileResult.forward_flops`).
+        :attr:`tracetorch.records.result.ProfileResult.forward_flops`).
         """
         for node, elapsed in self._pending_backward.items():
             node.backward_time.add(elapsed)

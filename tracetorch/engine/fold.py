@@ -9,7 +9,7 @@ profiles is recorded once in each of them. :func:`clear_recorded` empties a reco
 has been handed on, so that the same nodes record the next step.
 
 Example:
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.tree import CallNode
     >>> source, target = CallNode.root(), CallNode.root()
     >>> source.child("fc", "Linear", "m0").time.add(5)
     >>> mapping = merge_tree(source, target)
@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from tracetorch.memory import MemoryStats
-from tracetorch.tree import CallNode
+from tracetorch.records.memory import MemoryStats
+from tracetorch.records.tree import CallNode
 
 if TYPE_CHECKING:
     from tracetorch.engine.hotpath import Frame
@@ -105,7 +105,7 @@ def _fold_node(node: CallNode, flops: int, gemm: int, macs: int) -> tuple[int, i
         if not calls:
             continue
         entry[0] -= calls  # not "= 0": another thread may have counted a call meanwhile
-        # (the slots of tracetorch.tree.ENTRY_FIELDS)
+        # (the slots of tracetorch.records.tree.ENTRY_FIELDS)
         read += calls * entry[4]
         written += calls * entry[5]
         saved += calls * entry[6]

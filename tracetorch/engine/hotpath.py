@@ -32,9 +32,9 @@ from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from tracetorch.engine.native import native_type
-from tracetorch.stats import FLUSH_EVERY
-from tracetorch.tensors import QUIET_READS, quiet_reads, typed_signature
-from tracetorch.tree import CallNode, NodeKind
+from tracetorch.models.tensors import QUIET_READS, quiet_reads, typed_signature
+from tracetorch.records.stats import FLUSH_EVERY
+from tracetorch.records.tree import CallNode, NodeKind
 
 if TYPE_CHECKING:
     from tracetorch.engine.collector import Collector
@@ -235,7 +235,7 @@ def call_key(args: tuple[Any, ...], kwargs: dict[str, Any], owner: Any = None
                                            _structure, training_flag(owner)),))
 
 
-_QUIET_READS = QUIET_READS  # (the C wrapper reads it by this name: see tracetorch.tensors)
+_QUIET_READS = QUIET_READS  # (the C wrapper reads it by this name: see tracetorch.models.tensors)
 
 #: The innermost open call of this context as it is held, with no check that its profile is
 #: still recording (a caller on a per-operation path checks ``frame.collector.active`` itself).

@@ -23,9 +23,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from tracetorch.engine.wrappers import is_wrapper, naming_through_wrappers
-from tracetorch.introspect import is_layer, named_children_of, named_submodules
-from tracetorch.subtree_params import subtree_parameter_counts
-from tracetorch.tensors import nbytes
+from tracetorch.models.introspect import is_layer, named_children_of, named_submodules
+from tracetorch.models.subtree_params import subtree_parameter_counts
+from tracetorch.models.tensors import nbytes
 
 __all__ = ("Identities",)
 

@@ -39,7 +39,7 @@ import wrapt
 
 from tracetorch.engine.hotpath import make_wrapper
 from tracetorch.engine.native import native_type
-from tracetorch.tree import NodeKind
+from tracetorch.records.tree import NodeKind
 
 __all__ = ("BOARD", "LayerMethod", "Patch", "PatchTarget", "PatchBoard", "defining_class",
            "is_instrumented", "recording_wrapper", "reusable_wrapper", "subclass_watcher")

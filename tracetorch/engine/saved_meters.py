@@ -9,7 +9,7 @@ per node and call key, as it runs FLOP rules, and keeps the set of storages alre
 the last fold so that a tensor kept by several calls counts once.
 
 Example:
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.tree import CallNode
     >>> saved_by_call((), {}, object(), set(), CallNode.root())   # no meter for an object
     0
 """
@@ -18,12 +18,12 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from tracetorch.engine.hotpath import set_grad_mode
-from tracetorch.tree import CallNode
+from tracetorch.records.tree import CallNode
 
 __all__ = ("SavedMeter", "register_saved_meter", "saved_by_call")
 
 #: ``meter(args, kwargs, output, seen, node) -> bytes`` saved for backward by one call of
-#: ``node`` (see :mod:`tracetorch.memory`), counting only storages whose keys are not in
+#: ``node`` (see :mod:`tracetorch.records.memory`), counting only storages whose keys are not in
 #: ``seen`` and adding the keys of those it counts.
 SavedMeter = Callable[[tuple[Any, ...], dict[str, Any], Any, set[int], CallNode], int]
 

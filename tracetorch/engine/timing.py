@@ -10,7 +10,7 @@ puts it in :attr:`CallTiming.touched` (:meth:`CallTiming.touch`), so that a step
 that ran and no others.
 
 Example:
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.tree import CallNode
     >>> timing = CallTiming(clock=lambda: 0, timeline=True, max_events=1)
     >>> node = CallNode.root().child("fc", "Linear", "m0")
     >>> timing.add_duration(node, 10, 25); timing.add_duration(node, 30, 40)
@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from tracetorch.tree import CallNode
+from tracetorch.records.tree import CallNode
 
 __all__ = ("CallTiming", "CallHooks", "Clock")
 

@@ -7,7 +7,7 @@ training loop of a million steps warns once), saying how to add a rule, or that 
 a compiled graph that cannot be looked into.
 
 Example:
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.tree import CallNode
     >>> unsupported_calls(CallNode.root())
     {}
 """
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import warnings
 
-from tracetorch.report.units import printable
-from tracetorch.tree import CallNode
+from tracetorch.records.tree import CallNode
+from tracetorch.text.units import printable
 
 __all__ = ("unsupported_calls", "warn_unsupported")
 

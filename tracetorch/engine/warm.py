@@ -8,7 +8,7 @@ no rule's first call. A node is taken up only while its owner is the same object
 same parent node, with no ``instrument(flops=...)`` rule, and the FLOP registry unchanged.
 
 Example:
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.tree import CallNode
     >>> warm = WarmNodes()
     >>> warm.take(CallNode.root(), object(), None, 0) is None
     True
@@ -18,7 +18,7 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
-from tracetorch.tree import CallNode
+from tracetorch.records.tree import CallNode
 
 if TYPE_CHECKING:
     from tracetorch.engine.hotpath import Frame

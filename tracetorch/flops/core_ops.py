@@ -3,8 +3,8 @@
 This is the one home of these formulas: each core op reports its cost from here (to the op
 observer of :mod:`tracetorch.core.autograd`), the core layer rules
 (:mod:`tracetorch.flops.core_rules`) and the TinyTorch facade's static estimates
-(:mod:`tracetorch.perf.analytic`) are built from the same functions, so a layer costs the same
-whichever of them counts it.
+(:mod:`tracetorch.compat.tinytorch.analytic`) are built from the same functions, so a layer costs
+the same whichever of them counts it.
 
 Conventions (exact; ``n`` = elements of the op's output, ``N_in`` = elements of its input, "per
 grad input" = counted once for each input that requires grad, ``R`` = broadcast-reduction adds

@@ -29,12 +29,12 @@ import inspect
 import os
 from typing import Any, Callable, Union
 
-from tracetorch.distributed.cli import ranks_text
+from tracetorch.cli.ranks import ranks_text
 from tracetorch.distributed.merge import META_KEY
 from tracetorch.distributed.rank import group_alive
 from tracetorch.profiler import profile
-from tracetorch.result import ProfileResult
-from tracetorch.schedule import schedule as Schedule
+from tracetorch.profiler.schedule import schedule as Schedule
+from tracetorch.records.result import ProfileResult
 
 __all__ = ("ProfilingCallback",)
 
@@ -49,7 +49,7 @@ class ProfilingCallback:
     """A per-layer profile of one training run, driven by a framework's events.
 
     Args:
-        schedule: which optimizer steps are recorded (a :class:`tracetorch.schedule`, e.g.
+        schedule: which optimizer steps are recorded (a :class:`tracetorch.profiler.schedule`, e.g.
             ``schedule(wait=1, warmup=1, active=5, repeat=1)``); ``None`` records every step.
         print_report: print the report when training ends.
         output: save the profile there as JSON when training ends (``tracetorch.load`` and

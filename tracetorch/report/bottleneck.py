@@ -13,8 +13,8 @@ took beyond the roofline's prediction, the most it could gain.
 Example:
     >>> from tracetorch.analysis.bottlenecks import analyze
     >>> from tracetorch.analysis.machine import Machine
-    >>> from tracetorch.result import ProfileResult
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.result import ProfileResult
+    >>> from tracetorch.records.tree import CallNode
     >>> text = render_analysis(analyze(ProfileResult(CallNode.root()), Machine(1e12, 1e11)))
     >>> print(text.splitlines()[1].replace(", call overhead", "\\n  call overhead"))
     Peaks used: peak 1.00 TFLOP/s, bandwidth 100 GB/s
@@ -30,8 +30,8 @@ from tracetorch.analysis.bottlenecks import Analysis, analyze
 from tracetorch.analysis.machine import Machine, machine_entry
 from tracetorch.analysis.roofline import Bound, LayerBound
 from tracetorch.analysis.utilization import Utilization
-from tracetorch.report._layout import Column, layout
-from tracetorch.report.units import (
+from tracetorch.text.layout import Column, layout
+from tracetorch.text.units import (
     format_count,
     format_flops,
     format_per_second,
@@ -40,8 +40,8 @@ from tracetorch.report.units import (
     printable,
 )
 
-if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
-    from tracetorch.result import ProfileResult
+if TYPE_CHECKING:  # reports only read results, a result never imports a report
+    from tracetorch.records.result import ProfileResult
 
 __all__ = ("render_analysis", "bottleneck_lines", "utilization_lines", "ROWS", "WIDTH")
 
@@ -165,8 +165,8 @@ def bottleneck_lines(result: ProfileResult) -> list[str]:
     none without one or with a damaged one (the summary's ``Machine:`` line says why).
 
     Example:
-        >>> from tracetorch.result import ProfileResult
-        >>> from tracetorch.tree import CallNode
+        >>> from tracetorch.records.result import ProfileResult
+        >>> from tracetorch.records.tree import CallNode
         >>> bottleneck_lines(ProfileResult(CallNode.root()))
         []
     """

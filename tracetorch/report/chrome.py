@@ -13,14 +13,14 @@ original id by thread-name metadata. When the timeline was capped, an instant ev
 process label say how many calls were dropped.
 
 Every name a viewer shows (slices, ``args``, process and thread names) has its control and bidi
-characters escaped as the text reports escape them (:func:`~tracetorch.report.units.printable`);
+characters escaped as the text reports escape them (:func:`~tracetorch.text.units.printable`);
 the saved JSON profile is where names are kept exactly.
 
 The file is written without indentation: traces are the large artefact users complain about.
 
 Example:
-    >>> from tracetorch.result import ProfileResult
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.result import ProfileResult
+    >>> from tracetorch.records.tree import CallNode
     >>> root = CallNode.root(); fc = root.child("fc", "Linear", "m0"); fc.time.add(3_000)
     >>> trace = chrome_trace_events(ProfileResult(root, timeline=[(fc, 10_000, 13_000, 7)]))
     >>> [(e["name"], e["ts"], e["dur"]) for e in trace["traceEvents"] if e["ph"] == "X"]
@@ -33,11 +33,11 @@ import numbers
 import os
 from typing import TYPE_CHECKING, Any, Union
 
-from tracetorch.report.units import format_shape, printable
-from tracetorch.tree import CallNode, SubtreeSums
+from tracetorch.records.tree import CallNode, SubtreeSums
+from tracetorch.text.units import format_shape, printable
 
-if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
-    from tracetorch.result import ProfileResult
+if TYPE_CHECKING:  # reports only read results, a result never imports a report
+    from tracetorch.records.result import ProfileResult
 
 __all__ = ("chrome_trace_events", "export_chrome_trace", "PROCESS_NAME")
 
@@ -80,8 +80,8 @@ def chrome_trace_events(result: ProfileResult, origin: int | None = None) -> dic
         ValueError: the profile was recorded without a timeline.
 
     Example:
-        >>> from tracetorch.result import ProfileResult
-        >>> from tracetorch.tree import CallNode
+        >>> from tracetorch.records.result import ProfileResult
+        >>> from tracetorch.records.tree import CallNode
         >>> chrome_trace_events(ProfileResult(CallNode.root()))  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
@@ -171,8 +171,8 @@ def export_chrome_trace(result: ProfileResult, path: PathLike) -> None:
 
     Example:
         >>> import json, os, tempfile
-        >>> from tracetorch.result import ProfileResult
-        >>> from tracetorch.tree import CallNode
+        >>> from tracetorch.records.result import ProfileResult
+        >>> from tracetorch.records.tree import CallNode
         >>> root = CallNode.root(); fc = root.child("fc", "Linear", "m0"); fc.time.add(5)
         >>> path = os.path.join(tempfile.mkdtemp(), "run.trace.json")
         >>> export_chrome_trace(ProfileResult(root, timeline=[(fc, 0, 5, 1)]), path)

@@ -1,9 +1,9 @@
-"""How a :class:`~tracetorch.diff.ProfileDiff` reads: text, JSON and a static HTML table.
+"""How a :class:`~tracetorch.analysis.diff.ProfileDiff` reads: text, JSON and a static HTML table.
 
-The text report is the fitted table of :mod:`~tracetorch.report._layout` (columns by priority,
+The text report is the fitted table of :mod:`~tracetorch.text.layout` (columns by priority,
 long paths shortened in the middle): per layer the calls, the mean time per call in both runs
-and its change (``*`` when the change is beyond the noise rule of :mod:`tracetorch.diff`), the
-changes in total and self time, in FLOPs per call, in backward time and FLOPs, and in bytes
+and its change (``*`` when the change is beyond the noise rule of :mod:`tracetorch.analysis.diff`),
+the changes in total and self time, in FLOPs per call, in backward time and FLOPs, and in bytes
 moved when memory was measured. Unchanged numbers print as ``=``.
 
 This module only reads a diff (``ProfileDiff`` is a name in its annotations), as the other
@@ -21,7 +21,7 @@ import math
 import os
 from typing import TYPE_CHECKING, Any, Callable, Union
 
-from tracetorch.report._layout import (
+from tracetorch.text.layout import (
     RED,
     ColumnSpec,
     color_enabled,
@@ -30,10 +30,10 @@ from tracetorch.report._layout import (
     pick_columns,
     terminal_width,
 )
-from tracetorch.report.units import format_count, format_flops, format_time_ns, printable
+from tracetorch.text.units import format_count, format_flops, format_time_ns, printable
 
 if TYPE_CHECKING:  # reports only read what they render
-    from tracetorch.diff import LayerDiff, ProfileDiff
+    from tracetorch.analysis.diff import LayerDiff, ProfileDiff
 
 __all__ = ("DEFAULT_TOP", "DIFF_COLUMNS", "FORMAT_NAME", "render_diff_text", "diff_to_dict",
            "render_diff_html", "save_diff_json", "save_diff_html", "signed_time",

@@ -6,8 +6,8 @@ forward total and ``% time`` (of Self time) adds up to 100%. The columns are lai
 tree's (:func:`~tracetorch.report.table.render_table`), with its sort keys, width and colour.
 
 Example:
-    >>> from tracetorch.result import ProfileResult
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.result import ProfileResult
+    >>> from tracetorch.records.tree import CallNode
     >>> root = CallNode.root()
     >>> for name in ("a", "b"): root.child(name, "ReLU", name).time.add(1_000)
     >>> text = render_flat(ProfileResult(root), columns=["sites", "calls", "total"])
@@ -21,8 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from tracetorch.report._layout import ColumnChoice, ColumnSpec, fit, layout, pick_columns
-from tracetorch.report.checks import check_choice
 from tracetorch.report.summary import summary_lines
 from tracetorch.report.table import (
     SORT_KEYS,
@@ -33,7 +31,9 @@ from tracetorch.report.table import (
     natural_key,
     width_and_color,
 )
-from tracetorch.report.units import (
+from tracetorch.text.checks import check_choice
+from tracetorch.text.layout import ColumnChoice, ColumnSpec, fit, layout, pick_columns
+from tracetorch.text.units import (
     MISSING,
     format_count,
     format_flops,
@@ -43,8 +43,8 @@ from tracetorch.report.units import (
     format_time_ns,
 )
 
-if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
-    from tracetorch.result import AggregateRow, ProfileResult
+if TYPE_CHECKING:  # reports only read results, a result never imports a report
+    from tracetorch.records.result import AggregateRow, ProfileResult
 
 __all__ = ("FLAT_VIEWS", "FLAT_COLUMNS", "FlatContext", "render_flat")
 
@@ -121,8 +121,8 @@ def render_flat(result: ProfileResult, view: str = "type", sort_by: str = "total
         ValueError: an argument outside the accepted values.
 
     Example:
-        >>> from tracetorch.result import ProfileResult
-        >>> from tracetorch.tree import CallNode
+        >>> from tracetorch.records.result import ProfileResult
+        >>> from tracetorch.records.tree import CallNode
         >>> root = CallNode.root(); fc = root.child("fc", "Linear", "m0"); fc.time.add(500)
         >>> print(render_flat(ProfileResult(root)).splitlines()[2])
         Linear      1      1  0 FLOPs     -     500 ns      500 ns  100.0%  0 FLOP/s

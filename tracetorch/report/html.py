@@ -1,6 +1,6 @@
 """A self-contained HTML report of a profile: one file that works offline, in any browser.
 
-The page embeds the profile as the versioned dict :func:`~tracetorch.report.jsonio.result_to_dict`
+The page embeds the profile as the versioned dict :func:`~tracetorch.records.jsonio.result_to_dict`
 writes (what ``prof.save`` saves, so a field added to the JSON shows up in the page without a
 change here), minus the per-call timeline, which the page does not draw and which is the bulky
 part. Beside it sits a small ``report`` object: the text report's summary lines (the same
@@ -13,7 +13,7 @@ artefact exactly as it was written. Data reaches the page only as JSON inside
 ``<script type="application/json">``, with ``<``, ``>`` and ``&`` written as ``\\u003c``-style
 escapes, so no layer name can close the script or inject markup; the script puts names into the
 page as text, never as HTML. The profile keeps every name exact; a name with control or bidi
-characters is shown as the text report shows it (:func:`~tracetorch.report.units.printable`),
+characters is shown as the text report shows it (:func:`~tracetorch.text.units.printable`),
 looked up in the extras' ``escaped`` table, so no U+202E reorders what the page shows.
 
 The page holds the icicle chart of the call tree, the per-layer table (every column of the text
@@ -21,8 +21,8 @@ report, sortable, filterable, expandable by depth), the summary and run metadata
 roofline view when the profile carries machine peaks and per-layer bytes.
 
 Example:
-    >>> from tracetorch.result import ProfileResult
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.result import ProfileResult
+    >>> from tracetorch.records.tree import CallNode
     >>> root = CallNode.root(); root.child("fc</script>", "Linear", "m0").time.add(1_000)
     >>> page = render_html(ProfileResult(root))
     >>> page.startswith("<!DOCTYPE html>"), "fc</script>" in page
@@ -42,13 +42,13 @@ from collections.abc import Iterator
 from importlib import metadata, resources
 from typing import TYPE_CHECKING, Any, Union
 
-from tracetorch.report.jsonio import deep_recursion, result_to_dict
+from tracetorch.records.jsonio import deep_recursion, result_to_dict
+from tracetorch.records.stats import TimeStats
 from tracetorch.report.summary import summary_lines
-from tracetorch.report.units import printable
-from tracetorch.stats import TimeStats
+from tracetorch.text.units import printable
 
-if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
-    from tracetorch.result import ProfileResult
+if TYPE_CHECKING:  # reports only read results, a result never imports a report
+    from tracetorch.records.result import ProfileResult
 
 __all__ = ("ASSETS", "PROFILE_ID", "REPORT_ID", "render_html", "save_html", "script_json",
            "page_data")
@@ -146,12 +146,12 @@ def page_data(result: ProfileResult, title: str | None = None) -> tuple[dict[str
     """The two JSON objects the page embeds: the profile (``result_to_dict`` without the
     timeline) and the report extras (``title``, ``version``, ``summary`` as label/value pairs,
     ``notes``: the rest of the text summary, verbatim; ``escaped``: each name, type and path
-    that :func:`~tracetorch.report.units.printable` changes, with what it shows instead;
+    that :func:`~tracetorch.text.units.printable` changes, with what it shows instead;
     ``bottleneck`` with a machine; ``ranks`` for a merged distributed profile).
 
     Example:
-        >>> from tracetorch.result import ProfileResult
-        >>> from tracetorch.tree import CallNode
+        >>> from tracetorch.records.result import ProfileResult
+        >>> from tracetorch.records.tree import CallNode
         >>> profile_part, report_part = page_data(ProfileResult(CallNode.root()))
         >>> profile_part["format"], report_part["summary"][0][0]
         ('tracetorch-profile', 'Forward FLOPs')
@@ -268,8 +268,8 @@ def render_html(result: ProfileResult, title: str | None = None) -> str:
         TypeError: ``title`` is not a string or None.
 
     Example:
-        >>> from tracetorch.result import ProfileResult
-        >>> from tracetorch.tree import CallNode
+        >>> from tracetorch.records.result import ProfileResult
+        >>> from tracetorch.records.tree import CallNode
         >>> "<title>a &lt;b&gt;</title>" in render_html(ProfileResult(CallNode.root()), "a <b>")
         True
     """
@@ -292,8 +292,8 @@ def save_html(result: ProfileResult, path: PathLike, title: str | None = None) -
 
     Example:
         >>> import os, tempfile
-        >>> from tracetorch.result import ProfileResult
-        >>> from tracetorch.tree import CallNode
+        >>> from tracetorch.records.result import ProfileResult
+        >>> from tracetorch.records.tree import CallNode
         >>> path = os.path.join(tempfile.mkdtemp(), "report.html")
         >>> save_html(ProfileResult(CallNode.root()), path)
         >>> open(path, encoding="utf-8").read(15)

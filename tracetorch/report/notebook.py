@@ -8,8 +8,8 @@ HTML-escaped. The full interactive page is :func:`tracetorch.report.html.save_ht
 ``print(prof)`` stays the text table.
 
 Example:
-    >>> from tracetorch.result import ProfileResult
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.result import ProfileResult
+    >>> from tracetorch.records.tree import CallNode
     >>> root = CallNode.root(); root.child("<fc>", "Linear", "m0").time.add(1_000)
     >>> snippet = render_notebook(ProfileResult(root))
     >>> "&lt;fc&gt; (Linear)" in snippet, "<script" in snippet
@@ -20,13 +20,13 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING
 
-from tracetorch.report._layout import pick_columns
 from tracetorch.report.summary import summary_lines
 from tracetorch.report.table import TREE_COLUMNS, node_label, tree_context, tree_rows
-from tracetorch.report.units import printable
+from tracetorch.text.layout import pick_columns
+from tracetorch.text.units import printable
 
-if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
-    from tracetorch.result import ProfileResult
+if TYPE_CHECKING:  # reports only read results, a result never imports a report
+    from tracetorch.records.result import ProfileResult
 
 __all__ = ("render_notebook", "NOTEBOOK_ROWS")
 
@@ -46,8 +46,8 @@ def render_notebook(result: ProfileResult, rows: int = NOTEBOOK_ROWS) -> str:
         ValueError: ``rows`` is not an integer >= 1.
 
     Example:
-        >>> from tracetorch.result import ProfileResult
-        >>> from tracetorch.tree import CallNode
+        >>> from tracetorch.records.result import ProfileResult
+        >>> from tracetorch.records.tree import CallNode
         >>> render_notebook(ProfileResult(CallNode.root())).count("<tr")
         1
     """

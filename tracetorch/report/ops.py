@@ -1,7 +1,7 @@
 """The op table of one call node: the tensor operations that ran directly in its calls.
 
 Example:
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.tree import CallNode
     >>> node = CallNode.root().child("gate", "Gate", "m0")
     >>> node.note_op("matmul", 2, 1_024, 3_000); node.note_op("sigmoid", 2, 256, 1_000)
     >>> print(render_op_table(node))
@@ -13,15 +13,15 @@ Example:
 """
 from __future__ import annotations
 
-from tracetorch.report._layout import Column, layout
-from tracetorch.report.units import (
+from tracetorch.records.tree import CallNode, OpRow
+from tracetorch.text.layout import Column, layout
+from tracetorch.text.units import (
     MISSING,
     format_count,
     format_flops,
     format_percent,
     format_time_ns,
 )
-from tracetorch.tree import CallNode, OpRow
 
 __all__ = ("render_op_table",)
 

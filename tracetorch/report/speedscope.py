@@ -17,8 +17,8 @@ control and bidi characters escaped, as the text table shows them. Stacks of wei
 left out. Open the file at https://www.speedscope.app or with ``speedscope file.json``.
 
 Example:
-    >>> from tracetorch.result import ProfileResult
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.result import ProfileResult
+    >>> from tracetorch.records.tree import CallNode
     >>> root = CallNode.root(); fc = root.child("fc", "Linear", "m0"); fc.time.add(2_000)
     >>> fc.flops = 300
     >>> doc = speedscope_document(ProfileResult(root))
@@ -31,12 +31,12 @@ import json
 import os
 from typing import TYPE_CHECKING, Any, Union
 
+from tracetorch.records.tree import CallNode
 from tracetorch.report.table import node_label
-from tracetorch.report.units import printable
-from tracetorch.tree import CallNode
+from tracetorch.text.units import printable
 
-if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
-    from tracetorch.result import ProfileResult
+if TYPE_CHECKING:  # reports only read results, a result never imports a report
+    from tracetorch.records.result import ProfileResult
 
 __all__ = ("SCHEMA_URL", "BACKWARD_FRAME", "speedscope_document", "export_speedscope")
 
@@ -112,7 +112,7 @@ def export_speedscope(result: ProfileResult, path: PathLike,
 
     Example:
         >>> import os, tempfile
-        >>> from tracetorch.result import ProfileResult
+        >>> from tracetorch.records.result import ProfileResult
         >>> root = CallNode.root(); root.child("fc", "Linear", "m0").time.add(2_000)
         >>> path = os.path.join(tempfile.mkdtemp(), "run.speedscope.json")
         >>> export_speedscope(ProfileResult(root), path)

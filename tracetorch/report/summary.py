@@ -1,8 +1,8 @@
 """The footer every text report ends with: FLOP totals, time, step statistics, warnings.
 
 Example:
-    >>> from tracetorch.result import ProfileResult
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.result import ProfileResult
+    >>> from tracetorch.records.tree import CallNode
     >>> print("\\n".join(summary_lines(ProfileResult(CallNode.root()))))
     Forward FLOPs: 0 FLOPs (GEMM/conv 0 FLOPs, other 0 FLOPs)
     Total time:    0 ns in 0 top-level calls
@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tracetorch.analysis.machine import machine_entry
-from tracetorch.phases import input_bound
-from tracetorch.report.units import (
+from tracetorch.records.phases import input_bound
+from tracetorch.text.units import (
     format_bytes,
     format_count,
     format_flops,
@@ -21,8 +21,8 @@ from tracetorch.report.units import (
     printable,
 )
 
-if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
-    from tracetorch.result import ProfileResult
+if TYPE_CHECKING:  # reports only read results, a result never imports a report
+    from tracetorch.records.result import ProfileResult
 
 __all__ = ("summary_lines", "NOISY_SPREAD", "MAX_UNSUPPORTED_LISTED")
 
@@ -92,8 +92,8 @@ def summary_lines(result: ProfileResult) -> list[str]:
     ``Machine:`` line saying why its machine entry was set aside.
 
     Example:
-        >>> from tracetorch.result import ProfileResult
-        >>> from tracetorch.tree import CallNode
+        >>> from tracetorch.records.result import ProfileResult
+        >>> from tracetorch.records.tree import CallNode
         >>> root = CallNode.root(); node = root.child("fc", "Linear", "m0")
         >>> node.time.add(2_000); node.flops = node.gemm_flops = 4_000; node.flops_source = "rule"
         >>> summary_lines(ProfileResult(root))[0]

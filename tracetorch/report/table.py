@@ -6,11 +6,11 @@ this call cost"; Self time is what is left once the children are taken out. ``% 
 over the whole profile, so a row's share already holds its children's.
 
 The flat views (one row per type or per module) live in :mod:`tracetorch.report.flat_table`,
-and the argument checks both use in :mod:`tracetorch.report.checks`.
+and the argument checks both use in :mod:`tracetorch.text.checks`.
 
 Example:
-    >>> from tracetorch.result import ProfileResult
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.result import ProfileResult
+    >>> from tracetorch.records.tree import CallNode
     >>> root = CallNode.root()
     >>> fc = root.child("fc", "Linear", "m0"); fc.flops_source = "rule"
     >>> fc.time.add(2_000); fc.flops = fc.gemm_flops = 4_000; fc.macs = 2_000
@@ -24,7 +24,10 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Union
 
-from tracetorch.report._layout import (
+from tracetorch.records.tree import CallNode, Completeness, SubtreeSums
+from tracetorch.report.summary import summary_lines
+from tracetorch.text.checks import check_choice, check_percent, check_positive_int
+from tracetorch.text.layout import (
     RED,
     YELLOW,
     ColumnChoice,
@@ -35,9 +38,7 @@ from tracetorch.report._layout import (
     pick_columns,
     terminal_width,
 )
-from tracetorch.report.checks import check_choice, check_percent, check_positive_int
-from tracetorch.report.summary import summary_lines
-from tracetorch.report.units import (
+from tracetorch.text.units import (
     MISSING,
     format_bytes,
     format_count,
@@ -48,10 +49,9 @@ from tracetorch.report.units import (
     format_time_ns,
     printable,
 )
-from tracetorch.tree import CallNode, Completeness, SubtreeSums
 
-if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
-    from tracetorch.result import ProfileResult
+if TYPE_CHECKING:  # reports only read results, a result never imports a report
+    from tracetorch.records.result import ProfileResult
 
 __all__ = ("SORT_KEYS", "TREE_COLUMNS", "TreeContext", "SubtreeSums", "tree_context", "tree_rows",
            "render_table", "node_label", "SortKey", "natural_key", "has_backward",
@@ -174,8 +174,8 @@ def tree_context(result: ProfileResult, show_backward: bool | None = None) -> Tr
     ``None`` means "when the profile has backward data".
 
     Example:
-        >>> from tracetorch.result import ProfileResult
-        >>> from tracetorch.tree import CallNode
+        >>> from tracetorch.records.result import ProfileResult
+        >>> from tracetorch.records.tree import CallNode
         >>> root = CallNode.root(); root.child("fc", "Linear", "m0").time.add(500)
         >>> ctx = tree_context(ProfileResult(root))
         >>> ctx.total, ctx.backward, [s.key for s in TREE_COLUMNS if s.applies(ctx)][:3]
@@ -237,7 +237,7 @@ TREE_COLUMNS: tuple[_Spec, ...] = (
     _Spec("bwd_flops", "Bwd FLOPs", lambda c, r: format_flops(
         r[0].flops if r[0].kind == "backward" else c.inc.backward_flops[id(r[0])]), priority=8,
         applies=lambda c: c.backward),
-    # Memory (tracetorch.memory), asked for by name: bytes the calls moved (inputs, outputs,
+    # Memory (tracetorch.records.memory), asked for by name: bytes the calls moved (inputs, outputs,
     # parameters once per call), arithmetic intensity, activations saved for backward (the
     # subtree's), parameter bytes; and the roofline label when the profile has a machine.
     _Spec("bytes", "Bytes moved", lambda c, r: _bytes_or_missing(r[0].bytes_moved), priority=10,
@@ -300,7 +300,7 @@ def render_table(result: ProfileResult, sort_by: str = "total", depth: int | Non
             :data:`TREE_COLUMNS`; a note names those left out); ``"all"`` every one; a list of
             names (``["calls", "total", "flops"]``) exactly those, after Name.
         width: the line width to fit; ``None`` is the terminal's (see
-            :func:`~tracetorch.report._layout.terminal_width`: ``COLUMNS``, else the terminal,
+            :func:`~tracetorch.text.layout.terminal_width`: ``COLUMNS``, else the terminal,
             else 120). Names too long for it are shortened in the middle (``enc...q_proj``).
         color: ANSI colour (bold headers, hot self times); ``None`` colours only when stdout
             is a terminal and ``NO_COLOR`` is not set.
@@ -309,8 +309,8 @@ def render_table(result: ProfileResult, sort_by: str = "total", depth: int | Non
         ValueError: an argument outside the accepted values (the message lists them).
 
     Example:
-        >>> from tracetorch.result import ProfileResult
-        >>> from tracetorch.tree import CallNode
+        >>> from tracetorch.records.result import ProfileResult
+        >>> from tracetorch.records.tree import CallNode
         >>> root = CallNode.root(); fc = root.child("fc", "Linear", "m0"); fc.time.add(500)
         >>> fc.flops_source = "rule"
         >>> print(render_table(ProfileResult(root), depth=1).splitlines()[0])

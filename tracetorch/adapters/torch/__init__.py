@@ -80,7 +80,7 @@ from tracetorch.adapters.torch.tracing import skip_frames, tracing
 from tracetorch.engine.hotpath import OpCounter, make_wrapper
 from tracetorch.engine.patches import PatchBoard, PatchTarget, is_instrumented, reusable_wrapper
 from tracetorch.engine.saved_meters import register_saved_meter
-from tracetorch.tensors import register_int_shaped, register_quiet_reads
+from tracetorch.models.tensors import register_int_shaped, register_quiet_reads
 
 __all__ = ("TorchAdapter", "FirstCalls", "wraps_forward", "targets_for", "quiet_tensor_reads")
 
@@ -243,7 +243,7 @@ class TorchAdapter:
         loader = sys.modules.get("torch.utils.data.dataloader")
         iterator = getattr(loader, "_BaseDataLoaderIter", None)
         if iterator is not None and "__next__" in vars(iterator):
-            # Each batch a DataLoader hands out: the step's data phase (tracetorch.phases).
+            # Each batch a DataLoader hands out: the step's data phase (tracetorch.records.phases).
             yield PatchTarget(iterator, "__next__", "data", tracing)
 
     def class_targets(self, cls: type) -> list[PatchTarget] | None:

@@ -58,7 +58,7 @@ from tracetorch.adapters.torch.cuda import backward_timer
 from tracetorch.adapters.torch.tracing import tracing
 from tracetorch.engine.hotpath import BackwardPassOwner, Frame, current_frame, make_wrapper
 from tracetorch.engine.native import native_type
-from tracetorch.tree import CallNode
+from tracetorch.records.tree import CallNode
 
 __all__ = ("ASK_AUTOGRAD", "MARKS", "Mark", "ResolvedPart", "collect_tensors",
            "BackwardPass", "implicit_pass", "forget_passes", "pass_recorder",

@@ -6,11 +6,11 @@ without CUDA it does nothing. With CUDA initialised and ``profile(memory=True)``
 each call reads the caching allocator's allocated bytes before and after it
 (``torch.cuda.memory_allocated``, a host-side counter: no synchronisation) and its high-water
 mark after it: the change goes to ``node.memory.device_delta_bytes``, the highest reading to
-``device_peak_bytes`` (see :mod:`tracetorch.memory`: torch's peak is never reset, so a call's
-peak is known where it set a new one, else its end's reading stands for it).
+``device_peak_bytes`` (see :mod:`tracetorch.records.memory`: torch's peak is never reset, so a
+call's peak is known where it set a new one, else its end's reading stands for it).
 
 Example:
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.tree import CallNode
     >>> class Fake:  # what torch.cuda.nvtx looks like to the hooks
     ...     def __init__(self): self.log = []
     ...     def range_push(self, name): self.log.append(("push", name))
@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import torch
 
-from tracetorch.tree import CallNode
+from tracetorch.records.tree import CallNode
 
 __all__ = ("configure_call_hooks", "nvtx_hooks", "memory_hooks")
 

@@ -58,7 +58,7 @@ import torch
 
 from tracetorch.engine.hotpath import Frame, innermost_frame, structure_generation
 from tracetorch.flops.torch_functions import torch_function_formulas
-from tracetorch.tree import CallNode
+from tracetorch.records.tree import CallNode
 
 __all__ = ("OpLearner", "disturb", "learning_enabled")
 

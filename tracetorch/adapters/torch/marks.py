@@ -34,8 +34,8 @@ from tracetorch.adapters.torch.backward import (
 )
 from tracetorch.engine.hotpath import Frame
 from tracetorch.flops.gradients import GradientPart, layer_gradient_parts
-from tracetorch.introspect import bound_inputs
-from tracetorch.tree import ENTRY_FIELDS
+from tracetorch.models.introspect import bound_inputs
+from tracetorch.records.tree import ENTRY_FIELDS
 
 __all__ = ("tag_call", "mark_operation", "resolve_parts")
 

@@ -71,8 +71,8 @@ from tracetorch.engine.hotpath import (
 from tracetorch.engine.unsupported import warn_unsupported
 from tracetorch.flops.optimizers import register_torch_optimizer_rules
 from tracetorch.flops.registry import FlopCount
-from tracetorch.tensors import signature, tensor_bytes
-from tracetorch.tree import CallNode, new_entry
+from tracetorch.models.tensors import signature, tensor_bytes
+from tracetorch.records.tree import CallNode, new_entry
 
 __all__ = ("quiet_zero_grad", "start_step_hooks")
 
@@ -147,7 +147,7 @@ class _OpenStep:
 def _first_entry(collector: Any, node: CallNode, args: tuple[Any, ...],
                  kwargs: dict[str, Any], counted: int | FlopCount | None) -> list[Any]:
     """The counter of a step's first call with these arguments and this count (see
-    :data:`~tracetorch.tree.ENTRY_FIELDS`): what ``Collector.first_call`` makes for a layer,
+    :data:`~tracetorch.records.tree.ENTRY_FIELDS`): what ``Collector.first_call`` makes for a layer,
     with the FLOPs counted before the step instead of a rule run after it."""
     node.note_shapes(signature(args, kwargs), signature((None,)))
     entry = new_entry()

@@ -12,8 +12,8 @@ for the first time changes nothing measured yet (a model built inside the block,
 at a layer's first call). Not seen here: writing to ``module._parameters`` directly (FSDP's
 unsharding, which keeps shapes) and changes in place (``weight.data = ...``). Between the
 openings of a profile, when no hook is installed, the collector compares which parameters each
-module holds (:func:`~tracetorch.tensors.parameter_ids`) as it takes the module's node up again,
-and sees a submodule replaced when it names the new one: any replacement there, of whatever
+module holds (:func:`~tracetorch.models.tensors.parameter_ids`) as it takes the module's node up
+again, and sees a submodule replaced when it names the new one: any replacement there, of whatever
 shape, has every layer measured again.
 
 Example:

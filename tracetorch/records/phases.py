@@ -12,7 +12,7 @@ hand-written loader spends it. The processor then waits for data; the usual cure
 loader workers, pinned memory and prefetching.
 
 Example:
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.tree import CallNode
     >>> root = CallNode.root()
     >>> root.child("data", "DataLoader", "d", kind="data").time.add(600)
     >>> root.child("model", "Net", "m").time.add(300)
@@ -25,8 +25,8 @@ Example:
 """
 from __future__ import annotations
 
-from tracetorch.stats import TimeStats
-from tracetorch.tree import CallNode
+from tracetorch.records.stats import TimeStats
+from tracetorch.records.tree import CallNode
 
 __all__ = ("PHASES", "StepPhases", "phase_of", "top_level_totals", "input_bound",
            "INPUT_BOUND_SHARE")

@@ -6,7 +6,7 @@ entries (a name for ``columns=``, a priority, whether it applies to this profile
 keeps the columns that fit a width, most important first, and shortens over-long names in the
 middle. Output is ASCII apart from the user's own names (the elision mark too), so it survives
 any console encoding; colour is ANSI SGR codes, added only when asked. Every cell passes through
-:func:`~tracetorch.report.units.printable` before it is measured, so a name's control or bidi
+:func:`~tracetorch.text.units.printable` before it is measured, so a name's control or bidi
 characters show as escapes and cannot break the alignment, move the cursor or recolour a column.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Callable, Generic, TextIO, TypeVar, Union
 
-from tracetorch.report.units import printable
+from tracetorch.text.units import printable
 
 __all__ = ("Column", "ColumnSpec", "layout", "fit", "pick_columns", "elide_middle",
            "terminal_width", "color_enabled", "DEFAULT_WIDTH", "NAME_MIN", "ELLIPSIS",

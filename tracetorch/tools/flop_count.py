@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from tracetorch.bench import as_callable
-from tracetorch.introspect import is_torch_module
-from tracetorch.tensors import check_shape, dummy_input
+from tracetorch.models.introspect import is_torch_module
+from tracetorch.models.tensors import check_shape, dummy_input
+from tracetorch.tools.bench import as_callable
 
 __all__ = ("count_flops", "forward_flops_and_output")
 

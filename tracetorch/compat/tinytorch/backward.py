@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Callable
 
-from tracetorch.bench import as_callable
-from tracetorch.params import iter_parameters
+from tracetorch.models.params import iter_parameters
+from tracetorch.tools.bench import as_callable
 
 __all__ = ("train_step", "preserved_gradients", "step_flops")
 

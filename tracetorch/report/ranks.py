@@ -3,8 +3,8 @@ ranks and the collectives (``tracetorch report`` prints it under the tree).
 
 Example:
     >>> from tracetorch.distributed.merge import merge_profiles
-    >>> from tracetorch.result import ProfileResult
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.result import ProfileResult
+    >>> from tracetorch.records.tree import CallNode
     >>> root = CallNode.root(); root.child("fc", "Linear", "m0").time.add(1_000)
     >>> merged = merge_profiles([ProfileResult(root)], ranks=[0])
     >>> print(render_ranks(merged).splitlines()[0])
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from tracetorch.distributed.collectives import bus_factor
 from tracetorch.distributed.merge import collective_sites, node_spreads, rank_rows
-from tracetorch.report._layout import Column, layout
-from tracetorch.report.units import (
+from tracetorch.text.layout import Column, layout
+from tracetorch.text.units import (
     format_bytes,
     format_count,
     format_flops,
@@ -28,8 +28,8 @@ from tracetorch.report.units import (
 )
 
 if TYPE_CHECKING:
-    from tracetorch.result import ProfileResult
-    from tracetorch.tree import CallNode
+    from tracetorch.records.result import ProfileResult
+    from tracetorch.records.tree import CallNode
 
 __all__ = ("render_ranks", "LAYER_ROWS")
 

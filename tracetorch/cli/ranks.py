@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from tracetorch.distributed.gather import saved_rank_files
 from tracetorch.distributed.merge import META_KEY
 from tracetorch.distributed.rank import launched_distributed
-from tracetorch.result import ProfileResult
+from tracetorch.records.result import ProfileResult
 
 __all__ = ("run_gather_path", "rank_profile", "ranks_text")
 
@@ -64,6 +64,6 @@ def ranks_text(result: ProfileResult) -> str | None:
     facts = result.meta.get(META_KEY)
     if not isinstance(facts, dict) or not facts.get("merged"):
         return None
-    from tracetorch.distributed.summary import render_ranks
+    from tracetorch.report.ranks import render_ranks
 
     return render_ranks(result)

@@ -7,8 +7,8 @@ ranks completed together), so the same moment lines up across ranks; then all by
 the earliest event of the job starts at 0.
 
 Example:
-    >>> from tracetorch.result import ProfileResult
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.result import ProfileResult
+    >>> from tracetorch.records.tree import CallNode
     >>> def rank(r, start):
     ...     root = CallNode.root(); fc = root.child("fc", "Linear", "m0"); fc.time.add(5)
     ...     facts = {"rank": r, "aligned_at_ns": start - 10}
@@ -26,8 +26,8 @@ from typing import Any
 
 from tracetorch.distributed.gather import saved_rank_files
 from tracetorch.distributed.merge import META_KEY
+from tracetorch.records.result import ProfileResult
 from tracetorch.report.chrome import chrome_trace_events
-from tracetorch.result import ProfileResult
 
 __all__ = ("ranks_chrome_trace", "export_ranks_chrome_trace")
 

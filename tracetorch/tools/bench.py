@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tracetorch.report.units import format_time_ns
-from tracetorch.tensors import dummy_input
+from tracetorch.models.tensors import dummy_input
+from tracetorch.text.units import format_time_ns
 
 __all__ = ("Measurement", "benchmark", "measure_latency", "as_callable",
            "SPREAD_WARNING_THRESHOLD")
@@ -170,7 +170,7 @@ def measure_latency(model: Any, x: Any, warmup: int = 10, iterations: int = 100)
 
     ``x`` may be a tensor (``tracetorch.core``, torch, numpy) or a shape tuple, for which a
     seeded random input is made in the model's framework
-    (:func:`tracetorch.tensors.dummy_input`).
+    (:func:`tracetorch.models.tensors.dummy_input`).
     The ``iterations`` calls are timed as one block with ``time.perf_counter_ns`` (one pair of
     clock reads, not one per call) with the garbage collector off. For medians and spread, use
     :func:`benchmark`.

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from tracetorch.params import iter_parameters
+from tracetorch.models.params import iter_parameters
 
 __all__ = ("analyze_weight_distribution",)
 

@@ -1,8 +1,8 @@
 """Bytes of tensors, and the Python/NumPy heap one forward pass allocates (tracemalloc).
 
-Sizes are those a profile records per layer (:func:`tracetorch.tensors.nbytes`,
-:mod:`tracetorch.memory`), so the facade's parameter and activation figures equal the profile's
-``param_bytes`` and ``input_bytes + output_bytes`` for the same call.
+Sizes are those a profile records per layer (:func:`tracetorch.models.tensors.nbytes`,
+:mod:`tracetorch.records.memory`), so the facade's parameter and activation figures equal the
+profile's ``param_bytes`` and ``input_bytes + output_bytes`` for the same call.
 
 ``tracemalloc`` sees allocations made through Python's allocators, which include NumPy arrays
 (and so ``tracetorch.core``) but not torch's own CPU or device allocator: for a torch model the
@@ -21,9 +21,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tracetorch.bench import as_callable
-from tracetorch.params import iter_parameters
-from tracetorch.tensors import nbytes, ndarray_of, numel
+from tracetorch.models.params import iter_parameters
+from tracetorch.models.tensors import nbytes, ndarray_of, numel
+from tracetorch.tools.bench import as_callable
 
 __all__ = ("parameter_bytes", "gradient_bytes", "activation_bytes",
            "traced_peak_bytes", "memory_report")

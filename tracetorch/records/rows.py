@@ -5,7 +5,7 @@ Times are integer nanoseconds (the time statistics are floats: means and quantil
 inclusive time), FLOPs and bytes plain integers, so a spreadsheet or a DataFrame computes with
 them directly. ``flops`` is the node's own share (children excluded), ``subtree_flops`` what the
 call cost with its children, as in the text table; ``macs`` is empty where a layer has none.
-Memory columns (``input_bytes``... from :mod:`tracetorch.memory`, zeros where memory was not
+Memory columns (``input_bytes``... from :mod:`tracetorch.records.memory`, zeros where memory was not
 measured) come after the others.
 
 The CSV is meant for spreadsheets, which run a cell that starts with ``=``, ``+``, ``-`` or ``@``
@@ -18,8 +18,8 @@ names.
 pandas is imported by :func:`to_dataframe` alone, never by ``import tracetorch``.
 
 Example:
-    >>> from tracetorch.result import ProfileResult
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.result import ProfileResult
+    >>> from tracetorch.records.tree import CallNode
     >>> root = CallNode.root(); fc = root.child("fc", "Linear", "m0"); fc.time.add(2_000)
     >>> row = to_rows(ProfileResult(root))[0]
     >>> row["path"], row["type"], row["calls"], row["total_ns"], row["parent"]
@@ -32,11 +32,11 @@ import importlib
 import os
 from typing import TYPE_CHECKING, Any, Union
 
-from tracetorch.report.units import format_shape
-from tracetorch.tree import CallNode, SubtreeSums
+from tracetorch.records.tree import CallNode, SubtreeSums
+from tracetorch.text.units import format_shape
 
-if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
-    from tracetorch.result import ProfileResult
+if TYPE_CHECKING:  # reports only read results, a result never imports a report
+    from tracetorch.records.result import ProfileResult
 
 __all__ = ("ROW_FIELDS", "FORMULA_PREFIXES", "to_rows", "row_fields", "csv_cell", "write_csv",
            "to_dataframe", "memory_fields")
@@ -128,7 +128,7 @@ def write_csv(result: ProfileResult, path: PathLike) -> None:
 
     Example:
         >>> import os, tempfile
-        >>> from tracetorch.result import ProfileResult
+        >>> from tracetorch.records.result import ProfileResult
         >>> root = CallNode.root(); root.child("fc", "Linear", "m0").time.add(2_000)
         >>> path = os.path.join(tempfile.mkdtemp(), "run.csv")
         >>> write_csv(ProfileResult(root), path)

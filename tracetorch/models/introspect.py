@@ -1,6 +1,6 @@
 """Framework-neutral looks at models: what is a layer, submodules' names, and a call's
 arguments bound to its layer's ``forward``. Shapes, sizes and inputs of tensors are in
-:mod:`tracetorch.tensors`.
+:mod:`tracetorch.models.tensors`.
 
 Everything here works on ``tracetorch.core`` modules, ``torch.nn.Module`` and duck-typed models
 (objects with a ``forward`` and layers kept in attributes or lists), without importing torch: a

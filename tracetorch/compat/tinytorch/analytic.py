@@ -5,7 +5,7 @@ These are the TinyTorch profiler's hand formulas, kept for its API: GEMM/convolu
 formulas themselves are those of :mod:`tracetorch.flops.core_ops`; here they get their numbers
 from a layer's attributes and an input shape. :func:`flops_and_output_shape` walks a layer list
 with them. For a count of everything a model executes, use
-:func:`tracetorch.flop_count.count_flops`.
+:func:`tracetorch.tools.flop_count.count_flops`.
 
 Example:
     >>> class Linear:
@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from tracetorch.core import Conv2d, Linear, Sequential
-from tracetorch.flop_count import forward_flops_and_output
 from tracetorch.flops.core_ops import conv2d_flops, linear_flops
-from tracetorch.introspect import is_layer
-from tracetorch.tensors import check_shape, dummy_input, numel
+from tracetorch.models.introspect import is_layer
+from tracetorch.models.tensors import check_shape, dummy_input, numel
+from tracetorch.tools.flop_count import forward_flops_and_output
 
 __all__ = ("layer_parameter_count", "linear_layer_flops", "linear_output_shape",
            "conv2d_layer_flops", "conv2d_output_shape", "flops_and_output_shape", "walk_layers")

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from tracetorch.analysis.calibrate import DTYPES, machine_facts
-from tracetorch.tree import ENTRY_FIELDS, CallNode
+from tracetorch.records.tree import ENTRY_FIELDS, CallNode
 
 __all__ = ("run_facts", "work_dtype")
 
@@ -51,7 +51,7 @@ def work_dtype(root: CallNode) -> tuple[str, str] | None:
     had a floating input. One walk of the tree, once per profile.
 
     Example:
-        >>> from tracetorch.tree import new_entry
+        >>> from tracetorch.records.tree import new_entry
         >>> root = CallNode.root()
         >>> for name, dtype, flops in (("a", np.float64, 10), ("b", np.float32, 99)):
         ...     key = ((2, 2), np.dtype(dtype), (True, 0, None))

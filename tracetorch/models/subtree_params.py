@@ -1,7 +1,7 @@
 """Parameter counts of a model and of every module below it, in one bottom-up pass: each
 layer's ``params`` (and, measured in bytes, its ``param_bytes``) in a profile.
 
-Calling :func:`~tracetorch.params.count_parameters` on each module would walk every subtree
+Calling :func:`~tracetorch.models.params.count_parameters` on each module would walk every subtree
 again; here a parent's tensors are grown from its children's, so shared and tied tensors still
 count once, by identity, and each module is visited once.
 
@@ -18,9 +18,9 @@ import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any, Callable
 
-from tracetorch.introspect import is_torch_module
-from tracetorch.params import check_model, iter_parameters
-from tracetorch.tensors import numel
+from tracetorch.models.introspect import is_torch_module
+from tracetorch.models.params import check_model, iter_parameters
+from tracetorch.models.tensors import numel
 
 __all__ = ("subtree_parameter_counts",)
 
@@ -35,7 +35,7 @@ tensors.nbytes`, bytes.
     A torch or ``tracetorch.core`` module holds its own tensors plus its children's, merged
     smaller into larger, so shared and tied tensors still count once. A module outside these
     rules (duck-typed, or with a ``parameters()`` of its own) is counted by
-    :func:`~tracetorch.params.count_parameters`, and what is below it is not listed.
+    :func:`~tracetorch.models.params.count_parameters`, and what is below it is not listed.
 
     Raises:
         TypeError: ``model`` is ``None`` or a class rather than an instance.

@@ -24,8 +24,8 @@ is flagged, or whose FLOPs per call grew by more than ``percent`` percent. Layer
 new run are listed, not counted as regressions (they have no baseline).
 
 Example:
-    >>> from tracetorch.result import ProfileResult
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.result import ProfileResult
+    >>> from tracetorch.records.tree import CallNode
     >>> def run(ns):
     ...     root = CallNode.root(); fc = root.child("fc", "Linear", "m")
     ...     for t in ns: fc.time.add(t)
@@ -44,10 +44,10 @@ import os
 from dataclasses import dataclass
 from typing import Any, Union
 
+from tracetorch.records.result import ProfileResult
+from tracetorch.records.rows import to_rows
 from tracetorch.report import diff_report
-from tracetorch.report.checks import check_choice
-from tracetorch.report.rows import to_rows
-from tracetorch.result import ProfileResult
+from tracetorch.text.checks import check_choice
 
 __all__ = ("diff", "ProfileDiff", "LayerDiff", "DIFF_SORT_KEYS", "DEFAULT_SIGMAS")
 
@@ -71,7 +71,7 @@ def _percent(base: float, new: float) -> float:
 
 @dataclass
 class LayerDiff:
-    """One call path in the two runs. ``base``/``new`` are :func:`~tracetorch.report.rows.to_rows`
+    """One call path in the two runs. ``base``/``new`` are :func:`~tracetorch.records.rows.to_rows`
     records (``None`` where the layer did not run); the rest is derived from them."""
 
     path: str
@@ -200,7 +200,7 @@ class ProfileDiff:
 
     def regressions(self, percent: float) -> list[LayerDiff]:
         """Layers that regressed by more than ``percent`` percent: a flagged rise in mean time
-        per call, or a rise in FLOPs per call (see :mod:`tracetorch.diff`).
+        per call, or a rise in FLOPs per call (see :mod:`tracetorch.analysis.diff`).
 
         Raises:
             ValueError: ``percent`` is not a number >= 0.
@@ -235,7 +235,8 @@ class ProfileDiff:
 
 def diff(base: Source, new: Source, sort: str = "time",
          sigmas: float = DEFAULT_SIGMAS) -> ProfileDiff:
-    """Compare two profiles (results or saved files) layer by layer; see :mod:`tracetorch.diff`.
+    """Compare two profiles (results or saved files) layer by layer; see
+    :mod:`tracetorch.analysis.diff`.
 
     Args:
         base, new: the reference run and the run to check.
@@ -250,7 +251,7 @@ def diff(base: Source, new: Source, sort: str = "time",
         FileNotFoundError: a path that does not exist.
 
     Example:
-        >>> from tracetorch.tree import CallNode
+        >>> from tracetorch.records.tree import CallNode
         >>> root = CallNode.root(); root.child("fc", "Linear", "m").time.add(100)
         >>> print(diff(ProfileResult(root), ProfileResult(root)).layers[0].mean_change_ns)
         0.0

@@ -20,8 +20,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tracetorch.introspect import is_torch_module
-from tracetorch.tree import ShapeSignature
+from tracetorch.models.introspect import is_torch_module
+from tracetorch.records.tree import ShapeSignature
 
 __all__ = ("shape_of", "register_int_shaped", "register_quiet_reads", "quiet_reads",
            "QUIET_READS", "dtype_of", "signature", "typed_signature", "parameter_ids",

@@ -4,7 +4,8 @@ Works for ``tracetorch.core`` modules, ``torch.nn.Module`` (torch is never impor
 torch model can only exist once the user has imported torch) and duck-typed models that keep
 their tensors in ``layers``, ``parameters()`` or ``weight``/``bias``. A tensor shared by several
 layers (tied embeddings, a block reused by three parents) is counted once, by identity. The
-profiler's per-module counts, every subtree in one pass, are in :mod:`tracetorch.subtree_params`.
+profiler's per-module counts, every subtree in one pass, are in
+:mod:`tracetorch.models.subtree_params`.
 
 Example:
     >>> import numpy as np
@@ -24,8 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from tracetorch.introspect import declared_attribute, is_layer, is_torch_module, named_submodules
-from tracetorch.tensors import numel
+from tracetorch.models.introspect import (
+    declared_attribute,
+    is_layer,
+    is_torch_module,
+    named_submodules,
+)
+from tracetorch.models.tensors import numel
 
 __all__ = ("count_parameters", "parameter_table", "ParameterTable", "ParameterRow",
            "iter_parameters", "check_model")

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Callable, Generic, Literal, NamedTuple, Optional, TypeVar, overload
 
-from tracetorch.memory import MemoryStats
-from tracetorch.stats import TimeStats
+from tracetorch.records.memory import MemoryStats
+from tracetorch.records.stats import TimeStats
 
 __all__ = ("CallNode", "Completeness", "ENTRY_FIELDS", "MAX_SHAPES", "NodeKind", "OpRow",
            "RuleState", "Shape", "SubtreeSums", "new_entry",
@@ -121,7 +121,7 @@ class CallNode:
             to this node's forward calls.
         errors: calls that raised.
         memory: bytes read, written, held as parameters and saved for backward
-            (:class:`~tracetorch.memory.MemoryStats`).
+            (:class:`~tracetorch.records.memory.MemoryStats`).
         ops: the tensor operations run directly in this node's calls (not in layers below):
             ``{name: [calls, FLOPs, time ns]}`` (time with ``profile(op_timing=True)``); see
             :meth:`op_table`.
@@ -270,7 +270,7 @@ class CallNode:
     @property
     def bytes_moved(self) -> int:
         """Bytes this node's calls read and wrote: inputs, outputs, and its parameters once per
-        call (the convention of :mod:`tracetorch.memory`)."""
+        call (the convention of :mod:`tracetorch.records.memory`)."""
         return self.memory.bytes_moved(self.calls)
 
     @property

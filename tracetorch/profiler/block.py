@@ -32,12 +32,12 @@ from tracetorch.engine.hotpath import (
 )
 from tracetorch.engine.patches import BOARD
 from tracetorch.flops.registry import FlopRegistry, default_registry
-from tracetorch.introspect import is_layer
-from tracetorch.phases import StepPhases
-from tracetorch.result import ProfileResult
-from tracetorch.runinfo import run_facts
-from tracetorch.schedule import Phase, schedule
-from tracetorch.tree import CallNode
+from tracetorch.models.introspect import is_layer
+from tracetorch.profiler.runinfo import run_facts
+from tracetorch.profiler.schedule import Phase, schedule
+from tracetorch.records.phases import StepPhases
+from tracetorch.records.result import ProfileResult
+from tracetorch.records.tree import CallNode
 
 __all__ = ("profile",)
 
@@ -61,7 +61,7 @@ class profile(ProfileResult):
         flop_rules: ``{LayerType: rule}`` overrides for this profile only.
         clock: an integer-nanosecond clock (tests inject a fake one).
         warn_unsupported: warn once per layer type that has no FLOP rule.
-        schedule: a :class:`tracetorch.schedule` choosing which steps (marked with
+        schedule: a :class:`tracetorch.profiler.schedule` choosing which steps (marked with
             :meth:`step`) are recorded; without one every step is.
         all_threads: also record calls made in other threads (each thread under a
             ``thread <name>`` node); by default a profile sees only its own thread/context.
@@ -71,7 +71,7 @@ class profile(ProfileResult):
             layers, functional code). ``False`` keeps rules only, for the lowest overhead: no
             torch function mode is active inside layers (see ``benchmarks/overhead_torch.py``).
         memory: record each layer's bytes read, written and saved for backward (``node.memory``,
-            :mod:`tracetorch.memory`); ``False`` skips it (no sizes, no graph reading).
+            :mod:`tracetorch.records.memory`); ``False`` skips it (no sizes, no graph reading).
         params: count each layer's parameters (``node.params``, one walk of the model per
             opening); ``False`` leaves them 0 (``count_flops``, which reads only FLOPs).
         op_timing: also time each tensor operation of the layers' op tables
@@ -264,7 +264,7 @@ class profile(ProfileResult):
             >>> train_step.profile.step_count
             2
         """
-        from tracetorch.profiled_call import profiled
+        from tracetorch.profiler.decorator import profiled
 
         return profiled(self, fn)
 

@@ -11,7 +11,7 @@ annotations), and the JSON reader returns the parts of a saved profile, which
 :meth:`ProfileResult.from_dict` and :meth:`ProfileResult.load` assemble here.
 
 Example:
-    >>> from tracetorch.tree import CallNode, Completeness
+    >>> from tracetorch.records.tree import CallNode, Completeness
     >>> result = ProfileResult(CallNode.root())
     >>> result.total_flops, result.unsupported
     (0, {})
@@ -24,14 +24,15 @@ from typing import Any
 from tracetorch.analysis.bottlenecks import Analysis, analyze
 from tracetorch.analysis.machine import Machine, machine_entry
 from tracetorch.analysis.roofline import LOOK_FIRST, LayerBound
-from tracetorch.phases import PHASES, top_level_totals
-from tracetorch.report import chrome, jsonio, jsonread, speedscope
-from tracetorch.report import rows as records
+from tracetorch.records import jsonio, jsonread
+from tracetorch.records import rows as records
+from tracetorch.records.phases import PHASES, top_level_totals
+from tracetorch.records.stats import TimeStats
+from tracetorch.records.tree import CallNode, Completeness, TimelineEvent
+from tracetorch.report import chrome, speedscope
 from tracetorch.report.html import save_html
 from tracetorch.report.notebook import render_notebook
 from tracetorch.report.table import render_table
-from tracetorch.stats import TimeStats
-from tracetorch.tree import CallNode, Completeness, TimelineEvent
 
 __all__ = ("ProfileResult", "AggregateRow", "TimelineEvent", "EXACT_STEPS")
 
@@ -91,7 +92,7 @@ class ProfileResult:
         self.step_times = step_times if step_times is not None else TimeStats(EXACT_STEPS)
         self.meta: dict[str, Any] = dict(meta or {})
         #: Per-step time of each phase (data, forward, backward, optimizer, other), one sample
-        #: per step marked with ``step()``; see :mod:`tracetorch.phases`.
+        #: per step marked with ``step()``; see :mod:`tracetorch.records.phases`.
         self.step_phases: dict[str, TimeStats] = dict(step_phases or {})
         #: With ``timeline=True``, the spans of each layer's backward work (events naming the
         #: layer's node), for the Chrome trace.
@@ -186,7 +187,7 @@ class ProfileResult:
     @property
     def saved_bytes(self) -> int:
         """Bytes saved for backward by the recorded forward calls (activations autograd kept;
-        each storage once, see :mod:`tracetorch.memory`)."""
+        each storage once, see :mod:`tracetorch.records.memory`)."""
         return sum(n.memory.saved_bytes for n in self._forward_nodes())
 
     @property
@@ -256,7 +257,7 @@ class ProfileResult:
 
     def to_rows(self) -> list[dict[str, Any]]:
         """One dict per node: path, type, depth, calls, FLOPs, times and their statistics,
-        backward, params, shapes (and memory when measured); see :mod:`tracetorch.report.rows`.
+        backward, params, shapes (and memory when measured); see :mod:`tracetorch.records.rows`.
         """
         return records.to_rows(self)
 
@@ -330,7 +331,7 @@ class ProfileResult:
                 JSON location of the problem.
 
         Example:
-            >>> from tracetorch.tree import CallNode
+            >>> from tracetorch.records.tree import CallNode
             >>> root = CallNode.root(); root.child("fc", "Linear", "m0").time.add(1_000)
             >>> again = ProfileResult.from_dict(ProfileResult(root).to_dict())
             >>> again.find("fc").calls, again.total_time_ns

@@ -1,6 +1,6 @@
 """Reading a saved profile back: :func:`read_profile` (a file), :func:`parse_profile` (a dict).
 
-The layout is the one :mod:`tracetorch.report.jsonio` writes (its module docstring describes it);
+The layout is the one :mod:`tracetorch.records.jsonio` writes (its module docstring describes it);
 this module checks a document field by field and returns its parts.
 
 Reading is strict: anything but a version-1 profile raises :class:`ValueError` naming the file
@@ -12,14 +12,15 @@ refused with a :class:`ValueError` before anything is read from it, never read f
 
 This module only reads results and never builds one: :func:`parse_profile` and
 :func:`read_profile` return the validated parts as a :class:`SavedProfile`, which
-:meth:`ProfileResult.from_dict() <tracetorch.result.ProfileResult.from_dict>`,
-:meth:`ProfileResult.load() <tracetorch.result.ProfileResult.load>` and :func:`tracetorch.load`
-assemble. So ``tracetorch.result`` imports ``report/`` and nothing here imports it back.
+:meth:`ProfileResult.from_dict() <tracetorch.records.result.ProfileResult.from_dict>`,
+:meth:`ProfileResult.load() <tracetorch.records.result.ProfileResult.load>` and
+:func:`tracetorch.load` assemble. So ``tracetorch.records.result`` imports ``report/`` and nothing
+here imports it back.
 
 Example:
-    >>> from tracetorch.report.jsonio import result_to_dict
-    >>> from tracetorch.result import ProfileResult
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.jsonio import result_to_dict
+    >>> from tracetorch.records.result import ProfileResult
+    >>> from tracetorch.records.tree import CallNode
     >>> root = CallNode.root(); root.child("fc", "Linear", "m0").time.add(1_000)
     >>> parts = parse_profile(result_to_dict(ProfileResult(root)))
     >>> parts.root.find("fc").calls, parts.timeline, parts.dropped_events
@@ -33,16 +34,16 @@ import os
 import stat
 from typing import Any, NamedTuple, NoReturn, cast, get_args
 
-from tracetorch.memory import FIELDS as MEMORY_FIELDS
-from tracetorch.report.jsonio import (
+from tracetorch.records.jsonio import (
     FORMAT_NAME,
     FORMAT_VERSION,
     PathLike,
     deep_recursion,
     plain_number,
 )
-from tracetorch.stats import TimeStats
-from tracetorch.tree import CallNode, NodeKind, ShapeSignature, TimelineEvent
+from tracetorch.records.memory import FIELDS as MEMORY_FIELDS
+from tracetorch.records.stats import TimeStats
+from tracetorch.records.tree import CallNode, NodeKind, ShapeSignature, TimelineEvent
 
 __all__ = ("SavedProfile", "parse_profile", "read_profile", "MAX_PROFILE_BYTES")
 
@@ -227,7 +228,7 @@ class _Reader:
 
 
 def parse_profile(data: Any, source: str = "<dict>") -> SavedProfile:
-    """Check :func:`~tracetorch.report.jsonio.result_to_dict`'s output field by field and return
+    """Check :func:`~tracetorch.records.jsonio.result_to_dict`'s output field by field and return
     its parts.
 
     ``ProfileResult.from_dict(data)`` is ``ProfileResult(*parse_profile(data))``.
@@ -283,7 +284,7 @@ def parse_profile(data: Any, source: str = "<dict>") -> SavedProfile:
 
 
 def read_profile(path: PathLike) -> SavedProfile:
-    """Read and check a profile written by :func:`~tracetorch.report.jsonio.save_result`; its
+    """Read and check a profile written by :func:`~tracetorch.records.jsonio.save_result`; its
     parts, as :func:`parse_profile` returns them (``ProfileResult.load(path)`` assembles the
     result).
 
@@ -346,7 +347,7 @@ def _read_regular_file(source: str) -> bytes:
         data = file.read(MAX_PROFILE_BYTES + 1)
     if len(data) > MAX_PROFILE_BYTES:
         raise ValueError(f"{source}: not read: larger than {MAX_PROFILE_BYTES:,} bytes, the "
-                         f"most a profile is read from (tracetorch.report.jsonread."
+                         f"most a profile is read from (tracetorch.records.jsonread."
                          f"MAX_PROFILE_BYTES)")
     return data
 

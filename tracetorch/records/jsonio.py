@@ -7,12 +7,12 @@ The document is one object::
      "step_times": {TimeStats}, "step_phases": {"data": {TimeStats}, ...},
      "dropped_events": 0, "timeline": null}
 
-A node holds its fields under the names :class:`~tracetorch.tree.CallNode` uses (``type`` for
-``type_name``), its two :class:`~tracetorch.stats.TimeStats` in their own ``to_dict`` form (so
-quantiles survive the trip exactly), shapes as lists (``null`` for a non-tensor argument),
-``memory`` (:class:`~tracetorch.memory.MemoryStats` fields), ``ops`` as ``[name, calls, flops,
-time_ns]`` rows and ``children`` as a list in call order. The transient FLOP-rule cache is not
-saved. ``step_phases``, ``memory`` and ``ops`` may be absent (files of earlier releases).
+A node holds its fields under the names :class:`~tracetorch.records.tree.CallNode` uses (``type``
+for ``type_name``), its two :class:`~tracetorch.records.stats.TimeStats` in their own ``to_dict``
+form (so quantiles survive the trip exactly), shapes as lists (``null`` for a non-tensor argument),
+``memory`` (:class:`~tracetorch.records.memory.MemoryStats` fields), ``ops`` as ``[name, calls,
+flops, time_ns]`` rows and ``children`` as a list in call order. The transient FLOP-rule cache is
+not saved. ``step_phases``, ``memory`` and ``ops`` may be absent (files of earlier releases).
 
 The timeline, when one was recorded, is saved as ``[node, start_ns, end_ns, thread_id]`` rows
 (and ``backward_timeline``, the spans of each layer's backward work, the same way),
@@ -20,14 +20,14 @@ where ``node`` is the node's position in a depth-first, call-order walk of the s
 root is 0). Indices rather than dotted paths, because a name may itself contain dots, and because
 the timeline is the bulky part of a file. It is capped when recorded, so the file stays bounded.
 
-Reading a file back, strictly, is :mod:`tracetorch.report.jsonread`'s
-(:func:`~tracetorch.report.jsonread.read_profile`,
-:func:`~tracetorch.report.jsonread.parse_profile`). What both sides share lives here: the
+Reading a file back, strictly, is :mod:`tracetorch.records.jsonread`'s
+(:func:`~tracetorch.records.jsonread.read_profile`,
+:func:`~tracetorch.records.jsonread.parse_profile`). What both sides share lives here: the
 format's name and version, :func:`deep_recursion` and the plain-number conversion.
 
 Example:
-    >>> from tracetorch.result import ProfileResult
-    >>> from tracetorch.tree import CallNode
+    >>> from tracetorch.records.result import ProfileResult
+    >>> from tracetorch.records.tree import CallNode
     >>> root = CallNode.root(); root.child("fc", "Linear", "m0").time.add(1_000)
     >>> node = result_to_dict(ProfileResult(root))["root"]["children"][0]
     >>> node["name"], node["type"], node["time"]["total_ns"], node["children"]
@@ -43,17 +43,23 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Union
 
-from tracetorch.tree import CallNode, Completeness, ShapeSignature, SubtreeSums, TimelineEvent
+from tracetorch.records.tree import (
+    CallNode,
+    Completeness,
+    ShapeSignature,
+    SubtreeSums,
+    TimelineEvent,
+)
 
-if TYPE_CHECKING:  # reports only read results: tracetorch.result imports report/, not the reverse
-    from tracetorch.result import ProfileResult
+if TYPE_CHECKING:  # reports only read results, a result never imports a report
+    from tracetorch.records.result import ProfileResult
 
 __all__ = ("FORMAT_NAME", "FORMAT_VERSION", "PathLike", "deep_recursion", "plain_number",
            "result_to_dict", "save_result")
 
 #: The ``"format"`` value every saved profile carries.
 FORMAT_NAME = "tracetorch-profile"
-#: The newest layout this module writes and :mod:`~tracetorch.report.jsonread` reads; bumped
+#: The newest layout this module writes and :mod:`~tracetorch.records.jsonread` reads; bumped
 #: on any incompatible change.
 FORMAT_VERSION = 1
 
@@ -125,15 +131,15 @@ def _node_to_dict(node: CallNode, completeness: dict[int, Completeness]) -> dict
 
 
 def result_to_dict(result: ProfileResult) -> dict[str, Any]:
-    """A JSON-ready dict of ``result``; :func:`~tracetorch.report.jsonread.parse_profile`
+    """A JSON-ready dict of ``result``; :func:`~tracetorch.records.jsonread.parse_profile`
     reads it back.
 
     Raises:
         ValueError: a timeline event refers to a node that is not in ``result.root``'s tree.
 
     Example:
-        >>> from tracetorch.result import ProfileResult
-        >>> from tracetorch.tree import CallNode
+        >>> from tracetorch.records.result import ProfileResult
+        >>> from tracetorch.records.tree import CallNode
         >>> data = result_to_dict(ProfileResult(CallNode.root()))
         >>> data["format"], data["version"], data["timeline"]
         ('tracetorch-profile', 1, None)
@@ -174,9 +180,9 @@ def save_result(result: ProfileResult, path: PathLike) -> None:
 
     Example:
         >>> import os, tempfile
-        >>> from tracetorch.report.jsonread import read_profile
-        >>> from tracetorch.result import ProfileResult
-        >>> from tracetorch.tree import CallNode
+        >>> from tracetorch.records.jsonread import read_profile
+        >>> from tracetorch.records.result import ProfileResult
+        >>> from tracetorch.records.tree import CallNode
         >>> path = os.path.join(tempfile.mkdtemp(), "run.json")
         >>> save_result(ProfileResult(CallNode.root()), path)
         >>> read_profile(path).root.children
