@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 import tracetorch
-from tracetorch.analysis import calibrate as calibration
+from tracetorch.analysis import machine_cache
 from tracetorch.analysis.machine import Machine
+from tracetorch.tools import calibrate as calibration
 
 
 @pytest.fixture
@@ -51,7 +52,7 @@ def test_first_call_measures_prints_and_caches(fake: FakeMeasure, cache_dir: Pat
                           "call overhead 2.00 us (measured today; numpy, cpu, float32")
     assert f"cached in {cache_dir / 'machine.json'}" in out
     saved = json.loads((cache_dir / "machine.json").read_text())
-    assert (saved["format"], saved["version"]) == calibration.CACHE_FORMAT
+    assert (saved["format"], saved["version"]) == machine_cache.CACHE_FORMAT
     [entry] = saved["machines"].values()
     assert entry["peak_flops"] == 1e9 and entry["facts"]["framework"] == "numpy"
 
@@ -80,7 +81,7 @@ def test_without_xdg_cache_home_the_cache_is_under_home(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert calibration.cache_path() == tmp_path / ".cache" / "tracetorch" / "machine.json"
+    assert machine_cache.cache_path() == tmp_path / ".cache" / "tracetorch" / "machine.json"
 
 
 def test_a_damaged_cache_is_ignored_with_a_warning(fake: FakeMeasure, cache_dir: Path) -> None:
@@ -172,7 +173,7 @@ def test_the_real_measurement_on_tiny_sizes(monkeypatch: pytest.MonkeyPatch) -> 
                         ("MATMUL_SECONDS", 0.005), ("COPY_SECONDS", 0.005),
                         ("OVERHEAD_CALLS", 20)):
         monkeypatch.setattr(calibration, name, value)
-    machine = calibration.measure(calibration.machine_facts("numpy"))
+    machine = calibration.measure(machine_cache.machine_facts("numpy"))
     assert machine.peak_flops > 0 and machine.bandwidth_bytes_per_s > 0
     assert machine.call_overhead_ns > 0 and machine.source.startswith("measured ")
     assert set(machine.facts["matmul_flops_by_size"]) == {"16", "32"}

@@ -17,10 +17,11 @@ import pytest
 
 import tracetorch
 from support.calibration import fake_measurements
-from tracetorch.analysis import calibrate as calibration
+from tracetorch.analysis import machine_cache
 from tracetorch.cli.main import main
 from tracetorch.report.html import page_data
 from tracetorch.report.summary import summary_lines
+from tracetorch.tools import calibrate as calibration
 
 SCRIPT = """\
 import numpy as np
@@ -93,12 +94,12 @@ def test_report_calibrates_for_the_profiles_framework_dtype_and_threads(
 
 
 def test_profile_target_reads_what_a_profile_recorded() -> None:
-    assert calibration.profile_target({"framework": "torch", "dtype": "int64"})["dtype"] == \
+    assert machine_cache.profile_target({"framework": "torch", "dtype": "int64"})["dtype"] == \
         "float32"  # no calibration runs in an integer dtype
     for meta, key in (({"framework": "jax"}, "framework"), ({"threads": 0}, "threads"),
                       ({"device": 3}, "device")):
         with pytest.raises(ValueError, match=rf'^meta\["{key}"\]: '):
-            calibration.profile_target(meta)
+            machine_cache.profile_target(meta)
 
 
 @pytest.mark.slow
@@ -111,15 +112,15 @@ def test_numpy_at_another_thread_count_is_measured_in_a_child(
                         ("MATMUL_SECONDS", 0.005), ("COPY_SECONDS", 0.005),
                         ("OVERHEAD_CALLS", 20)):
         monkeypatch.setattr(calibration, name, value)
-    other = calibration.machine_facts()["threads"] + 1
+    other = machine_cache.machine_facts()["threads"] + 1
     machine = calibration.resolve_machine("calibrate", meta={"framework": "numpy",
                                                              "threads": other})
     assert machine is not None and machine.source.startswith("measured ")
     assert machine.facts["threads"] == other and machine.peak_flops > 0
     assert set(machine.facts["matmul_flops_by_size"]) == {"16", "32"}
-    again = calibration.cached_machine("numpy", threads=other)
+    again = machine_cache.cached_machine("numpy", threads=other)
     assert again is not None and again.peak_flops == machine.peak_flops
-    assert calibration.cached_machine("numpy") is None  # this process's count: not measured
+    assert machine_cache.cached_machine("numpy") is None  # this process's count: not measured
 
 
 # ------------------------------------------------------------------ tracetorch run

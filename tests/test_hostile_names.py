@@ -28,9 +28,9 @@ from tracetorch.analysis.machine import Machine
 from tracetorch.cli.main import main
 from tracetorch.cli.progress import ProgressLine
 from tracetorch.records.result import ProfileResult
-from tracetorch.records.rows import csv_cell
 from tracetorch.records.tree import CallNode
 from tracetorch.report.bottleneck import render_analysis
+from tracetorch.report.csv import csv_cell
 from tracetorch.report.flat_table import render_flat
 from tracetorch.report.table import node_label
 from tracetorch.text.units import printable

@@ -1,18 +1,23 @@
-"""The layers import one way: ``tracetorch.records.result`` uses ``tracetorch.report``, never the
-reverse.
+"""Imports run one way: every module sits in a layer, and imports only from its layer or below.
 
-Reports only read a result, so ``report/`` names ``ProfileResult`` in annotations alone (under
-``TYPE_CHECKING``); the JSON reader returns a saved profile's parts, which ``ProfileResult``
-assembles. What proves "no cycle" is the import graph read from the source: every ``import``
-statement that can run counts, including one inside a function (a lazy import still closes a
-cycle the first time it runs), and only the body of ``if TYPE_CHECKING:`` does not. No module of
-``report/`` may reach ``tracetorch.records.result`` through that graph, while
-``tracetorch.records.result`` reaches ``report/``: the edge exists, and it points one way.
+The layers, lowest first (:data:`LAYERS`; ARCHITECTURE.md draws them): shared text; the records
+(the call tree, the result as data); the FLOP formulas; the numpy framework; what tracetorch
+knows about models; the engine (with the core framework's FLOP rules); the adapters; distributed
+jobs; the analyses; the reports; the profiler; the tools beside it (and the TinyTorch facade);
+the entry points. A module's layer is that of the longest prefix naming it.
 
-Importing ``a.b.c`` runs ``a/b/__init__``, so the graph has that edge too, except into the root
-package: ``tracetorch/__init__`` is the public facade, run by every import of anything inside
-it. Naming the root explicitly (``import tracetorch``, ``from tracetorch import load``) does
-count, since the facade imports ``tracetorch.records.result``.
+What proves it is the import graph read from the source: every ``import`` statement that can run
+counts, including one inside a function (a lazy import still runs the module it names), and
+only the body of ``if TYPE_CHECKING:`` does not. Importing ``a.b.c`` runs ``a/b/__init__``, so
+the graph has that edge too, except into the root package ``tracetorch``: its ``__init__`` is
+the public facade, run by every import of anything inside it. Naming the root explicitly
+(``import tracetorch``) does count: only the entry points may.
+
+A layer below reaches one above only through a registration, never an import: the reports and
+analyses register their formats and views with :mod:`tracetorch.records.views`, and the
+calibration (which runs a profile) registers the machine resolver that ``profile(machine=
+"calibrate")`` uses. No module imports upward, and no modules import each other in a cycle,
+with one documented exception inside the numpy framework (:data:`CORE_TENSOR_CYCLE`).
 """
 from __future__ import annotations
 
@@ -25,8 +30,23 @@ import tracetorch
 
 PACKAGE = Path(tracetorch.__file__).parent
 ROOT = "tracetorch"
-RESULT = "tracetorch.records.result"
-REPORT = "tracetorch.report"
+
+#: Lowest first; a module belongs to the layer of the longest prefix that names it.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("tracetorch.version", "tracetorch.text"),
+    ("tracetorch.records",),
+    ("tracetorch.flops",),
+    ("tracetorch.core",),
+    ("tracetorch.models",),
+    ("tracetorch.engine", "tracetorch.flops.core_rules"),
+    ("tracetorch.adapters",),
+    ("tracetorch.distributed",),
+    ("tracetorch.analysis",),
+    ("tracetorch.report",),
+    ("tracetorch.profiler",),
+    ("tracetorch.tools", "tracetorch.compat", "tracetorch.perf"),
+    ("tracetorch.cli", "tracetorch.integrations", "tracetorch.__main__", ROOT),
+)
 
 
 def _module_files() -> dict[str, Path]:
@@ -121,31 +141,110 @@ def reachable(graph: dict[str, set[str]], start: str) -> dict[str, str]:
     return seen
 
 
-def _path(seen: dict[str, str], start: str, end: str) -> str:
-    chain = [end]
-    while chain[-1] != start:
-        chain.append(seen[chain[-1]])
-    return " -> ".join(reversed(chain))
+def layer_of(module: str) -> int:
+    """The index in :data:`LAYERS` of the longest prefix naming ``module``."""
+    best: tuple[int, int] | None = None
+    for index, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and \
+                    (best is None or len(prefix) > best[1]):
+                best = (index, len(prefix))
+    if best is None:
+        raise LookupError(f"{module} is in no layer: add it to LAYERS (and ARCHITECTURE.md)")
+    return best[0]
 
 
-def test_no_report_module_reaches_result_at_run_time() -> None:
+def _without_own_packages(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    # A package's __init__ has run before any of its modules can: an edge from a module to its
+    # own enclosing package is not a dependency that could close a cycle.
+    return {module: {t for t in targets if not module.startswith(t + ".")}
+            for module, targets in graph.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, targets = work[-1]
+            target = next(targets, None)
+            if target is not None:
+                if target not in graph:
+                    continue
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                elif target in on_stack:
+                    low[node] = min(low[node], index[target])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_every_module_is_in_a_layer_and_imports_only_downward() -> None:
     graph = import_graph()
-    report_modules = [m for m in graph if m == REPORT or m.startswith(REPORT + ".")]
-    assert {"tracetorch.records.jsonio", "tracetorch.records.jsonread", "tracetorch.report.table",
-            "tracetorch.report.flat_table", "tracetorch.report.chrome"} <= set(report_modules)
-    for module in report_modules:
-        seen = reachable(graph, module)
-        assert RESULT not in seen, f"import cycle: {_path(seen, module, RESULT)} -> report"
-        assert ROOT not in seen, f"{_path(seen, module, ROOT)}: the facade imports result"
+    upward = [f"{module} (layer {layer_of(module)}) imports {target} (layer {layer_of(target)})"
+              for module, targets in sorted(graph.items()) for target in sorted(targets)
+              if layer_of(target) > layer_of(module)]
+    assert upward == []
 
 
-def test_result_uses_report_one_way() -> None:
+#: The one documented exception: the numpy framework's Tensor and its operations import each
+#: other (TinyTorch's design: a Tensor's methods are its operations, which return Tensors).
+CORE_TENSOR_CYCLE = ["tracetorch.core.autograd", "tracetorch.core.ops_linalg",
+                     "tracetorch.core.ops_math", "tracetorch.core.ops_nn",
+                     "tracetorch.core.ops_reduce", "tracetorch.core.ops_shape",
+                     "tracetorch.core.tensor"]
+
+
+def test_no_import_cycle_between_modules_but_the_core_tensor() -> None:
+    assert cycles(_without_own_packages(import_graph())) == [CORE_TENSOR_CYCLE]
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_a_report_never_constructs_a_result_and_the_result_imports_no_view() -> None:
     graph = import_graph()
-    seen = reachable(graph, RESULT)
-    # The renderers, the writer and the reader are report's; result only assembles.
-    assert {"tracetorch.report.table", "tracetorch.records.jsonio", "tracetorch.records.jsonread",
-            "tracetorch.report.chrome"} <= set(seen)
-    assert RESULT not in seen
+    result = "tracetorch.records.result"
+    for module in graph:
+        if module.startswith("tracetorch.report"):
+            assert result not in graph[module], f"{module} imports the result at run time"
+    assert not {t for t in graph[result]
+                if t.startswith(("tracetorch.report", "tracetorch.analysis"))}
+
+
+def test_the_layers_name_real_packages() -> None:
+    for prefixes in LAYERS:
+        for prefix in prefixes:
+            assert prefix in MODULES, f"LAYERS names {prefix}, which is no module"
 
 
 def test_import_scanner_counts_lazy_imports_and_skips_type_checking_only() -> None:
@@ -161,7 +260,7 @@ def test_import_scanner_counts_lazy_imports_and_skips_type_checking_only() -> No
         if typing.TYPE_CHECKING:
             import tracetorch.profiler
         def render(result: ProfileResult) -> str:
-            from ..stats import TimeStats
+            from ..records.stats import TimeStats
             import importlib
             importlib.import_module("tracetorch.profiler.schedule")
             return ""
@@ -170,7 +269,7 @@ def test_import_scanner_counts_lazy_imports_and_skips_type_checking_only() -> No
                 from tracetorch.report.table import render_table
                 return render_table(self)
     """)
-    found = imported_names(source, "tracetorch.records.jsonio",
+    found = imported_names(source, "tracetorch.text.layout",
                            known={"tracetorch.text.units"})
     assert {"tracetorch.text.units", "tracetorch.records.tree", "tracetorch.records.stats",
             "tracetorch.profiler.schedule", "tracetorch.report.table"} <= found
@@ -184,4 +283,4 @@ def test_graph_sees_the_known_edges() -> None:
     graph = import_graph()
     assert "tracetorch.records.tree" in graph["tracetorch.records.jsonio"]
     assert "tracetorch.report" in graph["tracetorch.report.table"]  # via the package __init__
-    assert RESULT in graph[ROOT]
+    assert "tracetorch.records.result" in graph[ROOT]

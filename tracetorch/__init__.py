@@ -14,9 +14,8 @@ Example:
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from tracetorch.analysis.calibrate import calibrate
+# Registers the report formats and views every result reaches through tracetorch.records.views.
+import tracetorch.report  # noqa: F401
 from tracetorch.analysis.diff import ProfileDiff, diff
 from tracetorch.analysis.machine import Machine
 from tracetorch.flops.registry import FlopCount, flop_rule
@@ -26,7 +25,9 @@ from tracetorch.profiler.instrument import instrument
 from tracetorch.profiler.schedule import schedule
 from tracetorch.records.result import ProfileResult
 from tracetorch.tools.bench import Measurement, benchmark, measure_latency
+from tracetorch.tools.calibrate import calibrate
 from tracetorch.tools.flop_count import count_flops
+from tracetorch.version import __version__
 
 __all__ = (
     "__version__",

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import tracetorch
-from tracetorch.analysis import calibrate as calibration
+from tracetorch.tools import calibrate as calibration
 
 
 def fake_measurements(monkeypatch: pytest.MonkeyPatch, cache: Path, peak_flops: float,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tracetorch.analysis.machine import Machine
+from tracetorch.analysis.machine import Machine, machine_entry
 from tracetorch.analysis.roofline import (
     LOOK_FIRST,
     Bound,
@@ -29,11 +29,12 @@ from tracetorch.analysis.roofline import (
     where_to_look_first,
 )
 from tracetorch.analysis.utilization import Utilization, utilization
+from tracetorch.records.views import view
 
 if TYPE_CHECKING:  # reports read results, a result never imports a report
     from tracetorch.records.result import ProfileResult
 
-__all__ = ("Analysis", "analyze")
+__all__ = ("Analysis", "analyze", "analyze_profile")
 
 
 @dataclass(frozen=True)
@@ -76,9 +77,7 @@ class Analysis:
                        f"{', '.join(repr(b.path) for b in self.layers) or 'none'})")
 
     def __str__(self) -> str:
-        from tracetorch.report.bottleneck import render_analysis  # the report imports us
-
-        return render_analysis(self)
+        return str(view("bottleneck_report")(self))  # the report layer renders analyses
 
 
 def analyze(result: ProfileResult, machine: Machine, top: int = LOOK_FIRST) -> Analysis:
@@ -99,3 +98,24 @@ def analyze(result: ProfileResult, machine: Machine, top: int = LOOK_FIRST) -> A
         containers=tuple(container_summaries(result.root, labelled)),
         utilization=utilization(result, machine), total_ns=result.total_time_ns,
         unlabelled=unlabelled_reasons(result.root))
+
+
+def analyze_profile(result: ProfileResult, machine: Machine | str | None = None,
+                    top: int | None = None) -> Analysis:
+    """:func:`analyze` against ``machine``, or the profile's own when ``None`` (what
+    ``ProfileResult.analyze`` does); ``"calibrate"`` is resolved by the calibration, which
+    registers itself as the view ``"resolve_machine"`` (it runs a profile, a layer above).
+
+    Raises:
+        ValueError: no machine given and the profile has none (or a damaged one).
+    """
+    if machine is not None:
+        peaks, problem = view("resolve_machine")(machine, meta=result.meta), ""
+    else:
+        peaks, problem = machine_entry(result.meta)
+    if peaks is None:
+        have = f"its machine entry is set aside ({problem})" if problem else \
+            "this profile has no machine"
+        raise ValueError(f"machine: {have}; pass machine=tracetorch.calibrate(...), a "
+                         "tracetorch.Machine(...) or 'calibrate'")
+    return analyze(result, peaks, LOOK_FIRST if top is None else top)

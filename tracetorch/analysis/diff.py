@@ -46,11 +46,13 @@ from typing import Any, Union
 
 from tracetorch.records.result import ProfileResult
 from tracetorch.records.rows import to_rows
-from tracetorch.report import diff_report
+from tracetorch.records.views import view
 from tracetorch.text.checks import check_choice
 
-__all__ = ("diff", "ProfileDiff", "LayerDiff", "DIFF_SORT_KEYS", "DEFAULT_SIGMAS")
+__all__ = ("diff", "ProfileDiff", "LayerDiff", "DIFF_SORT_KEYS", "DEFAULT_SIGMAS", "DEFAULT_TOP")
 
+#: Layers the text and notebook views show (the JSON and the HTML page hold every one).
+DEFAULT_TOP = 25
 #: Standard errors a change in mean time per call must exceed, in both runs, to be flagged.
 DEFAULT_SIGMAS = 3.0
 #: Accepted ``sort`` values: the largest absolute change first (``"path"``: the base's order).
@@ -209,28 +211,28 @@ class ProfileDiff:
             raise ValueError(f"percent must be a number >= 0; got {percent!r}")
         return [layer for layer in self.layers if layer.regressed(float(percent))]
 
-    def table(self, top: int | None = diff_report.DEFAULT_TOP, width: int | None = None,
+    def table(self, top: int | None = DEFAULT_TOP, width: int | None = None,
               color: bool | None = None) -> str:
         """The text report: totals, the ``top`` largest changes, one-run layers, the rule."""
-        return diff_report.render_diff_text(self, top=top, width=width, color=color)
+        return str(view("diff_text")(self, top=top, width=width, color=color))
 
     def __str__(self) -> str:
         return self.table()
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form: totals, every layer with both runs' numbers and the changes."""
-        return diff_report.diff_to_dict(self)
+        return dict(view("diff_dict")(self))
 
     def _repr_html_(self) -> str:
-        return diff_report.render_diff_html(self, top=diff_report.DEFAULT_TOP)
+        return str(view("diff_html")(self, top=DEFAULT_TOP))
 
     def save_json(self, path: PathLike) -> None:
         """Write :meth:`to_dict` as JSON."""
-        diff_report.save_diff_json(self, path)
+        view("diff_save_json")(self, path)
 
     def save_html(self, path: PathLike) -> None:
         """Write the comparison as one static HTML page (every layer)."""
-        diff_report.save_diff_html(self, path)
+        view("diff_save_html")(self, path)
 
 
 def diff(base: Source, new: Source, sort: str = "time",

@@ -1,4 +1,5 @@
-"""Argument types of the command line: parse one option's text, or say what was expected.
+"""Argument types of the command line: parse one option's text, or say what was expected
+(a :class:`CliError`, printed as one line).
 
 Example:
     >>> int_at_least(2)("3"), positive_number("0.5")
@@ -10,7 +11,11 @@ import argparse
 import math
 from typing import Callable
 
-__all__ = ("int_at_least", "positive_number")
+__all__ = ("CliError", "int_at_least", "positive_number")
+
+
+class CliError(Exception):
+    """A usage error: printed as one line on stderr, exit status 2."""
 
 
 def int_at_least(minimum: int) -> Callable[[str], int]:

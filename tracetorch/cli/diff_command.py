@@ -17,8 +17,7 @@ import os
 import sys
 from typing import Any
 
-from tracetorch.analysis.diff import DEFAULT_SIGMAS, DIFF_SORT_KEYS, ProfileDiff, diff
-from tracetorch.report.diff_report import DEFAULT_TOP
+from tracetorch.analysis.diff import DEFAULT_SIGMAS, DEFAULT_TOP, DIFF_SORT_KEYS, ProfileDiff, diff
 from tracetorch.text.units import format_time_ns, printable
 
 __all__ = ("add_diff_command", "parse_percent", "EXIT_REGRESSED")

@@ -12,7 +12,7 @@
     tracetorch run --machine none train.py            # no bottleneck section
 
 The calibration a profile is measured against fits what the profile recorded: its framework,
-device, dtype and thread count (:func:`tracetorch.analysis.calibrate.profile_target`;
+device, dtype and thread count (:func:`tracetorch.analysis.machine_cache.profile_target`;
 ``--framework``, ``--device``, ``--dtype``, ``--threads`` override each). ``run`` looks it up in
 the cache after the script and, when it is there, the report gains its bottleneck section
 (roofline per layer, where to look first, MFU), which names the peaks it used. ``calibrate``
@@ -32,20 +32,19 @@ import argparse
 import importlib.util
 from typing import Any, TextIO
 
-from tracetorch.analysis.calibrate import (
+from tracetorch.analysis.machine import Machine
+from tracetorch.analysis.machine_cache import (
     DTYPES,
     FRAMEWORKS,
     cache_path,
     cached_machine,
-    calibrate,
     machine_facts,
-    measurement_lines,
     profile_target,
 )
-from tracetorch.analysis.machine import Machine
-from tracetorch.cli.argtypes import int_at_least, positive_number
+from tracetorch.cli.argtypes import CliError, int_at_least, positive_number
 from tracetorch.records.result import ProfileResult
 from tracetorch.text.units import printable
+from tracetorch.tools.calibrate import calibrate, measurement_lines
 
 __all__ = ("add_calibrate_command", "add_machine_options", "user_machine", "attach_machine",
            "default_frameworks")
@@ -212,7 +211,6 @@ def _say(text: str, stream: TextIO) -> None:
 
 
 def _cmd_calibrate(opts: argparse.Namespace) -> int:
-    from tracetorch.cli.main import CliError  # main imports this module
 
     frameworks = (FRAMEWORKS if opts.framework == "both" else (opts.framework,)
                   if opts.framework else default_frameworks())

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import NoReturn, TextIO
 
 import tracetorch
-from tracetorch.cli.argtypes import int_at_least
+from tracetorch.cli.argtypes import CliError, int_at_least
 from tracetorch.cli.demo import run_demo
 from tracetorch.cli.diff_command import add_diff_command
 from tracetorch.cli.machine import (
@@ -54,7 +54,7 @@ from tracetorch.report.table import SORT_KEYS, TREE_COLUMNS, render_table
 from tracetorch.text.layout import color_enabled, terminal_width
 from tracetorch.text.units import printable
 
-__all__ = ("main", "CliError", "COMMANDS")
+__all__ = ("main", "COMMANDS")
 
 #: The subcommands; any other first argument is taken as the script to ``run``.
 COMMANDS = ("run", "report", "demo", "calibrate", "diff")
@@ -78,10 +78,6 @@ untouched. The exit status is the script's: its sys.exit code, 1 after an uncaug
 files are written and tracetorch then dies of the same signal. Output paths are checked before
 the script runs (none may be a folder, the script, or another output); one that fails to be
 written after it is reported, the others are written, and the status stays the script's."""
-
-
-class CliError(Exception):
-    """A usage error: printed as one line on stderr, exit status 2."""
 
 
 class _Parser(argparse.ArgumentParser):

@@ -22,33 +22,29 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Iterator, Sequence
-from typing import Any, Callable, TextIO
+from typing import TextIO
 
-from tracetorch.records.jsonio import save_result
 from tracetorch.records.result import ProfileResult
-from tracetorch.records.rows import write_csv
-from tracetorch.report.chrome import export_chrome_trace
-from tracetorch.report.html import save_html
-from tracetorch.report.speedscope import export_speedscope
 from tracetorch.text.units import printable
 
 __all__ = ("OUTPUTS", "check_outputs", "write_outputs")
 
-#: Each output option, its attribute on the parsed options, and the function writing it.
-OUTPUTS: tuple[tuple[str, str, Callable[[ProfileResult, str], Any]], ...] = (
-    ("--output", "output", save_result),
-    ("--chrome", "chrome", export_chrome_trace),
-    ("--html", "html", save_html),
-    ("--speedscope", "speedscope", export_speedscope),
-    ("--csv", "csv", write_csv),
+#: Each output option, its attribute on the parsed options, and the format it writes
+#: (:meth:`ProfileResult.export`'s name for it).
+OUTPUTS: tuple[tuple[str, str, str], ...] = (
+    ("--output", "output", "json"),
+    ("--chrome", "chrome", "chrome"),
+    ("--html", "html", "html"),
+    ("--speedscope", "speedscope", "speedscope"),
+    ("--csv", "csv", "csv"),
 )
 
 
-def _given(opts: argparse.Namespace) -> Iterator[tuple[str, str, Callable[..., Any]]]:
-    for option, attribute, write in OUTPUTS:
+def _given(opts: argparse.Namespace) -> Iterator[tuple[str, str, str]]:
+    for option, attribute, format in OUTPUTS:
         path = getattr(opts, attribute, None)
         if path is not None:
-            yield option, path, write
+            yield option, path, format
 
 
 def check_outputs(opts: argparse.Namespace, inputs: Sequence[tuple[str, str]]) -> None:
@@ -95,9 +91,9 @@ def write_outputs(result: ProfileResult, opts: argparse.Namespace, stream: TextI
     what was written and what could not be; False when one could not (the others are written
     all the same)."""
     written = True
-    for option, path, write in _given(opts):
+    for option, path, format in _given(opts):
         try:
-            write(result, os.path.join(folder, path))
+            result.export(format, os.path.join(folder, path))
         except OSError as err:
             written = False
             _say(f"tracetorch: error: {option}: cannot write {printable(path)!r}: "

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Mapping
 
 from tracetorch.distributed.gather import saved_rank_files
-from tracetorch.distributed.merge import META_KEY
+from tracetorch.distributed.merged import META_KEY
 from tracetorch.distributed.rank import launched_distributed
 from tracetorch.records.result import ProfileResult
 

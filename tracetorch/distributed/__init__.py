@@ -13,15 +13,13 @@ Example:
 from __future__ import annotations
 
 from tracetorch.distributed.gather import gather_profiles, rank_file
-from tracetorch.distributed.merge import (
+from tracetorch.distributed.merge import RankMerge, merge_profiles, tree_merge
+from tracetorch.distributed.merged import (
     CollectiveSite,
     NodeSpread,
-    RankMerge,
     collective_sites,
-    merge_profiles,
     node_spreads,
     rank_rows,
-    tree_merge,
 )
 from tracetorch.distributed.spread import EXACT_RANKS, Spread
 from tracetorch.distributed.straggler import LayerExcess, Straggler, find_straggler

@@ -33,12 +33,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from tracetorch.distributed.meet import job_id, meet
-from tracetorch.distributed.merge import META_KEY, RankMerge
+from tracetorch.distributed.merge import RankMerge
+from tracetorch.distributed.merged import META_KEY
 from tracetorch.distributed.rank import group_alive, rank_facts
 from tracetorch.records.jsonio import deep_recursion, save_result
 from tracetorch.records.result import ProfileResult
 
-__all__ = ("GATHER_S", "gather_profiles", "rank_file", "saved_rank_files", "TREE_FROM")
+__all__ = ("GATHER_S", "gather_profiles", "rank_file", "saved_rank_files", "load_rank_profiles",
+           "TREE_FROM")
 
 #: World sizes from which ``gather_profiles`` reduces up a tree by default.
 TREE_FROM = 16
@@ -69,6 +71,19 @@ def saved_rank_files(merged: ProfileResult, path: str) -> dict[str, str]:
     files = facts.get("rank_files") if facts.get("merged") else None
     folder = os.path.dirname(os.path.abspath(path))
     return {rank: os.path.join(folder, name) for rank, name in (files or {}).items()}
+
+
+def load_rank_profiles(merged: str) -> list[ProfileResult]:
+    """The ranks' own profiles of the merged profile saved at ``merged``, in rank order.
+
+    Raises:
+        ValueError: ``merged`` is not a merged profile saved with its rank files.
+    """
+    files = saved_rank_files(ProfileResult.load(merged), merged)
+    if not files:
+        raise ValueError(f"{merged}: not a merged profile saved with its ranks' files "
+                         f"(gather with a path: profile(gather='job.json'))")
+    return [ProfileResult.load(files[rank]) for rank in sorted(files, key=int)]
 
 
 def gather_profiles(result: ProfileResult, path: str | None = None, *, tree: bool | None = None,

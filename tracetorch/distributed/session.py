@@ -34,7 +34,7 @@ import wrapt
 
 from tracetorch.distributed.collectives import CollectiveLog
 from tracetorch.distributed.meet import ENTER_S, Meeting, job_id, meet
-from tracetorch.distributed.merge import META_KEY
+from tracetorch.distributed.merged import META_KEY
 from tracetorch.distributed.rank import group_alive, launched_distributed, rank_facts
 
 if TYPE_CHECKING:

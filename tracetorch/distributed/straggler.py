@@ -88,7 +88,7 @@ def find_straggler(result: ProfileResult) -> Straggler | None:
     Raises:
         ValueError: ``result`` is not a merged profile.
     """
-    from tracetorch.distributed.merge import collective_sites, node_spreads, rank_rows
+    from tracetorch.distributed.merged import collective_sites, node_spreads, rank_rows
 
     rows = {r: row for r, row in rank_rows(result).items() if "compute_ns" in row}
     if len(rows) < 2:

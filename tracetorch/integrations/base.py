@@ -30,7 +30,7 @@ import os
 from typing import Any, Callable, Union
 
 from tracetorch.cli.ranks import ranks_text
-from tracetorch.distributed.merge import META_KEY
+from tracetorch.distributed.merged import META_KEY
 from tracetorch.distributed.rank import group_alive
 from tracetorch.profiler import profile
 from tracetorch.profiler.schedule import schedule as Schedule

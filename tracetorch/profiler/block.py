@@ -17,7 +17,6 @@ from contextvars import Token
 from typing import Any, Callable, TypeVar
 
 from tracetorch.adapters import AdapterSet
-from tracetorch.analysis.calibrate import resolve_machine
 from tracetorch.analysis.machine import Machine
 from tracetorch.engine import backward_sampling
 from tracetorch.engine.collector import Collector
@@ -30,6 +29,7 @@ from tracetorch.engine.hotpath import (
     open_root,
     record_all_threads,
 )
+from tracetorch.engine.notes import add_notes
 from tracetorch.engine.patches import BOARD
 from tracetorch.flops.registry import FlopRegistry, default_registry
 from tracetorch.models.introspect import is_layer
@@ -38,6 +38,7 @@ from tracetorch.profiler.schedule import Phase, schedule
 from tracetorch.records.phases import StepPhases
 from tracetorch.records.result import ProfileResult
 from tracetorch.records.tree import CallNode
+from tracetorch.records.views import view
 
 __all__ = ("profile",)
 
@@ -135,7 +136,7 @@ class profile(ProfileResult):
                              f"got {backward_every!r}")
         super().__init__(CallNode.root(), timeline=[] if timeline else None,
                          meta={"timing": bool(timing)})
-        peaks = resolve_machine(machine, model)
+        peaks = view("resolve_machine")(machine, model)  # tools.calibrate: it runs a profile
         if peaks is not None:
             self.meta["machine"] = peaks.to_dict()
         self.model = model
@@ -238,6 +239,7 @@ class profile(ProfileResult):
                     for scratch in self._scratches:  # its nodes' frames are gone with the stop
                         scratch.children_by_owner.clear()
                     self.unsupported = self._collector.unsupported()
+                    add_notes(self.root, self.meta)  # the adapters' facts (compiled regions)
                     self.dropped_events = self._collector.dropped_events
                     if self._collector.thread_names:  # the trace's rows, by their names
                         self.meta["thread_names"] = dict(self._collector.thread_names)

@@ -2,10 +2,10 @@
 
 :func:`run_facts` gives the date (local time with its UTC offset), the command line, the Python,
 numpy, tracetorch (and torch) versions, the platform, and the framework, device, CPU and thread
-count as :func:`tracetorch.analysis.calibrate.machine_facts` states them for calibrations (the
+count as :func:`tracetorch.analysis.machine_cache.machine_facts` states them for calibrations (the
 host name is left out: a profile is shared more often than a calibration cache); the framework
 and dtype are those of the profile's arithmetic (:func:`work_dtype`): what a calibration must
-match to measure the profile against (:func:`tracetorch.analysis.calibrate.profile_target`).
+match to measure the profile against (:func:`tracetorch.analysis.machine_cache.profile_target`).
 torch is only looked at when the program has imported it; then ``device`` is ``cuda`` once CUDA
 is initialised. A profile records these once, the first time it closes, so they describe the run
 and reports (the HTML page's header and Run table) can show them.
@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from tracetorch.analysis.calibrate import DTYPES, machine_facts
+from tracetorch.analysis.machine_cache import DTYPES, machine_facts
 from tracetorch.records.tree import ENTRY_FIELDS, CallNode
+from tracetorch.version import __version__
 
 __all__ = ("run_facts", "work_dtype")
 
@@ -83,7 +84,6 @@ def run_facts(root: CallNode | None = None) -> dict[str, Any]:
         >>> run_facts()["framework"] in ("numpy", "torch")
         True
     """
-    from tracetorch import __version__  # the package imports this module while it loads
 
     torch = sys.modules.get("torch")  # never imported here: only seen if the program did
     # The framework whose layers did the arithmetic; without a call, the one imported.

@@ -4,11 +4,12 @@
 it) and what :func:`tracetorch.load` returns, so a saved run answers the same questions as a
 live one.
 
-Layering: this module imports :mod:`tracetorch.report` (the renderers behind :meth:`table`,
-:meth:`to_dict`, :meth:`save` and :meth:`export_chrome_trace`), and nothing in ``report/``
-imports this module at run time: reports only read a result (``ProfileResult`` is a name in their
-annotations), and the JSON reader returns the parts of a saved profile, which
-:meth:`ProfileResult.from_dict` and :meth:`ProfileResult.load` assemble here.
+The result is data. It imports no renderer and no analysis: :meth:`export` and the convenience
+methods (:meth:`table`, :meth:`save_html`, :meth:`analyze`...) are one-line calls through
+:mod:`tracetorch.records.views`, where the report and analysis packages register what they
+make. Reports only read a result (``ProfileResult`` is a name in their annotations); the JSON
+reader returns the parts of a saved profile, which :meth:`ProfileResult.from_dict` and
+:meth:`ProfileResult.load` assemble here.
 
 Example:
     >>> from tracetorch.records.tree import CallNode, Completeness
@@ -19,20 +20,18 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tracetorch.analysis.bottlenecks import Analysis, analyze
-from tracetorch.analysis.machine import Machine, machine_entry
-from tracetorch.analysis.roofline import LOOK_FIRST, LayerBound
-from tracetorch.records import jsonio, jsonread
-from tracetorch.records import rows as records
+from tracetorch.records import jsonio, jsonread, rows
 from tracetorch.records.phases import PHASES, top_level_totals
 from tracetorch.records.stats import TimeStats
 from tracetorch.records.tree import CallNode, Completeness, TimelineEvent
-from tracetorch.report import chrome, speedscope
-from tracetorch.report.html import save_html
-from tracetorch.report.notebook import render_notebook
-from tracetorch.report.table import render_table
+from tracetorch.records.views import exporter, view
+
+if TYPE_CHECKING:  # the analyses and their machine are a layer above: annotations only
+    from tracetorch.analysis.bottlenecks import Analysis
+    from tracetorch.analysis.machine import Machine
+    from tracetorch.analysis.roofline import LayerBound
 
 __all__ = ("ProfileResult", "AggregateRow", "TimelineEvent", "EXACT_STEPS")
 
@@ -227,43 +226,65 @@ class ProfileResult:
         (names in :func:`tracetorch.report.table.render_table`); ``color`` defaults to a
         terminal without ``NO_COLOR``.
         """
-        return render_table(self, sort_by=sort_by, depth=depth, row_limit=row_limit,
-                            min_percent=min_percent, columns=columns, width=width, color=color)
+        return str(view("table")(self, sort_by=sort_by, depth=depth, row_limit=row_limit,
+                                 min_percent=min_percent, columns=columns, width=width,
+                                 color=color))
 
     def __str__(self) -> str:
         return self.table()
 
     def _repr_html_(self) -> str:
         # Jupyter's rich display: the summary and top rows as a small HTML table (print stays text).
-        return render_notebook(self)
+        return str(view("notebook")(self))
+
+    def export(self, format: str, path: jsonio.PathLike, **options: Any) -> None:
+        """Write the profile to ``path`` in ``format``: ``"json"`` (reload with
+        :func:`tracetorch.load`), ``"chrome"`` (Chrome/Perfetto timeline), ``"speedscope"``,
+        ``"csv"``, ``"html"``, ``"text"`` (the table), or any format registered with
+        :func:`tracetorch.records.views.register_exporter`. ``options`` go to the writer
+        (``title=`` for HTML, ``table()``'s arguments for text).
+
+        Raises:
+            ValueError: an unknown ``format`` (the message lists the known ones).
+
+        Example:
+            >>> import os, tempfile
+            >>> from tracetorch.records.tree import CallNode
+            >>> root = CallNode.root(); root.child("fc", "Linear", "m0").time.add(1_000)
+            >>> path = os.path.join(tempfile.mkdtemp(), "run.csv")
+            >>> ProfileResult(root).export("csv", path)
+            >>> open(path).readline().startswith("path,name,type")
+            True
+        """
+        exporter(format).load()(self, path, **options)
 
     def to_dict(self) -> dict[str, Any]:
         """A versioned, JSON-ready form that :meth:`from_dict` and :func:`tracetorch.load`
         read back."""
         return jsonio.result_to_dict(self)
 
-    def save(self, path: str) -> None:
+    def save(self, path: jsonio.PathLike) -> None:
         """Write the profile as versioned JSON (reload with :func:`tracetorch.load`)."""
-        jsonio.save_result(self, path)
+        self.export("json", path)
 
-    def export_chrome_trace(self, path: str) -> None:
+    def export_chrome_trace(self, path: jsonio.PathLike) -> None:
         """Write the per-call timeline (``profile(timeline=True)``) as Chrome/Perfetto JSON."""
-        chrome.export_chrome_trace(self, path)
+        self.export("chrome", path)
 
     def export_speedscope(self, path: jsonio.PathLike) -> None:
         """Write the tree for https://www.speedscope.app: a flame graph weighted by self time
         (ns) and one by FLOPs; see :mod:`tracetorch.report.speedscope`."""
-        speedscope.export_speedscope(self, path)
+        self.export("speedscope", path)
 
     def to_rows(self) -> list[dict[str, Any]]:
         """One dict per node: path, type, depth, calls, FLOPs, times and their statistics,
         backward, params, shapes (and memory when measured); see :mod:`tracetorch.records.rows`.
         """
-        return records.to_rows(self)
+        return rows.to_rows(self)
 
     def to_csv(self, path: jsonio.PathLike) -> None:
         """Write :meth:`to_rows` as CSV, one header line then a line per node."""
-        records.write_csv(self, path)
+        self.export("csv", path)
 
     def to_dataframe(self) -> Any:
         """:meth:`to_rows` as a ``pandas.DataFrame`` (pandas is imported here, only here).
@@ -271,12 +292,12 @@ class ProfileResult:
         Raises:
             ImportError: pandas is not installed; the message says ``pip install pandas``.
         """
-        return records.to_dataframe(self)
+        return rows.to_dataframe(self)
 
     def save_html(self, path: jsonio.PathLike, title: str | None = None) -> None:
         """Write the interactive report (icicle, sortable table, summary) as one offline HTML
         file; see :mod:`tracetorch.report.html`."""
-        save_html(self, path, title)
+        self.export("html", path, title=title)
 
     # ------------------------------------------------------------- bottlenecks
     @property
@@ -285,30 +306,24 @@ class ProfileResult:
         ``meta["machine"]`` and in saved files), else ``None``: also for an entry that does not
         parse, which every report names in its ``Machine:`` line instead of raising (see
         :func:`tracetorch.analysis.machine.machine_entry`)."""
-        return machine_entry(self.meta)[0]
+        machine: Machine | None = view("machine")(self.meta)
+        return machine
 
-    def analyze(self, machine: Machine | str | None = None, top: int = LOOK_FIRST) -> Analysis:
+    def analyze(self, machine: Machine | str | None = None, top: int | None = None) -> Analysis:
         """Each layer labelled compute-, memory- or overhead-bound against ``machine`` (default:
         the profile's own; ``"calibrate"``: this machine's cached or measured peaks for the
         framework, device, dtype and threads the profile ran with), the ``top`` layers to look
-        at first, MFU/HFU; ``print()`` it for the report.
+        at first (default :data:`tracetorch.analysis.roofline.LOOK_FIRST`), MFU/HFU; ``print()``
+        it for the report.
 
         Raises:
             ValueError: no machine given and the profile has none (or a damaged one).
         """
-        from tracetorch.analysis.calibrate import resolve_machine  # it runs a profile: lazily
-
-        peaks, problem = (resolve_machine(machine, meta=self.meta), "") if machine is not None \
-            else machine_entry(self.meta)
-        if peaks is None:
-            have = f"its machine entry is set aside ({problem})" if problem else \
-                "this profile has no machine"
-            raise ValueError(f"machine: {have}; pass machine=tracetorch.calibrate(...), a "
-                             "tracetorch.Machine(...) or 'calibrate'")
-        return analyze(self, peaks, top)
+        analysis: Analysis = view("analyze")(self, machine, top)
+        return analysis
 
     def bottlenecks(self, machine: Machine | str | None = None,
-                    top: int = LOOK_FIRST) -> list[LayerBound]:
+                    top: int | None = None) -> list[LayerBound]:
         """The ``top`` layers with the most time above their roofline ceiling, largest first
         ("Where to look first"; see :meth:`analyze`)."""
         return list(self.analyze(machine, top).look_first)

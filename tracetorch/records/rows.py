@@ -1,4 +1,4 @@
-"""A profile as flat records for analysis: one dict per call node, CSV, a pandas DataFrame.
+"""A profile as flat records for analysis: one dict per call node, or a pandas DataFrame.
 
 Every node of the tree (the root excepted) is one row, parents before children, in call order.
 Times are integer nanoseconds (the time statistics are floats: means and quantiles of per-call
@@ -6,14 +6,7 @@ inclusive time), FLOPs and bytes plain integers, so a spreadsheet or a DataFrame
 them directly. ``flops`` is the node's own share (children excluded), ``subtree_flops`` what the
 call cost with its children, as in the text table; ``macs`` is empty where a layer has none.
 Memory columns (``input_bytes``... from :mod:`tracetorch.records.memory`, zeros where memory was not
-measured) come after the others.
-
-The CSV is meant for spreadsheets, which run a cell that starts with ``=``, ``+``, ``-`` or ``@``
-(or a tab or carriage return before one) as a formula: a module named ``=cmd|' /C calc'!A0``
-would run a command when the file is opened. So, as OWASP's guidance on CSV injection advises,
-:func:`write_csv` prefixes such text cells with ``'``, which spreadsheets show as text and do not
-display; numbers (``-1.5``) stay numbers. The records, the DataFrame and the JSON keep the exact
-names.
+measured) come after the others. :mod:`tracetorch.report.csv` writes them as a CSV file.
 
 pandas is imported by :func:`to_dataframe` alone, never by ``import tracetorch``.
 
@@ -27,7 +20,6 @@ Example:
 """
 from __future__ import annotations
 
-import csv
 import importlib
 import os
 from typing import TYPE_CHECKING, Any, Union
@@ -38,8 +30,7 @@ from tracetorch.text.units import format_shape
 if TYPE_CHECKING:  # reports only read results, a result never imports a report
     from tracetorch.records.result import ProfileResult
 
-__all__ = ("ROW_FIELDS", "FORMULA_PREFIXES", "to_rows", "row_fields", "csv_cell", "write_csv",
-           "to_dataframe", "memory_fields")
+__all__ = ("ROW_FIELDS", "to_rows", "row_fields", "to_dataframe", "memory_fields")
 
 #: The columns of every row, in this order (the CSV header); memory columns follow when present.
 ROW_FIELDS: tuple[str, ...] = (
@@ -55,23 +46,6 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 #: Between a node's distinct shape signatures in the ``input_shapes``/``output_shapes`` cells.
 SHAPE_SEPARATOR = " | "
-#: What a text cell may start with for a spreadsheet to read it as a formula (OWASP).
-FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
-
-
-def csv_cell(value: Any) -> Any:
-    """``value`` as :func:`write_csv` writes it: a text cell a spreadsheet would run as a
-    formula gets a leading ``'``; numbers and other text are unchanged.
-
-    Example:
-        >>> csv_cell("=cmd|' /C calc'!A0"), csv_cell("-"), csv_cell(-1.5), csv_cell("fc")
-        ("'=cmd|' /C calc'!A0", "'-", -1.5, 'fc')
-    """
-    if isinstance(value, str) and value.startswith(FORMULA_PREFIXES):
-        return "'" + value
-    return value
-
-
 def memory_fields(node: CallNode) -> dict[str, int]:
     """The node's memory statistics as ``{field: bytes}`` plus ``bytes_moved`` (all zeros when
     memory was not measured)."""
@@ -121,25 +95,6 @@ def row_fields(rows: list[dict[str, Any]]) -> list[str]:
     """The header for ``rows``: :data:`ROW_FIELDS`, then any memory field in first-seen order."""
     extra = [key for row in rows for key in row if key not in ROW_FIELDS]
     return list(ROW_FIELDS) + list(dict.fromkeys(extra))
-
-
-def write_csv(result: ProfileResult, path: PathLike) -> None:
-    """Write :func:`to_rows` as CSV with a header; an empty cell stands for ``None``.
-
-    Example:
-        >>> import os, tempfile
-        >>> from tracetorch.records.result import ProfileResult
-        >>> root = CallNode.root(); root.child("fc", "Linear", "m0").time.add(2_000)
-        >>> path = os.path.join(tempfile.mkdtemp(), "run.csv")
-        >>> write_csv(ProfileResult(root), path)
-        >>> open(path).readline().split(",")[:4]
-        ['path', 'name', 'type', 'kind']
-    """
-    rows = to_rows(result)
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=row_fields(rows), restval="")
-        writer.writeheader()
-        writer.writerows({key: csv_cell(value) for key, value in row.items()} for row in rows)
 
 
 def to_dataframe(result: ProfileResult) -> Any:

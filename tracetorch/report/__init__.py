@@ -1,60 +1,55 @@
-"""Reports of a profile: text tables, versioned JSON and Chrome/Perfetto traces.
+"""Reports of a profile, one module per format, each a function over a result.
 
-One module per format: :mod:`~tracetorch.text.units` (number humanizers every renderer uses),
-:mod:`~tracetorch.report.table` (the call tree as text), :mod:`~tracetorch.report.flat_table`
-(the flat views), :mod:`~tracetorch.records.jsonio` (save), :mod:`~tracetorch.records.jsonread`
-(load), :mod:`~tracetorch.report.chrome` (trace export). ``ProfileResult`` methods (``table()``,
-``to_dict()``, ``save()``, ``export_chrome_trace()``, ``from_dict()``, ``load()``) and
-``tracetorch.load`` call these functions.
+Text: :mod:`~tracetorch.report.table` (the call tree), :mod:`~tracetorch.report.flat_table` (flat
+views), :mod:`~tracetorch.report.summary`, :mod:`~tracetorch.report.ops` (operator tables),
+:mod:`~tracetorch.report.bottleneck` (the roofline report), :mod:`~tracetorch.report.ranks`
+(distributed jobs), :mod:`~tracetorch.report.diff_report` (two runs). Files:
+:mod:`~tracetorch.report.chrome` and :mod:`~tracetorch.report.ranks_trace` (Chrome/Perfetto),
+:mod:`~tracetorch.report.speedscope`, :mod:`~tracetorch.report.html`,
+:mod:`~tracetorch.report.csv`, :mod:`~tracetorch.report.notebook` (Jupyter), and the saved JSON
+(:mod:`tracetorch.records.jsonio`, data rather than a view).
 
-The dependency goes one way: :mod:`tracetorch.records.result` imports this package, and no module
-here imports :mod:`tracetorch.records.result` at run time (it appears only in annotations, under
-``TYPE_CHECKING``). Renderers only read a result; reading a saved file yields its parts
-(:class:`~tracetorch.records.jsonread.SavedProfile`), which ``ProfileResult`` assembles.
+Reports read a result and never construct one: ``ProfileResult`` appears in their annotations
+only. This package registers its formats and views with :mod:`tracetorch.records.views`, each
+with a loader, so ``import tracetorch`` loads no renderer and ``result.export("html", path)``
+loads only the HTML one.
 
 Example:
-    >>> from tracetorch.records.result import ProfileResult
-    >>> from tracetorch.records.tree import CallNode
-    >>> root = CallNode.root(); root.child("fc", "Linear", "m0").time.add(1_500)
-    >>> "fc (Linear)" in render_table(ProfileResult(root))
-    True
+    >>> from tracetorch.records.views import exporter
+    >>> exporter("speedscope").suffix
+    '.speedscope.json'
 """
 from __future__ import annotations
 
-from tracetorch.records.jsonio import FORMAT_NAME, FORMAT_VERSION, result_to_dict, save_result
-from tracetorch.records.jsonread import SavedProfile, parse_profile, read_profile
-from tracetorch.report.chrome import chrome_trace_events, export_chrome_trace
-from tracetorch.report.flat_table import render_flat
-from tracetorch.report.summary import summary_lines
-from tracetorch.report.table import render_table
-from tracetorch.text.units import (
-    format_count,
-    format_flops,
-    format_macs,
-    format_percent,
-    format_rate,
-    format_shape,
-    format_time_ns,
-)
+from importlib import import_module
+from typing import Any, Callable
 
-__all__ = (
-    "FORMAT_NAME",
-    "FORMAT_VERSION",
-    "SavedProfile",
-    "chrome_trace_events",
-    "export_chrome_trace",
-    "format_count",
-    "format_flops",
-    "format_macs",
-    "format_percent",
-    "format_rate",
-    "format_shape",
-    "format_time_ns",
-    "parse_profile",
-    "read_profile",
-    "render_flat",
-    "render_table",
-    "result_to_dict",
-    "save_result",
-    "summary_lines",
-)
+from tracetorch.records.views import register_exporter, register_view
+
+__all__: tuple[str, ...] = ()
+
+
+def _function(module: str, name: str) -> Callable[[], Callable[..., Any]]:
+    # Resolved when first used: the renderer's module loads then, not with the package.
+    return lambda: getattr(import_module(f"tracetorch.report.{module}"), name)
+
+
+register_exporter("json", ".json", lambda: import_module("tracetorch.records.jsonio").save_result,
+                  "the versioned profile file (tracetorch.load reads it back)")
+register_exporter("chrome", ".trace.json", _function("chrome", "export_chrome_trace"),
+                  "the per-call timeline for chrome://tracing and ui.perfetto.dev")
+register_exporter("speedscope", ".speedscope.json", _function("speedscope", "export_speedscope"),
+                  "flame graphs by self time and by FLOPs for speedscope.app")
+register_exporter("csv", ".csv", _function("csv", "write_csv"), "one row per call node")
+register_exporter("html", ".html", _function("html", "save_html"),
+                  "the interactive offline report")
+register_exporter("text", ".txt", _function("table", "save_table"), "the call-tree table")
+
+register_view("table", _function("table", "render_table"))
+register_view("notebook", _function("notebook", "render_notebook"))
+register_view("bottleneck_report", _function("bottleneck", "render_analysis"))
+register_view("diff_text", _function("diff_report", "render_diff_text"))
+register_view("diff_dict", _function("diff_report", "diff_to_dict"))
+register_view("diff_html", _function("diff_report", "render_diff_html"))
+register_view("diff_save_json", _function("diff_report", "save_diff_json"))
+register_view("diff_save_html", _function("diff_report", "save_diff_html"))

@@ -21,6 +21,7 @@ import math
 import os
 from typing import TYPE_CHECKING, Any, Callable, Union
 
+from tracetorch.analysis.diff import DEFAULT_TOP
 from tracetorch.text.layout import (
     RED,
     ColumnSpec,
@@ -35,12 +36,10 @@ from tracetorch.text.units import format_count, format_flops, format_time_ns, pr
 if TYPE_CHECKING:  # reports only read what they render
     from tracetorch.analysis.diff import LayerDiff, ProfileDiff
 
-__all__ = ("DEFAULT_TOP", "DIFF_COLUMNS", "FORMAT_NAME", "render_diff_text", "diff_to_dict",
+__all__ = ("DIFF_COLUMNS", "FORMAT_NAME", "render_diff_text", "diff_to_dict",
            "render_diff_html", "save_diff_json", "save_diff_html", "signed_time",
            "signed_percent")
 
-#: Layers the text and notebook views show (the JSON and the HTML page hold every one).
-DEFAULT_TOP = 25
 #: The ``format`` field of a diff's JSON.
 FORMAT_NAME = "tracetorch-diff"
 FORMAT_VERSION = 1

@@ -39,13 +39,14 @@ import math
 import os
 import re
 from collections.abc import Iterator
-from importlib import metadata, resources
+from importlib import resources
 from typing import TYPE_CHECKING, Any, Union
 
 from tracetorch.records.jsonio import deep_recursion, result_to_dict
 from tracetorch.records.stats import TimeStats
 from tracetorch.report.summary import summary_lines
 from tracetorch.text.units import printable
+from tracetorch.version import __version__
 
 if TYPE_CHECKING:  # reports only read results, a result never imports a report
     from tracetorch.records.result import ProfileResult
@@ -125,14 +126,6 @@ def script_json(value: Any) -> str:
     return text
 
 
-def _version() -> str:
-    # From the installed metadata: importing the package itself from a report is a cycle.
-    try:
-        return metadata.version("tracetorch")
-    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown"
-
-
 def _title(result: ProfileResult) -> str:
     for key in ("name", "script"):
         value = result.meta.get(key)
@@ -163,7 +156,7 @@ def page_data(result: ProfileResult, title: str | None = None) -> tuple[dict[str
     data["timeline"] = None
     summary, rest = _label_lines(lines)
     report: dict[str, Any] = {"title": title if title is not None else _title(result),
-                              "version": _version(), "summary": summary, "notes": rest,
+                              "version": __version__, "summary": summary, "notes": rest,
                               "escaped": _escaped(result)}
     bottleneck = _bottleneck(result)
     if bottleneck is not None:

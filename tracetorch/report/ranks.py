@@ -16,7 +16,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from tracetorch.distributed.collectives import bus_factor
-from tracetorch.distributed.merge import collective_sites, node_spreads, rank_rows
+from tracetorch.distributed.merged import collective_sites, node_spreads, rank_rows
 from tracetorch.text.layout import Column, layout
 from tracetorch.text.units import (
     format_bytes,

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tracetorch.distributed.gather import saved_rank_files
-from tracetorch.distributed.merge import META_KEY
-from tracetorch.records.result import ProfileResult
+from tracetorch.distributed.gather import load_rank_profiles
+from tracetorch.distributed.merged import META_KEY
 from tracetorch.report.chrome import chrome_trace_events
+
+if TYPE_CHECKING:
+    from tracetorch.records.result import ProfileResult
 
 __all__ = ("ranks_chrome_trace", "export_ranks_chrome_trace")
 
@@ -70,11 +72,6 @@ def export_ranks_chrome_trace(merged: str, path: str) -> None:
     Raises:
         ValueError: ``merged`` is not a merged profile saved with its rank files.
     """
-    files = saved_rank_files(ProfileResult.load(merged), merged)
-    if not files:
-        raise ValueError(f"{merged}: not a merged profile saved with its ranks' files "
-                         f"(gather with a path: profile(gather='job.json'))")
-    results = (ProfileResult.load(name) for name in files.values())
-    document = ranks_chrome_trace(results)
+    document = ranks_chrome_trace(load_rank_profiles(merged))
     with open(path, "w", encoding="utf-8") as f:
         json.dump(document, f, separators=(",", ":"))

@@ -81,6 +81,29 @@ def _memory_line(result: ProfileResult) -> str:
     return "; ".join(parts)
 
 
+def _compiled_line(result: ProfileResult) -> str:
+    # torch.compile'd regions (meta["compiled"]: see tracetorch.adapters.torch.compiled).
+    noted = result.meta.get("compiled")
+    if not noted:
+        return ""
+    parts = []
+    for path, region in noted["regions"].items():
+        text = (f"{path or region['type']} ({region['type']}, {_plural(region['calls'], 'call')}):"
+                f" {_plural(region['graphs'], 'graph')} compiled in "
+                f"{format_time_ns(region['compile_ns'])}, "
+                f"{_plural(region['recompiles'], 'recompilation')}, "
+                f"{_plural(region['graph_breaks'], 'graph break')}")
+        if region["break_reasons"]:
+            text += f" ({'; '.join(region['break_reasons'])})"
+        if region["layers"] == "dispatched":
+            text += f"; its layers unseen ({region.get('why_not', '')}): one row"
+        parts.append(text)
+    if noted["estimated"]:
+        parts.append(f"the times of the {_plural(len(noted['estimated']), 'row')} under them are "
+                     "estimated (the region's measured time shared by FLOPs), not measured")
+    return "; ".join(parts)
+
+
 def summary_lines(result: ProfileResult) -> list[str]:
     """Totals and notes for the end of a report, one ``"Label: value"`` line each.
 
@@ -118,6 +141,9 @@ def summary_lines(result: ProfileResult) -> list[str]:
     sampled = _sampling_line(result)
     if sampled:
         rows.append(("Backward", sampled))
+    compiled = _compiled_line(result)
+    if compiled:
+        rows.append(("Compiled", compiled))
     total_time = format_time_ns(result.total_time_ns)
     rows.append(("Total time", f"{total_time} in {_plural(top_calls, 'top-level call')}"))
 

@@ -19,6 +19,7 @@ Example:
 """
 from __future__ import annotations
 
+import os
 import re
 import textwrap
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ if TYPE_CHECKING:  # reports only read results, a result never imports a report
 
 __all__ = ("SORT_KEYS", "TREE_COLUMNS", "TreeContext", "SubtreeSums", "tree_context", "tree_rows",
            "render_table", "node_label", "SortKey", "natural_key", "has_backward",
-           "hot_style", "dropped_note", "width_and_color")
+           "hot_style", "dropped_note", "width_and_color", "save_table")
 
 _TreeRow = tuple[CallNode, int]  # a node and its depth
 SortKey = Union[int, float, list[tuple[int, int, str]]]
@@ -343,3 +344,26 @@ def render_table(result: ProfileResult, sort_by: str = "total", depth: int | Non
         legend.append(LEGEND_MARKS)
     lines += [""] + notes + legend + summary_lines(result)
     return "\n".join(lines)
+
+
+#: The width of a table written to a file, where no terminal says how wide to be.
+FILE_WIDTH = 120
+
+
+def save_table(result: ProfileResult, path: str | os.PathLike[str], **options: object) -> None:
+    """Write :func:`render_table` (``options`` are its arguments) to ``path`` as UTF-8 text,
+    :data:`FILE_WIDTH` wide and without colour unless ``options`` say otherwise.
+
+    Example:
+        >>> import os, tempfile
+        >>> from tracetorch.records.result import ProfileResult
+        >>> root = CallNode.root(); root.child("fc", "Linear", "m0").time.add(500)
+        >>> path = os.path.join(tempfile.mkdtemp(), "run.txt")
+        >>> save_table(ProfileResult(root), path)
+        >>> "fc (Linear)" in open(path, encoding="utf-8").read()
+        True
+    """
+    options = {"width": FILE_WIDTH, "color": False, **options}
+    text = render_table(result, **options)  # type: ignore[arg-type]
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text + "\n")

@@ -1,7 +1,7 @@
 """The kernels a calibration times, per framework: a matmul, a copy and a trivial layer.
 
 :func:`kit_for` gives the :class:`Kit` of a calibration's facts (see
-:func:`tracetorch.analysis.calibrate.machine_facts`); :func:`tracetorch.analysis.calibrate.measure`
+:func:`tracetorch.analysis.machine_cache.machine_facts`); :func:`tracetorch.tools.calibrate.measure`
 times its kernels. torch is imported only for a torch kit.
 
 Example:
@@ -15,18 +15,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tracetorch.analysis.machine_cache import import_torch
 from tracetorch.tools.bench import benchmark
 
-__all__ = ("Kit", "NumpyKit", "TorchKit", "kit_for", "import_torch")
-
-
-def import_torch() -> Any:
-    """torch, or a ValueError naming the framework argument when it is not installed."""
-    try:
-        import torch
-    except ImportError:
-        raise ValueError("framework: 'torch' needs PyTorch installed (pip install torch)") from None
-    return torch
+__all__ = ("Kit", "NumpyKit", "TorchKit", "kit_for")
 
 
 class Kit:

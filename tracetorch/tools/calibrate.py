@@ -32,33 +32,33 @@ Example:
 """
 from __future__ import annotations
 
-import functools
 import json
 import os
-import platform
-import socket
 import subprocess
 import sys
 import time
-import warnings
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tracetorch.analysis.kits import Kit, import_torch, kit_for
 from tracetorch.analysis.machine import Machine
+from tracetorch.analysis.machine_cache import (
+    DTYPES,
+    THREAD_VARIABLES,
+    blas_threads,
+    cached,
+    machine_facts,
+    profile_target,
+    store,
+)
 from tracetorch.models.introspect import is_torch_module
+from tracetorch.records.views import register_view
 from tracetorch.text.units import format_per_second, format_time_ns
+from tracetorch.tools.kits import Kit, kit_for
 
-__all__ = ("calibrate", "cached_machine", "measure", "machine_facts", "profile_target",
-           "cache_path", "resolve_machine", "measurement_lines", "FRAMEWORKS", "DTYPES",
-           "CPU_SIZES", "CUDA_SIZES", "CPU_COPY_BYTES", "CUDA_COPY_BYTES", "CACHE_FORMAT")
+__all__ = ("calibrate", "measure", "resolve_machine", "measurement_lines", "CPU_SIZES",
+           "CUDA_SIZES", "CPU_COPY_BYTES", "CUDA_COPY_BYTES")
 
-FRAMEWORKS = ("numpy", "torch")
-#: The dtypes each framework can be calibrated in.
-DTYPES = {"numpy": ("float16", "float32", "float64"),
-          "torch": ("float16", "bfloat16", "float32", "float64")}
 #: Matmul sizes timed on a CPU, and on a GPU (large enough to fill one).
 CPU_SIZES = (256, 512, 1024, 2048)
 CUDA_SIZES = (1024, 2048, 4096, 8192)
@@ -70,98 +70,10 @@ MATMUL_SECONDS = 0.15
 COPY_SECONDS = 0.3
 #: Calls of the trivial layer recorded to find one call's fixed cost.
 OVERHEAD_CALLS = 2_000
-#: The cache file's format name and version.
-CACHE_FORMAT = ("tracetorch-machine-cache", 1)
 #: The settings above, which a child process measuring numpy at another thread count is given
 #: so that it measures as this process would.
 _SETTINGS = ("CPU_SIZES", "CUDA_SIZES", "CPU_COPY_BYTES", "CUDA_COPY_BYTES", "MATMUL_SECONDS",
              "COPY_SECONDS", "OVERHEAD_CALLS")
-#: The environment variables numpy's BLAS reads its thread count from when it loads.
-_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-def cache_path() -> Path:
-    """Where measured machines are kept: ``$XDG_CACHE_HOME/tracetorch/machine.json``.
-
-    Example:
-        >>> cache_path().name
-        'machine.json'
-    """
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tracetorch" / "machine.json"
-
-
-@functools.lru_cache(maxsize=1)
-def _cpu_model() -> str:
-    # /proc/cpuinfo names the model on Linux; platform.processor() is often empty there. Read
-    # once per process: every profile notes it when it closes.
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            for line in info:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown cpu"
-
-
-def _blas_threads() -> int:
-    # numpy's BLAS reads its thread count from the environment when it loads, else uses all cores.
-    for name in _THREAD_VARIABLES:
-        value = os.environ.get(name, "").strip()
-        if value.isdigit() and int(value) > 0:
-            return int(value)
-    return os.cpu_count() or 1
-
-
-def machine_facts(framework: str = "numpy", device: str = "cpu", dtype: str = "float32",
-                  threads: int | None = None) -> dict[str, Any]:
-    """What a calibration is for, checked: host, cpu (and gpu), framework, device, dtype, threads.
-
-    Raises:
-        ValueError: an unknown framework, device or dtype, a thread count that is not a
-            positive int, numpy asked for a GPU.
-
-    Example:
-        >>> facts = machine_facts("numpy", "cpu", "float64")
-        >>> facts["framework"], facts["dtype"], facts["threads"] >= 1
-        ('numpy', 'float64', True)
-    """
-    if framework not in FRAMEWORKS:
-        raise ValueError(f"framework: expected one of {FRAMEWORKS}, got {framework!r}")
-    if not isinstance(device, str) or not (device == "cpu" or device == "cuda"
-                                           or (device.startswith("cuda:")
-                                               and device[5:].isdigit())):
-        raise ValueError(f"device: expected 'cpu', 'cuda' or 'cuda:N', got {device!r}")
-    if dtype not in DTYPES[framework]:
-        raise ValueError(f"dtype: expected one of {DTYPES[framework]} for {framework}, "
-                         f"got {dtype!r}")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
-                                or threads < 1):
-        raise ValueError(f"threads: expected a positive int or None, got {threads!r}")
-    facts: dict[str, Any] = {"host": socket.gethostname(), "cpu": _cpu_model(),
-                             "framework": framework, "device": device, "dtype": dtype}
-    if framework == "numpy":
-        if device != "cpu":
-            raise ValueError(f"device: numpy runs on the CPU only, got {device!r}")
-        # Another count than this process runs is measured in a child process (see measure).
-        facts["threads"] = threads if threads is not None else _blas_threads()
-        return facts
-    torch = import_torch()
-    if device != "cpu":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device: {device!r} asked for, but torch.cuda.is_available() "
-                             "is False")
-        facts["gpu"] = torch.cuda.get_device_name(torch.device(device))
-    facts["threads"] = threads if threads is not None else torch.get_num_threads()
-    return facts
-
-
-def _cache_key(facts: dict[str, Any]) -> str:
-    return "|".join(str(facts.get(k, "")) for k in
-                    ("host", "cpu", "gpu", "framework", "device", "dtype", "threads"))
-
-
 def calibrate(framework: str = "numpy", device: str = "cpu", dtype: str = "float32",
               threads: int | None = None, refresh: bool = False,
               verbose: bool = True) -> Machine:
@@ -186,108 +98,14 @@ def calibrate(framework: str = "numpy", device: str = "cpu", dtype: str = "float
         raise ValueError(f"refresh: expected True or False, got {refresh!r}")
     facts = machine_facts(framework, device, dtype, threads)
     if not refresh:
-        cached = _cached(facts)
-        if cached is not None:
-            return cached
+        known = cached(facts)
+        if known is not None:
+            return known
     machine = measure(facts)
-    path = cache_path()
-    entries = _read_cache(path)  # read again: another process may have added entries since
-    entries[_cache_key(facts)] = machine.to_dict()
-    _write_cache(path, entries)
+    path = store(facts, machine)
     if verbose:
         print("\n".join(measurement_lines(machine) + [f"  cached in {path}"]))
     return machine
-
-
-def cached_machine(framework: str = "numpy", device: str = "cpu", dtype: str = "float32",
-                   threads: int | None = None) -> Machine | None:
-    """The cached calibration for exactly these arguments (see :func:`calibrate`), else
-    ``None``; nothing is measured.
-
-    Raises:
-        ValueError: a bad framework, device, dtype or thread count (the message names it).
-
-    Example:
-        >>> cached_machine("numpy", "cpu", "float64", threads=1) is None  # doctest: +SKIP
-        True
-    """
-    return _cached(machine_facts(framework, device, dtype, threads))
-
-
-def _cached(facts: dict[str, Any]) -> Machine | None:
-    key = _cache_key(facts)
-    path = cache_path()
-    entry = _read_cache(path).get(key)
-    if entry is None:
-        return None
-    try:
-        cached = Machine.from_dict(entry, where=f"{path} [{key}]")
-    except ValueError as err:
-        warnings.warn(f"tracetorch: ignoring a damaged cache entry: {err}", stacklevel=3)
-        return None
-    return replace(cached, source=f"cache ({cached.source})")
-
-
-def profile_target(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``framework``, ``device``, ``dtype`` and ``threads`` a profile ran with, from the
-    facts it recorded (:func:`tracetorch.profiler.runinfo.run_facts`): the arguments of the
-    calibration that fits it. What a profile did not record (an older file) is the default: numpy,
-    cpu, float32, this process's threads; a dtype no calibration runs in (an integer model) is
-    float32.
-
-    Raises:
-        ValueError: a recorded framework, device or thread count that is not one (the message
-            names the ``meta`` key).
-
-    Example:
-        >>> profile_target({"framework": "torch", "device": "cpu", "dtype": "bfloat16",
-        ...                 "threads": 4})
-        {'framework': 'torch', 'device': 'cpu', 'dtype': 'bfloat16', 'threads': 4}
-        >>> profile_target({})
-        {'framework': 'numpy', 'device': 'cpu', 'dtype': 'float32', 'threads': None}
-    """
-    framework = meta.get("framework", "numpy")
-    if framework not in FRAMEWORKS:
-        raise ValueError(f'meta["framework"]: expected one of {FRAMEWORKS}, got {framework!r}')
-    device = meta.get("device", "cpu")
-    if not isinstance(device, str):
-        raise ValueError(f'meta["device"]: expected a device name, got {device!r}')
-    threads = meta.get("threads")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
-                                or threads < 1):
-        raise ValueError(f'meta["threads"]: expected a positive int, got {threads!r}')
-    dtype = meta.get("dtype")
-    return {"framework": framework, "device": device,
-            "dtype": dtype if dtype in DTYPES[framework] else "float32", "threads": threads}
-
-
-def _read_cache(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as err:
-        warnings.warn(f"tracetorch: ignoring the unreadable machine cache {path}: {err}",
-                      stacklevel=3)
-        return {}
-    if not (isinstance(data, dict) and [data.get("format"), data.get("version")]
-            == list(CACHE_FORMAT) and isinstance(data.get("machines"), dict)):
-        warnings.warn(f"tracetorch: ignoring {path}: not a {CACHE_FORMAT[0]} file of version "
-                      f"{CACHE_FORMAT[1]}", stacklevel=3)
-        return {}
-    return dict(data["machines"])
-
-
-def _write_cache(path: Path, entries: dict[str, Any]) -> None:
-    data = {"format": CACHE_FORMAT[0], "version": CACHE_FORMAT[1], "machines": entries}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        partial.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
-        os.replace(partial, path)  # never a half-written cache, even with two writers
-    except OSError as err:
-        warnings.warn(f"tracetorch: could not write the machine cache {path}: {err}",
-                      stacklevel=3)
 
 
 def measure(facts: dict[str, Any]) -> Machine:
@@ -299,7 +117,7 @@ def measure(facts: dict[str, Any]) -> Machine:
         >>> machine.source.startswith("measured")      # doctest: +SKIP
         True
     """
-    if facts["framework"] == "numpy" and facts["threads"] != _blas_threads():
+    if facts["framework"] == "numpy" and facts["threads"] != blas_threads():
         return _measure_in_child(facts)
     started = time.perf_counter()
     kit = kit_for(facts)
@@ -321,13 +139,13 @@ def measure(facts: dict[str, Any]) -> Machine:
 def _measure_in_child(facts: dict[str, Any]) -> Machine:
     """numpy at ``facts["threads"]``, measured by a child process whose BLAS loads with that
     count, with this module's settings; it answers with the machine as JSON on stdout."""
-    env = dict(os.environ, **{name: str(facts["threads"]) for name in _THREAD_VARIABLES})
+    env = dict(os.environ, **{name: str(facts["threads"]) for name in THREAD_VARIABLES})
     # The child imports this very tracetorch, installed or not.
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (package_root, env.get("PYTHONPATH"))))
     request = json.dumps({"facts": facts, "settings": {name: globals()[name]
                                                        for name in _SETTINGS}})
-    code = "import sys; from tracetorch.analysis.calibrate import _child; _child(sys.argv[1])"
+    code = "import sys; from tracetorch.tools.calibrate import _child; _child(sys.argv[1])"
     done = subprocess.run([sys.executable, "-c", code, request], env=env, capture_output=True,
                           text=True, check=False)
     if done.returncode != 0:
@@ -343,8 +161,8 @@ def _child(request: str) -> None:
     globals().update({name: tuple(value) if isinstance(value, list) else value
                       for name, value in asked["settings"].items() if name in _SETTINGS})
     facts = asked["facts"]
-    if _blas_threads() != facts["threads"]:  # never measure another count than asked
-        raise SystemExit(f"numpy runs {_blas_threads()} threads here, not {facts['threads']}")
+    if blas_threads() != facts["threads"]:  # never measure another count than asked
+        raise SystemExit(f"numpy runs {blas_threads()} threads here, not {facts['threads']}")
     print(json.dumps(measure(facts).to_dict()))
 
 
@@ -428,3 +246,8 @@ def resolve_machine(machine: Any, model: Any = None, argument: str = "machine",
     dtype = str(param.dtype).replace("torch.", "")
     device = "cpu" if param.device.type == "cpu" else str(param.device)
     return calibrate("torch", device, dtype if dtype in DTYPES["torch"] else "float32")
+
+
+# profile(machine="calibrate") and result.analyze("calibrate") resolve through this view: the
+# profiler and the analyses sit below this module, which runs a profile.
+register_view("resolve_machine", lambda: resolve_machine)
