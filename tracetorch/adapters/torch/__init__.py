@@ -70,7 +70,7 @@ import torch
 from torch._C._dynamo.eval_frame import get_eval_frame_callback as frame_callback
 
 from tracetorch.adapters.torch.call_hooks import configure_call_hooks
-from tracetorch.adapters.torch.compiled import compiled_call, start_compiled_counting
+from tracetorch.adapters.torch.compiled import start_compiled_counting, wrap_compiled
 from tracetorch.adapters.torch.cuda import configure as cuda_configure
 from tracetorch.adapters.torch.ops import start_op_counting, traced_forward
 from tracetorch.adapters.torch.saved import saved_bytes
@@ -78,7 +78,7 @@ from tracetorch.adapters.torch.steps import quiet_zero_grad, start_step_hooks
 from tracetorch.adapters.torch.structure import start_structure_hooks
 from tracetorch.adapters.torch.tracing import skip_frames, tracing
 from tracetorch.engine.hotpath import OpCounter, make_wrapper
-from tracetorch.engine.patches import PatchBoard, PatchTarget, is_instrumented, reusable_wrapper
+from tracetorch.engine.patches import PatchBoard, PatchTarget
 from tracetorch.engine.saved_meters import register_saved_meter
 from tracetorch.models.tensors import register_int_shaped, register_quiet_reads
 
@@ -127,16 +127,6 @@ def _is_compiled(cls: type) -> bool:
     """Whether ``cls`` is ``torch.compile``'s ``OptimizedModule``."""
     # By name: OptimizedModule is seen by the subclass watcher before its module binds it.
     return cls.__module__ == "torch._dynamo.eval_frame" and cls.__qualname__ == "OptimizedModule"
-
-
-def wrap_compiled(board: PatchBoard, cls: type) -> None:
-    """Record the calls of ``torch.compile``'s module class ``cls`` as the calls of
-    :func:`~.compiled.compiled_call` (without the function mode, counting what they dispatch)."""
-    original = vars(cls).get("__call__", torch.nn.Module.__call__)
-    if is_instrumented(original):
-        return
-    board.install(cls, "__call__", reusable_wrapper(cls, "__call__", compiled_call(original),
-                                                    "module", tracing))
 
 
 def targets_for(cls: type) -> Iterator[PatchTarget]:

@@ -1,57 +1,73 @@
-"""Calling a ``torch.compile``\\ d module inside a block as outside it, and counting its FLOPs.
+"""A ``torch.compile``\\ d module inside a block: called as outside it, its layers as in eager.
 
-A compiled module (``OptimizedModule``) is one node, its layers unseen (see the package
-docstring). Two things make its call differ from the eager calls around it:
+A compiled module (``OptimizedModule``) is a row of its own, the **region**: its forward time
+(and, from the backward pass's sweep, its backward time) is measured. Its layers run as a
+graph, not as Python, so no wrapper sees them; the rows under the region come from
+:mod:`~.compiled_layers`: once per distinct call the original module runs eagerly on fake
+tensors through tracetorch's own recording, so the rows (call paths), forward FLOPs and
+backward FLOPs are the eager ones by construction. Each compiled call charges them: the FLOPs as
+they are, and **estimated** times — the region's measured time (less any compiling) shared by
+the layers' inclusive FLOPs, forward and backward alike — listed as such in
+``meta["compiled"]["estimated"]`` and said so in the report, never presented as measured.
+
+Three things make the call itself differ from the eager calls around it:
 
 * **Dynamo guards on the torch-function-mode stack.** Code compiled outside a block found the
   stack empty; the profile's :class:`~tracetorch.adapters.torch.ops.OpCountingMode` on top of it
-  would fail that guard and recompile the model (and compile it again for outside, once the
-  cache holds both). So the mode is off for the call: popped while it is the top, pushed back
-  after.
-* **Dynamo guards on the classes it traced.** A layer's ``forward`` read from its class
-  (``type(self).__dict__["forward"]``, its closure) must be the function Dynamo saw when it
-  compiled: the board's patches are suspended for the call (:meth:`~tracetorch.engine.patches.\
-PatchBoard.suspended`), so the compiled code runs, and compiles, against the classes as they
-  are outside a block. Layers that another thread calls meanwhile are not recorded.
-* **Its operations run as a graph.** A ``TorchDispatchMode`` that lets Dynamo compile without it
-  (``ignore_compile_internals``) is on instead: it sees what the compiled graph dispatches —
-  the products of the eager and AOT backends, the ``mm``/``addmm``/convolution kernels inductor
-  calls — and counts them with the formulas of ``torch.utils.flop_counter``, the forward's on
-  the call's node. The autograd nodes between the call's outputs and its inputs (a compiled
-  graph's ``CompiledFunctionBackward``; each operation's with the eager backend) run their
-  backward with the same mode on: their products are the node's backward FLOPs, exactly what
-  ``FlopCounterMode`` counts for an eager run of the same step. Elementwise operations are not
-  counted there (``FlopCounterMode`` has no formula for them; inductor fuses them into kernels).
+  would fail that guard and recompile the model. So the mode is off for the call.
+* **Dynamo guards on the classes it traced.** The board's patches are suspended for the call
+  (:meth:`~tracetorch.engine.patches.PatchBoard.suspended`), so the compiled code runs, and
+  compiles, against the classes as they are outside a block.
+* **The replay runs outside the measured call**: the function installed on
+  ``OptimizedModule.__call__`` replays a new call first, then calls the recording wrapper.
+
+Where the replay cannot run (an operation fake tensors cannot run, such as a value read from
+data), the region stays one row whose FLOPs are what its graph dispatched (:class:`DispatchedFlops`:
+the products of the eager and AOT backends, the ``mm``/``addmm``/convolution kernels inductor
+calls, forward and backward), and ``meta["compiled"]`` says why.
+
+**Compilations are facts of the region**: the graphs and frames Dynamo compiled during its
+calls, the graph breaks (with their reasons), the compile time (Dynamo's own measure), and the
+recompilations (compilations in any call after the region's first in the profile), read from
+``torch._dynamo.utils.counters`` around each call.
 
 Example:
     >>> import torch, tracetorch
-    >>> model = torch.compile(torch.nn.Linear(4, 2), backend="eager")
+    >>> model = torch.compile(torch.nn.Sequential(torch.nn.Linear(4, 2)), backend="eager")
     >>> x = torch.ones(3, 4, requires_grad=True)
     >>> with tracetorch.profile() as prof:
     ...     model(x).sum().backward()
-    >>> node = prof.find("")
-    >>> node.flops, node.backward_flops        # 2·3·4·2; its input's and weight's gradients
+    >>> layer = prof.find("0")
+    >>> layer.flops, layer.backward_flops        # 2·3·4·2; its input's and weight's gradients
     (48, 96)
+    >>> prof.meta["compiled"]["regions"][""]["graphs"]
+    1
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable
 
 import torch
+from torch._dynamo.utils import compilation_time_metrics, counters
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 from tracetorch.adapters.torch.backward import collect_tensors
+from tracetorch.adapters.torch.compiled_layers import Replay
 from tracetorch.adapters.torch.ops import mode_off
-from tracetorch.engine.hotpath import Frame, OpCounter, current_frame
-from tracetorch.engine.patches import PatchBoard
+from tracetorch.adapters.torch.tracing import skip_frames, tracing
+from tracetorch.engine.hotpath import Frame, OpCounter, call_key, current_frame
+from tracetorch.engine.notes import register_note
+from tracetorch.engine.patches import PatchBoard, is_instrumented, reusable_wrapper
+from tracetorch.records.tree import CallNode
 
-__all__ = ("DispatchedFlops", "compiled_call", "start_compiled_counting")
+__all__ = ("DispatchedFlops", "RegionFacts", "compiled_call", "compiled_facts",
+           "start_compiled_counting", "wrap_compiled")
 
-#: The counter and patch board of the open profiles (see :func:`start_compiled_counting`).
-_COUNTER: list[tuple[OpCounter, PatchBoard]] = []
-#: The function made for each original ``__call__``: the same one at each opening of a profile.
-_CALLS: dict[Any, Callable[..., Any]] = {}
+_queue_callback = torch.autograd.Variable._execution_engine.queue_callback
+#: Dynamo's own timer of one frame's compilation (seconds, one entry per compilation).
+_COMPILE_TIMER = "_compile.compile_inner"
 
 
 class DispatchedFlops(TorchDispatchMode):
@@ -88,11 +104,175 @@ class DispatchedFlops(TorchDispatchMode):
         return out
 
 
-def _count_backward(frame: Frame, counter: OpCounter, output: Any, args: tuple[Any, ...],
-                    kwargs: dict[str, Any]) -> None:
-    # Each autograd node between the call's outputs and its inputs (a compiled graph's one
-    # CompiledFunctionBackward, or each operation's with the eager backend) runs its backward
-    # with the mode on.
+def _dynamo_state() -> tuple[int, int, int, int, float]:
+    # What Dynamo has compiled so far: graphs, frames, graph breaks, distinct break reasons,
+    # and the compile time in seconds.
+    breaks = counters["graph_break"]
+    return (int(counters["stats"]["unique_graphs"]), int(counters["frames"]["ok"]),
+            int(sum(breaks.values())), len(breaks),
+            float(sum(compilation_time_metrics.get(_COMPILE_TIMER, ()))))
+
+
+class RegionFacts:
+    """What the calls of one compiled region did besides running: compilations, graph breaks
+    and their cost, and how its layers were found.
+
+    Example:
+        >>> facts = RegionFacts("Net")
+        >>> facts.note_call((0, 0, 0, 0, 0.0), (1, 1, 0, 0, 0.5))
+        0.5
+        >>> facts.to_dict()["graphs"], facts.to_dict()["compile_ns"], facts.recompiles
+        (1, 500000000, 0)
+    """
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+        self.calls = 0
+        self.graphs = self.frames = self.graph_breaks = self.recompiles = 0
+        self.compile_ns = 0
+        self.break_reasons: list[str] = []
+        #: ``"replayed"`` (layers from an eager replay) or ``"dispatched"`` (one row).
+        self.layers = "replayed"
+        self.why_not: str | None = None
+
+    def note_call(self, before: tuple[int, int, int, int, float],
+                  after: tuple[int, int, int, int, float]) -> float:
+        """Count one call, given :func:`_dynamo_state` before and after it; returns the seconds
+        it spent compiling."""
+        graphs, frames, breaks = after[0] - before[0], after[1] - before[1], after[2] - before[2]
+        seconds = max(0.0, after[4] - before[4])
+        if frames and self.calls:
+            self.recompiles += frames
+        self.calls += 1
+        self.graphs += graphs
+        self.frames += frames
+        self.graph_breaks += breaks
+        self.compile_ns += int(seconds * 1e9)
+        if after[3] > before[3]:
+            reasons = list(counters["graph_break"])[before[3]:after[3]]
+            self.break_reasons += [reason.splitlines()[0] for reason in reasons]
+        return seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (one region of ``meta["compiled"]["regions"]``)."""
+        facts: dict[str, Any] = {
+            "type": self.type_name, "calls": self.calls, "graphs": self.graphs,
+            "frames": self.frames, "recompiles": self.recompiles,
+            "graph_breaks": self.graph_breaks, "break_reasons": list(self.break_reasons),
+            "compile_ns": self.compile_ns, "layers": self.layers}
+        if self.why_not:
+            facts["why_not"] = self.why_not
+        return facts
+
+
+class _Session:
+    """The compiled calls of one opening of the board: replays by call, facts by region."""
+
+    def __init__(self, counter: OpCounter, board: PatchBoard) -> None:
+        self.counter = counter
+        self.board = board
+        # (id(original module), call key) -> (module, its replay or the reason there is none)
+        self.replays: dict[tuple[int, Any], tuple[Any, Replay | str]] = {}
+        self.regions: dict[CallNode, RegionFacts] = {}
+        # (region node, id(replay)) -> the region's node for each layer of the replay
+        self.targets: dict[tuple[CallNode, int], list[CallNode]] = {}
+
+    def replay(self, original: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+               make: bool) -> Replay | str:
+        """The replay of this call (made now when ``make`` and new), or why there is none."""
+        key = (id(original), call_key(args, kwargs, original))
+        known = self.replays.get(key)
+        if known is not None and known[0] is original:
+            return known[1]
+        if not make:
+            return "not replayed"
+        try:
+            found: Replay | str = Replay.of(original, args, kwargs, torch.is_grad_enabled())
+        except Exception as error:  # the module cannot run on fake tensors: one row instead
+            found = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        self.replays[key] = (original, found)
+        return found
+
+    def nodes(self, frame: Frame, replay: Replay) -> list[CallNode]:
+        """The profile's node of each layer of ``replay`` under the region ``frame``."""
+        region = frame.node
+        known = self.targets.get((region, id(replay)))
+        if known is not None:
+            return known
+        collector = frame.collector
+        nodes = [region]
+        for layer in replay.layers[1:]:
+            parent = nodes[layer.parent]
+            key = (collector.module_key(layer.owner) if layer.owner is not None
+                   else layer.type_name)
+            node = parent.child(layer.name, layer.type_name, key, layer.kind)
+            node.params = max(node.params, layer.params)
+            if node.rule_state == "none":
+                node.rule_state = layer.rule_state
+            for inputs, output in zip(layer.input_shapes, layer.output_shapes):
+                node.note_shapes(inputs, output)
+            nodes.append(node)
+        region.params = max(region.params, replay.layers[0].params)
+        self.targets[(region, id(replay))] = nodes
+        return nodes
+
+    def charge_forward(self, frame: Frame, replay: Replay, run_ns: int) -> None:
+        """One call of the region: each layer's forward FLOPs, and its time estimated as its
+        share of the FLOPs of ``run_ns`` (the region's own time stays as measured)."""
+        nodes = self.nodes(frame, replay)
+        whole = replay.inclusive_flops[0]
+        for index, (node, layer) in enumerate(zip(nodes, replay.layers)):
+            node.flops += layer.flops
+            node.gemm_flops += layer.gemm_flops
+            if layer.macs is not None:
+                node.macs = (node.macs or 0) + layer.macs
+            if node.flops_source == "none" and layer.flops_source != "none":
+                node.flops_source = layer.flops_source
+            if index:
+                share = run_ns * replay.inclusive_flops[index] // whole if whole else 0
+                for _ in range(layer.calls):
+                    node.time.add(share // max(layer.calls, 1))
+
+    def charge_backward(self, frame: Frame, replay: Replay, elapsed_ns: int) -> None:
+        """The region's backward ran (``elapsed_ns`` from its first autograd node to its last):
+        each layer's backward FLOPs, and its time estimated as its share of them (taken from
+        the region's own, which the sweep measured)."""
+        nodes = self.nodes(frame, replay)
+        collector = frame.collector
+        whole = replay.inclusive_backward_flops[0]
+        given = 0
+        for index, (node, layer) in enumerate(zip(nodes, replay.layers)):
+            share = 0
+            if index and whole:
+                # Own time: the inclusive share less the children's (the table adds them up).
+                share = elapsed_ns * layer.backward_flops // whole
+                given += share
+            other = layer.backward_flops - layer.backward_gemm_flops
+            if other or share or (index and layer.backward_flops == 0):
+                collector.add_backward(node, other, False, share)
+            if layer.backward_gemm_flops:
+                collector.add_backward(node, layer.backward_gemm_flops, True, 0)
+        if given:
+            collector.add_backward(nodes[0], 0, False, -given)
+
+    def facts(self, node: CallNode, original: Any) -> RegionFacts:
+        """The facts of the region ``node`` (made at its first call)."""
+        facts = self.regions.get(node)
+        if facts is None:
+            facts = self.regions[node] = RegionFacts(type(original).__name__)
+        return facts
+
+
+#: The session of the open board (see :func:`start_compiled_counting`).
+_SESSIONS: list[_Session] = []
+#: The function made for each original ``__call__``: the same one at each opening of a profile.
+_CALLS: dict[Any, Callable[..., Any]] = {}
+
+
+def _region_autograd_nodes(output: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+                           ) -> list[Any]:
+    # The autograd nodes between the call's outputs and its inputs: a compiled graph's
+    # CompiledFunctionBackward (one per graph), or each operation's with the eager backend.
     outputs: list[Any] = []
     collect_tensors(output, outputs)
     inputs: list[Any] = []
@@ -100,6 +280,19 @@ def _count_backward(frame: Frame, counter: OpCounter, output: Any, args: tuple[A
     stop = {t.grad_fn for t in inputs if t.grad_fn is not None}
     pending = [t.grad_fn for t in outputs if t.grad_fn is not None and t.grad_fn not in stop]
     seen = set(pending)
+    found = []
+    while pending:
+        fn = pending.pop()
+        found.append(fn)
+        for parent, _ in fn.next_functions:
+            if parent is not None and parent not in seen and parent not in stop:
+                seen.add(parent)
+                pending.append(parent)
+    return found
+
+
+def _count_dispatched_backward(frame: Frame, counter: OpCounter, nodes: list[Any]) -> None:
+    # Without a replay: each autograd node of the region runs its backward with the mode on.
     mode = DispatchedFlops()
 
     def before(grad_outputs: Any) -> None:
@@ -111,19 +304,40 @@ def _count_backward(frame: Frame, counter: OpCounter, output: Any, args: tuple[A
             counter.backward_op(frame, "compiled", mode.flops, True, 0)
             mode.flops = 0
 
-    while pending:
-        fn = pending.pop()
+    for fn in nodes:
         fn.register_prehook(before)
         fn.register_hook(after)
-        for parent, _ in fn.next_functions:
-            if parent is not None and parent not in seen and parent not in stop:
-                seen.add(parent)
-                pending.append(parent)
+
+
+def _charge_replayed_backward(frame: Frame, session: _Session, replay: Replay,
+                              nodes: list[Any]) -> None:
+    # The layers' backward is charged once per pass that runs the region's nodes, at the end
+    # of the pass, with the time from the first node's start to the last node's end.
+    clock = session.counter.backward_clock(frame)
+    span = [0, 0, False]  # start, end, charged this pass
+
+    def before(grad_outputs: Any) -> None:
+        if not span[2]:
+            span[0], span[2] = clock(), True
+            _queue_callback(finish)
+
+    def after(grad_inputs: Any, grad_outputs: Any) -> None:
+        span[1] = clock()
+
+    def finish() -> None:
+        span[2] = False
+        session.charge_backward(frame, replay, max(0, span[1] - span[0]))
+
+    for fn in nodes:
+        fn.register_prehook(before)
+        fn.register_hook(after)
 
 
 def compiled_call(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``OptimizedModule.__call__`` as the profile wraps it: ``original`` called without the
-    profile's function mode and with :class:`DispatchedFlops`, its FLOPs charged to the call.
+    """``OptimizedModule.__call__`` as the profile records it: ``original`` called without the
+    profile's function mode and with the board's patches suspended; its layers charged from
+    the call's replay (made beforehand by :func:`wrap_compiled`'s function), or, without one,
+    its FLOPs counted by :class:`DispatchedFlops`.
 
     Example:
         >>> call = compiled_call(lambda module, x: x * 2)
@@ -136,22 +350,78 @@ def compiled_call(original: Callable[..., Any]) -> Callable[..., Any]:
 
     def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N807 - its real name
         frame = current_frame()
-        if frame is None or frame.owner is not module or not _COUNTER:
+        if frame is None or frame.owner is not module or not _SESSIONS:
             return original(module, *args, **kwargs)
-        counter, board = _COUNTER[-1]
-        with mode_off(), board.suspended(), DispatchedFlops() as counted:
+        session = _SESSIONS[-1]
+        inner = module._orig_mod
+        replay = session.replay(inner, args, kwargs, make=False)
+        counting = DispatchedFlops() if isinstance(replay, str) else contextlib.nullcontext()
+        clock = frame.collector.host_clock
+        before = _dynamo_state()
+        start = clock()
+        with mode_off(), session.board.suspended(), counting:
             output = original(module, *args, **kwargs)
-        if counted.flops:
-            counter.charge("compiled", counted.flops, True, 1)
-            node = frame.node
-            if node.flops_source == "none":
-                node.flops_source = "ops"
-        if torch.is_grad_enabled():
-            _count_backward(frame, counter, output, args, kwargs)
+        elapsed = clock() - start
+        facts = session.facts(frame.node, inner)
+        compiling = facts.note_call(before, _dynamo_state())
+        grad = torch.is_grad_enabled()
+        if isinstance(replay, str):
+            facts.layers, facts.why_not = "dispatched", replay
+            assert isinstance(counting, DispatchedFlops)
+            if counting.flops:
+                session.counter.charge("compiled", counting.flops, True, 1)
+                if frame.node.flops_source == "none":
+                    frame.node.flops_source = "ops"
+            if grad:
+                _count_dispatched_backward(frame, session.counter,
+                                           _region_autograd_nodes(output, args, kwargs))
+            return output
+        session.charge_forward(frame, replay, max(0, elapsed - int(compiling * 1e9)))
+        if grad and replay.inclusive_backward_flops[0]:
+            _charge_replayed_backward(frame, session, replay,
+                                      _region_autograd_nodes(output, args, kwargs))
         return output
 
     _CALLS[original] = __call__
     return __call__
+
+
+#: The function installed on ``OptimizedModule.__call__`` for each recording wrapper.
+_PREPARED: dict[Any, Callable[..., Any]] = {}
+
+
+def _prepared(measured: Any, cls: type) -> Callable[..., Any]:
+    # Replays a new call of the compiled module before the recording wrapper times it.
+    known = _PREPARED.get(measured)
+    if known is not None:
+        return known
+    bind = measured.__get__
+
+    def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N807 - its real name
+        if _SESSIONS and not tracing() and current_frame() is not None:
+            _SESSIONS[-1].replay(module._orig_mod, args, kwargs, make=True)
+        return bind(module, cls)(*args, **kwargs)
+
+    skip_frames(__call__.__code__)
+    _PREPARED[measured] = __call__
+    return __call__
+
+
+def wrap_compiled(board: PatchBoard, cls: type) -> None:
+    """Record the calls of ``torch.compile``'s module class ``cls`` as the calls of
+    :func:`compiled_call`, each new call replayed first (see the module docstring).
+
+    Example:
+        >>> board = PatchBoard()
+        >>> wrap_compiled(board, torch._dynamo.eval_frame.OptimizedModule)   # no profile open
+        >>> dict(board.patched())
+        {}
+    """
+    original = vars(cls).get("__call__", torch.nn.Module.__call__)
+    if is_instrumented(original) or original in _PREPARED.values():
+        return
+    measured = reusable_wrapper(cls, "__call__", compiled_call(original), "module", tracing)
+    board.install(cls, "__call__", _prepared(measured, cls))
 
 
 def start_compiled_counting(counter: OpCounter, board: PatchBoard) -> Callable[[], None]:
@@ -162,10 +432,52 @@ def start_compiled_counting(counter: OpCounter, board: PatchBoard) -> Callable[[
         >>> stop = start_compiled_counting(OpCounter(), PatchBoard())
         >>> stop()
     """
-    entry = (counter, board)
-    _COUNTER.append(entry)
+    session = _Session(counter, board)
+    _SESSIONS.append(session)
 
     def stop() -> None:
-        _COUNTER.remove(entry)
+        _SESSIONS.remove(session)
 
     return stop
+
+
+def _in_tree(node: CallNode, root: CallNode) -> bool:
+    while node.parent is not None:
+        node = node.parent
+    return node is root
+
+
+def compiled_facts(root: CallNode, meta: dict[str, Any]) -> None:
+    """Add the compiled regions of the tree ``root`` to ``meta["compiled"]``: each region's
+    :class:`RegionFacts` by path (added to what an earlier entry of the profile noted), and the
+    paths whose times are estimated (the layers under replayed regions).
+
+    Example:
+        >>> meta = {}
+        >>> compiled_facts(CallNode.root(), meta)
+        >>> meta
+        {}
+    """
+    if not _SESSIONS:
+        return
+    session = _SESSIONS[-1]
+    regions = [(node, facts) for node, facts in session.regions.items() if _in_tree(node, root)]
+    if not regions:
+        return
+    noted = meta.setdefault("compiled", {"regions": {}, "estimated": []})
+    estimated = set(noted["estimated"])
+    for node, facts in regions:
+        path = node.path
+        entry = facts.to_dict()
+        earlier = noted["regions"].get(path)
+        if earlier is not None:
+            for name in ("calls", "graphs", "frames", "recompiles", "graph_breaks", "compile_ns"):
+                entry[name] += earlier[name]
+            entry["break_reasons"] = earlier["break_reasons"] + entry["break_reasons"]
+        noted["regions"][path] = entry
+        if facts.layers == "replayed":
+            estimated.update(child.path for child in node.walk() if child is not node)
+    noted["estimated"] = sorted(estimated)
+
+
+register_note(compiled_facts)

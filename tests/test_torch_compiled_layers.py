@@ -1,0 +1,208 @@
+"""A torch.compile'd model's tree: the eager rows and per-layer FLOPs, compilations as facts.
+
+Compiled and eager runs of the same step must give the same call paths with the same forward
+and backward FLOPs; the region's row keeps its measured time, the rows under it are listed as
+estimated; graphs, recompilations and graph breaks agree with ``torch._dynamo.utils.counters``;
+the profile compiles nothing more and leaves the model as it was.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+import tracetorch
+
+torch = pytest.importorskip("torch") if os.environ.get("CI") != "true" else __import__("torch")
+transformers = (pytest.importorskip("transformers") if os.environ.get("CI") != "true"
+                else __import__("transformers"))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo() -> Any:
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def counted(group: str, name: str) -> int:
+    return int(torch._dynamo.utils.counters[group][name])
+
+
+def mlp() -> Any:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+
+
+class Block(torch.nn.Module):
+    """A child whose forward breaks the graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x: Any) -> Any:
+        x = torch.relu(self.conv(x))
+        torch._dynamo.graph_break()
+        return x + 1
+
+
+class CNN(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.block = Block()
+        self.head = torch.nn.Linear(4 * 6 * 6, 5)
+
+    def forward(self, x: Any) -> Any:
+        return self.head(self.block(self.stem(x)).flatten(1))
+
+
+def rows(prof: Any) -> dict[str, tuple[int, int, int]]:
+    """Each layer row (not the region's, typed differently): calls, forward and backward FLOPs."""
+    return {n.path: (n.calls, n.flops, n.backward_flops) for n in prof.nodes()
+            if n.kind == "module" and n.path}
+
+
+def step(model: Any, x: Any) -> None:
+    out = model(x)
+    if not isinstance(out, torch.Tensor):  # a transformers output: a gradient into each output
+        out = out.last_hidden_state.sum() + out.pooler_output.sum()
+    out.sum().backward()
+
+
+def eager_and_compiled(model: Any, x: Any, backend: str) -> tuple[Any, Any]:
+    """Profiles of one eager step and one compiled step (compiled, forward and backward, before
+    the block; the model as torch.compile left it is unchanged by the block)."""
+    with tracetorch.profile() as eager:
+        step(model, x)
+    compiled = torch.compile(model, backend=backend)
+    step(compiled, x)
+    before = snapshot(model)
+    with tracetorch.profile() as prof:
+        step(compiled, x)
+    assert snapshot(model) == before
+    return eager, prof
+
+
+def snapshot(model: Any) -> Any:
+    return [(name, sorted(vars(m)), dict(m._forward_hooks), dict(m._forward_pre_hooks),
+             dict(m._backward_hooks), type(m).__dict__.get("forward"))
+            for name, m in model.named_modules()]
+
+
+def test_a_compiled_mlp_step_has_the_eager_rows_and_flops() -> None:
+    model, x = mlp(), torch.randn(8, 16)
+    eager, prof = eager_and_compiled(model, x, "aot_eager")
+    graphs = counted("stats", "unique_graphs")
+    # Linear(16, 32) on 8 rows: 2·8·16·32 forward; backward its weight's gradient only (x needs
+    # none); ReLU 8·32 (one per element); Linear(32, 4): 2·8·32·4 and twice that backward.
+    assert rows(prof) == rows(eager) == {
+        "0": (1, 2 * 8 * 16 * 32, 2 * 8 * 16 * 32), "1": (1, 8 * 32, 0),
+        "2": (1, 2 * 8 * 32 * 4, 2 * (2 * 8 * 32 * 4))}
+    region = prof.find("")
+    assert region.type_name == "OptimizedModule" and region.calls == 1
+    assert region.subtree_flops == eager.find("").subtree_flops
+    assert graphs == 1 and counted("frames", "ok") == 1  # the profile compiled nothing
+    assert all(type(p.grad) is torch.Tensor for p in model.parameters())
+
+
+def test_the_regions_time_is_measured_and_its_layers_times_are_estimated() -> None:
+    model, x = mlp(), torch.randn(8, 16)
+    _, prof = eager_and_compiled(model, x, "aot_eager")
+    region = prof.find("")
+    assert prof.meta["compiled"]["estimated"] == ["0", "1", "2"]
+    assert prof.meta["compiled"]["regions"][""]["layers"] == "replayed"
+    # Shares of the region's measured time: never more than it, forward or backward.
+    assert sum(c.total_ns for c in region.children.values()) <= region.total_ns
+    assert region.backward_time.total_ns >= 0
+    assert prof.find("0").backward_time.count == 1
+    summary = "\n".join(prof.summary_lines()) if hasattr(prof, "summary_lines") else str(prof)
+    assert "Compiled:" in summary and "estimated" in summary
+
+
+def test_a_cnn_with_a_graph_break_has_the_eager_rows_and_the_break_as_a_fact() -> None:
+    torch.manual_seed(0)
+    model, x = CNN(), torch.randn(2, 3, 6, 6)
+    with tracetorch.profile() as eager:
+        step(model, x)
+    compiled = torch.compile(model, backend="aot_eager")
+    with tracetorch.profile() as prof:  # compiled inside the block, breaks and all
+        step(compiled, x)
+    assert rows(prof) == rows(eager)
+    assert rows(prof)["block.conv"][1] == 2 * 2 * 36 * 4 * 4 * 9  # 2·N·HW·Cout·Cin·k²
+    region = prof.meta["compiled"]["regions"][""]
+    assert region["graph_breaks"] == sum(torch._dynamo.utils.counters["graph_break"].values())
+    assert region["graph_breaks"] >= 1 and "graph_break()" in region["break_reasons"][0]
+    assert region["graphs"] == counted("stats", "unique_graphs")
+    assert region["frames"] == counted("frames", "ok") and region["recompiles"] == 0
+    assert region["compile_ns"] > 0
+
+
+def test_a_new_input_shape_is_a_recompilation_counted_as_dynamo_counts_it() -> None:
+    model = mlp()
+    compiled = torch.compile(model, backend="aot_eager")
+    compiled(torch.randn(8, 16))
+    frames = counted("frames", "ok")
+    with tracetorch.profile() as prof:
+        compiled(torch.randn(8, 16))
+        compiled(torch.randn(5, 16))  # another batch size: Dynamo compiles again
+    region = prof.meta["compiled"]["regions"][""]
+    assert region["recompiles"] == region["frames"] == counted("frames", "ok") - frames >= 1
+    assert region["calls"] == 2
+    # Each call's rows from its own replay: 8 and 5 rows through Linear(16, 32).
+    assert prof.find("0").flops == 2 * (8 + 5) * 16 * 32
+
+
+def test_a_compiled_bert_has_the_eager_rows_and_flops() -> None:
+    torch.manual_seed(0)
+    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=64, vocab_size=100,
+                                     max_position_embeddings=32)
+    model, ids = transformers.BertModel(config).train(), torch.randint(0, 100, (2, 8))
+    eager, prof = eager_and_compiled(model, ids, "aot_eager")
+    assert rows(prof) == rows(eager)
+    assert len(rows(prof)) > 30 and prof.find("encoder.layer.0.attention.self.query").flops > 0
+    assert counted("stats", "unique_graphs") == 1
+
+
+def test_a_users_exception_passes_through_a_compiled_call() -> None:
+    class Fails(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            raise ValueError("user error")
+
+    compiled = torch.compile(Fails(), backend="eager")
+    optimized = torch._dynamo.eval_frame.OptimizedModule
+    original = vars(optimized).get("__call__")
+    with pytest.raises(ValueError, match="user error"):
+        with tracetorch.profile():
+            compiled(torch.ones(2))
+    assert vars(optimized).get("__call__") is original
+
+
+def test_a_model_that_reads_data_keeps_one_row_with_its_dispatched_flops() -> None:
+    class ReadsData(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+
+        def forward(self, x: Any) -> Any:
+            return self.fc(x) * float(x.abs().max())  # a value fake tensors do not have
+
+    model, x = ReadsData(), torch.randn(3, 4)
+    compiled = torch.compile(model, backend="aot_eager")
+    with tracetorch.profile() as prof:
+        compiled(x)
+    region = prof.meta["compiled"]["regions"][""]
+    assert region["layers"] == "dispatched" and region["why_not"]
+    assert prof.find("").flops == 2 * 3 * 4 * 4 and prof.meta["compiled"]["estimated"] == []
+
+
+@pytest.mark.slow  # inductor compiles C++: about 15 s
+def test_an_inductor_compiled_step_has_the_eager_rows_and_flops() -> None:
+    model, x = mlp(), torch.randn(8, 16)
+    eager, prof = eager_and_compiled(model, x, "inductor")
+    assert rows(prof) == rows(eager)
+    assert counted("stats", "unique_graphs") == 1
