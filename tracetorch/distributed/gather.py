@@ -39,8 +39,8 @@ from tracetorch.distributed.rank import group_alive, rank_facts
 from tracetorch.records.jsonio import deep_recursion, save_result
 from tracetorch.records.result import ProfileResult
 
-__all__ = ("GATHER_S", "gather_profiles", "rank_file", "saved_rank_files", "load_rank_profiles",
-           "TREE_FROM")
+__all__ = ("GATHER_S", "gather_profiles", "gather_without", "rank_file", "saved_rank_files",
+           "load_rank_profiles", "TREE_FROM")
 
 #: World sizes from which ``gather_profiles`` reduces up a tree by default.
 TREE_FROM = 16
@@ -107,12 +107,13 @@ def gather_profiles(result: ProfileResult, path: str | None = None, *, tree: boo
     Raises:
         RuntimeError: several ranks, no process group and no ``path`` to meet at.
     """
-    return _gather(result, path, tree, timeout, failed, ())
+    return gather_without(result, path, tree, timeout, failed, ())
 
 
-def _gather(result: ProfileResult, path: str | None, tree: bool | None, timeout: float,
-            failed: bool, absent: Sequence[int]) -> ProfileResult | None:
-    """:func:`gather_profiles`, told which ranks are ``absent`` (never entered the profile)."""
+def gather_without(result: ProfileResult, path: str | None, tree: bool | None, timeout: float,
+                   failed: bool, absent: Sequence[int]) -> ProfileResult | None:
+    """:func:`gather_profiles` without the ranks that are ``absent`` (they never entered the
+    profile: the session learnt so when the ranks met, and none is waited for)."""
     if timeout < 0:
         raise ValueError(f"timeout must be >= 0 seconds, got {timeout!r}")
     facts = result.meta.get(META_KEY)

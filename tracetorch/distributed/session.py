@@ -124,13 +124,13 @@ class Session:
             self._agree_job()
         prof.meta[META_KEY] = {**self.facts, **self.log.facts(), "job": self.job}
         if self.gather:
-            from tracetorch.distributed.gather import GATHER_S, _gather
+            from tracetorch.distributed.gather import GATHER_S, gather_without
 
             path = self.gather if isinstance(self.gather, str) else None
             # A rank that had not entered when this one met the others on entry, and still has
             # not, is outside the profile: not waited for (its collectives were never ours).
             absent = self._entry.absent() if self._entry and not self._entry.go else []
-            prof.merged = _gather(prof, path, None, GATHER_S, failed(error), absent)
+            prof.merged = gather_without(prof, path, None, GATHER_S, failed(error), absent)
 
 
 def failed(error: BaseException | None) -> bool:
