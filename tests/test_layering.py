@@ -284,3 +284,23 @@ def test_graph_sees_the_known_edges() -> None:
     assert "tracetorch.records.tree" in graph["tracetorch.records.jsonio"]
     assert "tracetorch.report" in graph["tracetorch.report.table"]  # via the package __init__
     assert "tracetorch.records.result" in graph[ROOT]
+
+
+def private_imports(source: str) -> list[str]:
+    """The private names ``source`` imports from a tracetorch module (``from m import _x``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(ROOT) \
+                and not node.level:
+            found += [f"{node.module}.{a.name}" for a in node.names
+                      if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_no_module_imports_a_private_name_of_another() -> None:
+    assert private_imports("from tracetorch.engine.hotpath import _switch, Frame") == \
+        ["tracetorch.engine.hotpath._switch"]
+    assert private_imports("from tracetorch.version import __version__") == []
+    found = {name: private_imports(path.read_text(encoding="utf-8"))
+             for name, path in MODULES.items()}
+    assert {name: names for name, names in found.items() if names} == {}

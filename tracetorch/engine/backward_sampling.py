@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Callable
 
-from tracetorch.engine.hotpath import _FRAME, set_exit_observer
+from tracetorch.engine.hotpath import innermost_frame, set_exit_observer
 
 if TYPE_CHECKING:
     from tracetorch.engine.collector import Collector
@@ -41,7 +41,7 @@ _lock = threading.Lock()
 def _marking_now() -> bool:
     # Called by the engine before its exit observer; the frame is the caller's: the profile
     # that records the call decides.
-    frame = _FRAME.get()
+    frame = innermost_frame()
     if frame is not None and not frame.collector.backward_on:
         return False
     return _framework_gate() if _framework_gate is not None else True
