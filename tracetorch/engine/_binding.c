@@ -6,7 +6,8 @@
  * base's own binding when read from an instance. ``LayerMethod`` derives from it in Python,
  * which keeps the slot (a class that defines no ``__get__`` inherits its base's). Only
  * CPython's stable C API is used; the module is optional: without a compiler, the Python
- * ``__get__`` runs (see tracetorch/engine/native.py).
+ * ``__get__`` runs (see tracetorch/engine/native.py). The one Python name it reads,
+ * ``__wrapped__``, is listed in tracetorch.engine.native.C_NAMES (see tests/test_c_contract.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -4,14 +4,19 @@
  * It is an accelerator, not a second engine: ``Wrapper(fallback, namespace, guard, owner,
  * backward, data)`` is handed the Python wrapper (``fallback``) and the hotpath module's
  * globals (``namespace``), and it reads every setting from there on each call (the frame
- * ContextVar, the op switch, the exit observer and its gate, the all-threads collector), so
- * installing or removing one in Python takes effect here too. Whatever is not the common case
- * goes to Python before anything is done (no frame but an all-threads profile, a profile not
- * taking calls, timing other than plain or call hooks: ``collector.plain_clock`` is None, a
- * node's first call) or after the call, through the same helpers the
+ * ContextVar, the op switch and the op replay, the exit observer and its gate, the grad-mode
+ * reader, the all-threads collector), so installing or removing one in Python takes effect
+ * here too. Whatever is not the common case goes to Python before anything is done (no frame
+ * but an all-threads profile, a profile not taking calls, timing other than plain or with call
+ * hooks: ``Collector.plain_clock`` is None, a node's first call) or after the call, through
+ * the same helpers the
  * Python wrapper uses (``call_key``, ``_first_entry``, the collector's methods).
- * Only CPython's stable C API is used; the module is optional: without a compiler, the Python
- * wrapper runs (see _native.py).
+ *
+ * Every Python name it reads is interned in PyInit__hotpath, and the positions of the records
+ * it shares with Python (a Frame's fields, a per-shape counter's slots) are found by name when
+ * a Wrapper is made: tracetorch.engine.native.C_NAMES lists them, and tests/test_c_contract.py
+ * checks this file against that list. Only CPython's stable C API is used; the module is
+ * optional: without a compiler, the Python wrapper runs (see tracetorch/engine/native.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -32,18 +37,49 @@ static PyObject *s_FRAME, *s_op_replay, *s_op_switch, *s_exit_observer, *s_obser
     *s_call_key, *s_grad_mode, *s_structure, *s_training, *s_QUIET_READS, *s_quiet_reads,
     *s_dtype, *s_first_entry, *s_FLUSH_EVERY,
     *s_frame, *s_plain_clock, *s_record_failure, *s_time, *s_flush, *s_unfolded, *s_touch,
-    *s_shape, *s_flush_backward;
+    *s_shape, *s_flush_backward,
+    *s_Frame, *s_ENTRY_FIELDS, *s_fields, *s_collector, *s_owner, *s_ops, *s_observe,
+    *s_pending, *s_flops_cache, *s_children, *s_calls, *s_key;
 static PyObject *one;
 
-/* Frame fields (a NamedTuple): collector, node, owner, ops, observe, and the node's pending
- * durations, per-shape counters and children by owner. */
-enum { F_COLLECTOR, F_NODE, F_OWNER, F_OPS, F_OBSERVE, F_PENDING, F_FLOPS_CACHE, F_CHILDREN,
-       F_FIELDS };
-
-/* The slot of a counter (tracetorch.records.tree.ENTRY_FIELDS) holding the key it was measured for. */
-enum { E_KEY = 7 };
+/* Positions in the two records this file shares with Python, found by name (set_layout):
+ * a Frame's fields (hotpath.Frame, a NamedTuple: the profile, the call's owner, whether
+ * operations are counted and the output observed, and the node's pending durations, per-shape
+ * counters and children by owner; F_SIZE: how many) and a per-shape counter's slots
+ * (tracetorch.records.tree.ENTRY_FIELDS: the calls, the key it was measured for). */
+static Py_ssize_t F_COLLECTOR, F_OWNER, F_OPS, F_OBSERVE, F_PENDING, F_FLOPS_CACHE, F_CHILDREN,
+    F_SIZE, E_CALLS, E_KEY;
 
 static int guard_form_ok(PyObject *guard);
+
+/* Find the positions above in the records of the hotpath module's globals ``ns`` (its
+ * ``Frame`` and ``_ENTRY_FIELDS``); 0, or -1 with an error set. */
+static int
+set_layout(PyObject *ns)
+{
+    PyObject *frame_type = PyDict_GetItemWithError(ns, s_Frame);  /* borrowed */
+    PyObject *entry = frame_type != NULL ? PyDict_GetItemWithError(ns, s_ENTRY_FIELDS) : NULL;
+    if (entry == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetObject(PyExc_NameError, frame_type == NULL ? s_Frame : s_ENTRY_FIELDS);
+        return -1;
+    }
+    PyObject *frame = PyObject_GetAttr(frame_type, s_fields);
+    if (frame == NULL)
+        return -1;
+    int ok = (F_COLLECTOR = PySequence_Index(frame, s_collector)) >= 0
+             && (F_OWNER = PySequence_Index(frame, s_owner)) >= 0
+             && (F_OPS = PySequence_Index(frame, s_ops)) >= 0
+             && (F_OBSERVE = PySequence_Index(frame, s_observe)) >= 0
+             && (F_PENDING = PySequence_Index(frame, s_pending)) >= 0
+             && (F_FLOPS_CACHE = PySequence_Index(frame, s_flops_cache)) >= 0
+             && (F_CHILDREN = PySequence_Index(frame, s_children)) >= 0
+             && (F_SIZE = PySequence_Size(frame)) >= 0
+             && (E_CALLS = PySequence_Index(entry, s_calls)) >= 0
+             && (E_KEY = PySequence_Index(entry, s_key)) >= 0;
+    Py_DECREF(frame);
+    return ok ? 0 : -1;
+}
 
 static int
 Wrapper_traverse(Wrapper *self, visitproc visit, void *arg)
@@ -93,6 +129,8 @@ Wrapper_init(Wrapper *self, PyObject *args, PyObject *kwds)
     Py_XSETREF(self->owner, owner);
     self->backward = backward;
     self->data = data;
+    if (set_layout(ns) < 0)
+        return -1;
     PyObject *flush = PyDict_GetItemWithError(ns, s_FLUSH_EVERY);
     if (flush == NULL) {
         if (!PyErr_Occurred())
@@ -182,7 +220,7 @@ guarded(PyObject *guard)
 static int
 is_frame(PyObject *frame)
 {
-    if (PyTuple_Check(frame) && PyTuple_GET_SIZE(frame) >= F_FIELDS
+    if (PyTuple_Check(frame) && PyTuple_GET_SIZE(frame) >= F_SIZE
             && PyList_Check(PyTuple_GET_ITEM(frame, F_PENDING))
             && PyDict_Check(PyTuple_GET_ITEM(frame, F_FLOPS_CACHE))
             && PyDict_Check(PyTuple_GET_ITEM(frame, F_CHILDREN)))
@@ -424,18 +462,18 @@ done:
     return entry;
 }
 
-/* entry[0] += 1 */
+/* entry[CALLS] += 1 */
 static int
 count_call(PyObject *entry)
 {
-    if (!PyList_Check(entry) || PyList_GET_SIZE(entry) < 1) {
-        PyErr_SetString(PyExc_TypeError, "a per-shape entry must be a non-empty list");
+    if (!PyList_Check(entry) || PyList_GET_SIZE(entry) <= E_CALLS) {
+        PyErr_SetString(PyExc_TypeError, "a per-shape entry must be a list of ENTRY_FIELDS");
         return -1;
     }
-    PyObject *calls = PyNumber_Add(PyList_GET_ITEM(entry, 0), one);
+    PyObject *calls = PyNumber_Add(PyList_GET_ITEM(entry, E_CALLS), one);
     if (calls == NULL)
         return -1;
-    return PyList_SetItem(entry, 0, calls);  /* steals calls */
+    return PyList_SetItem(entry, E_CALLS, calls);  /* steals calls */
 }
 
 static PyObject *
@@ -710,6 +748,18 @@ PyInit__hotpath(void)
     INTERN(s_touch, "touch");
     INTERN(s_shape, "shape");
     INTERN(s_flush_backward, "flush_backward");
+    INTERN(s_Frame, "Frame");
+    INTERN(s_ENTRY_FIELDS, "_ENTRY_FIELDS");
+    INTERN(s_fields, "_fields");
+    INTERN(s_collector, "collector");
+    INTERN(s_owner, "owner");
+    INTERN(s_ops, "ops");
+    INTERN(s_observe, "observe");
+    INTERN(s_pending, "pending");
+    INTERN(s_flops_cache, "flops_cache");
+    INTERN(s_children, "children");
+    INTERN(s_calls, "calls");
+    INTERN(s_key, "key");
     if ((one = PyLong_FromLong(1)) == NULL)
         return NULL;
     if (PyType_Ready(&WrapperType) < 0)

@@ -39,7 +39,17 @@ from tracetorch.models.introspect import (
     runs_compiled_graph,
 )
 from tracetorch.models.tensors import parameter_ids, signature, tensor_bytes
-from tracetorch.records.tree import CallNode, NodeKind, new_entry
+from tracetorch.records.tree import (
+    FLOPS,
+    GEMM_FLOPS,
+    INPUT_BYTES,
+    MACS,
+    OUTPUT_BYTES,
+    SAVED_BYTES,
+    CallNode,
+    NodeKind,
+    new_entry,
+)
 
 __all__ = ("Collector",)
 
@@ -354,22 +364,23 @@ class Collector(CallTiming):
             node.params, node.memory.param_bytes = self.ids.params_of(owner) or (0, 0)
         entry = new_entry()
         if self.memory:
-            entry[4] = tensor_bytes(args) + tensor_bytes(kwargs)
-            entry[5] = tensor_bytes(output)
+            entry[INPUT_BYTES] = tensor_bytes(args) + tensor_bytes(kwargs)
+            entry[OUTPUT_BYTES] = tensor_bytes(output)
             # Measured once per input shape, like FLOPs: the graph a call builds depends on them.
-            entry[6] = saved_by_call(args, kwargs, output, self._saved_storages, node)
+            entry[SAVED_BYTES] = saved_by_call(args, kwargs, output, self._saved_storages, node)
         state = node.rule_state
         if state == "user":
-            entry[1] = int(self._user_rules[node](*args, **kwargs))
+            entry[FLOPS] = int(self._user_rules[node](*args, **kwargs))
         elif state == "rule":
             # Rules read positional inputs: keyword arguments go where the forward takes them.
             inputs = bound_inputs(owner, args, kwargs)
             result = self.registry.lookup(type(owner))(owner, inputs, output)
             if isinstance(result, FlopCount):
                 macs = result.macs if result.macs is not None else result.gemm // 2
-                entry[1:4] = int(result.flops), int(result.gemm), int(macs)
+                entry[FLOPS], entry[GEMM_FLOPS], entry[MACS] = (
+                    int(result.flops), int(result.gemm), int(macs))
             else:
-                entry[1] = int(result)
+                entry[FLOPS] = int(result)
         elif (state == "none" and node.kind == "module" and not node.op_flops
               and not node.children and node.flops_source == "none"):
             if (not node.ops and node.frame is not None and node.frame.ops

@@ -22,7 +22,16 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from tracetorch.records.memory import MemoryStats
-from tracetorch.records.tree import CallNode
+from tracetorch.records.tree import (
+    CALLS,
+    FLOPS,
+    GEMM_FLOPS,
+    INPUT_BYTES,
+    MACS,
+    OUTPUT_BYTES,
+    SAVED_BYTES,
+    CallNode,
+)
 
 if TYPE_CHECKING:
     from tracetorch.engine.hotpath import Frame
@@ -101,18 +110,17 @@ def _fold_node(node: CallNode, flops: int, gemm: int, macs: int) -> tuple[int, i
     inclusive = inclusive_gemm = inclusive_macs = 0
     read = written = saved = 0
     for entry in node.flops_cache.values():
-        calls = entry[0]
+        calls = entry[CALLS]
         if not calls:
             continue
-        entry[0] -= calls  # not "= 0": another thread may have counted a call meanwhile
-        # (the slots of tracetorch.records.tree.ENTRY_FIELDS)
-        read += calls * entry[4]
-        written += calls * entry[5]
-        saved += calls * entry[6]
+        entry[CALLS] -= calls  # not "= 0": another thread may have counted a call meanwhile
+        read += calls * entry[INPUT_BYTES]
+        written += calls * entry[OUTPUT_BYTES]
+        saved += calls * entry[SAVED_BYTES]
         if ruled:
-            inclusive += calls * entry[1]
-            inclusive_gemm += calls * entry[2]
-            inclusive_macs += calls * entry[3]
+            inclusive += calls * entry[FLOPS]
+            inclusive_gemm += calls * entry[GEMM_FLOPS]
+            inclusive_macs += calls * entry[MACS]
     if read or written or saved:  # (with profile(memory=False) the node's memory stays unmade)
         memory = node.memory
         memory.input_bytes += read

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 from tracetorch.engine.native import native_type
 from tracetorch.models.tensors import QUIET_READS, quiet_reads, typed_signature
 from tracetorch.records.stats import FLUSH_EVERY
-from tracetorch.records.tree import CallNode, NodeKind
+from tracetorch.records.tree import CALLS, ENTRY_FIELDS, KEY, CallNode, NodeKind
 
 if TYPE_CHECKING:
     from tracetorch.engine.collector import Collector
@@ -236,6 +236,9 @@ def call_key(args: tuple[Any, ...], kwargs: dict[str, Any], owner: Any = None
 
 
 _QUIET_READS = QUIET_READS  # (the C wrapper reads it by this name: see tracetorch.models.tensors)
+#: Where the C wrapper finds a per-shape counter's slots by name, as it finds a frame's in
+#: :class:`Frame` (every name it reads: :data:`tracetorch.engine.native.C_NAMES`).
+_ENTRY_FIELDS = ENTRY_FIELDS
 
 #: The innermost open call of this context as it is held, with no check that its profile is
 #: still recording (a caller on a per-operation path checks ``frame.collector.active`` itself).
@@ -446,7 +449,7 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
             except TypeError:  # a ``.shape`` that cannot key a dict (a list...): call_key's can
                 shape = None
             if entry is not None:
-                made = entry[7]  # (ENTRY_FIELDS' "key")
+                made = entry[KEY]
                 context = made[2]  # (grad, structure, training)
                 if (made[1] is not dtype or context[0] is not grad
                         or context[1] is not _structure or context[2] is not training):
@@ -460,7 +463,7 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
             entry = cache.get(key)
             if entry is None:
                 entry = _first_entry(collector, node, owner, key, shape, args, kwargs, output)
-        entry[0] += 1
+        entry[CALLS] += 1
         # (torch's gate is its grad mode, read above already)
         if (inner.observe and _exit_observer is not None
                 and (grad if _observe_now is _grad_mode else _observe_now())):
@@ -493,7 +496,7 @@ def _first_entry(collector: Collector, node: CallNode, owner: Any, key: Any, sha
     shape is, else under ``key``: each counter under one key only, as the fold counts them.
     """
     entry = collector.first_call(node, owner, args, kwargs, output)
-    entry[7] = key  # (ENTRY_FIELDS' "key")
+    entry[KEY] = key
     cache = node.flops_cache
     cache[shape if shape is not None and shape not in cache else key] = entry
     return entry

@@ -10,6 +10,15 @@ the uncommon cases back to the Python function it stands for, so without a compi
 lost but speed. ``TRACETORCH_PURE_PYTHON=1`` in the environment (read at import) runs the
 Python functions even where the accelerators are built: the tests run both.
 
+The C reads Python names — the settings of the module it stands in for, on each call, so that
+installing one in Python takes effect at once; the methods and fields of the objects it is
+handed — and finds the positions of the tuples and lists it shares with Python (a
+:class:`~tracetorch.engine.hotpath.Frame`, a per-shape counter) by their field names when it
+is made, never as numbers of its own. :data:`C_NAMES` lists every such name, and
+``tests/test_c_contract.py`` checks the C sources against it: a name renamed in Python fails a
+test instead of sending calls down the Python path or raising ``NameError`` mid-profile. The C
+imports no module by name: what it needs is handed to it as objects.
+
 Example:
     >>> accelerated() in (True, False)
     True
@@ -20,12 +29,55 @@ import importlib
 import os
 from typing import Any
 
-__all__ = ("PURE_PYTHON_ENV", "accelerated", "native_type")
+__all__ = ("C_NAMES", "PURE_PYTHON_ENV", "accelerated", "native_type")
 
 #: The environment variable that, set to ``1``, keeps the hot path in Python.
 PURE_PYTHON_ENV = "TRACETORCH_PURE_PYTHON"
 
 _PURE = os.environ.get(PURE_PYTHON_ENV) == "1"
+
+#: Every Python name each C module reads, by where it is read: ``hotpath``, ``marks`` and
+#: ``backward``, the globals of that module (``engine.hotpath``, ``adapters.torch.marks``,
+#: ``adapters.torch.backward``: the namespace handed to the C type that stands for one of its
+#: functions); ``Frame``, ``ENTRY_FIELDS`` and ``_Hot``, a field of that record (a frame, a
+#: per-shape counter, a backward pass's ``hot`` tuple: the C finds its position by this name);
+#: ``NamedTuple``, an attribute of those records' classes; ``NodeKind``, a value of
+#: :data:`tracetorch.records.tree.NodeKind`; the others, an attribute of such an object (a
+#: ``Collector``, a ``CallNode``, its ``TimeStats``, a ``BackwardPass``, a tensor, a tensor's
+#: autograd node, a torch module, the wrapt wrapper of a layer method).
+C_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
+    "tracetorch.engine._hotpath": {
+        "hotpath": ("_FRAME", "_op_switch", "_op_replay", "_exit_observer", "_observe_now",
+                    "_all_threads", "call_key", "_grad_mode", "_structure", "_QUIET_READS",
+                    "quiet_reads", "_first_entry", "FLUSH_EVERY", "Frame", "_ENTRY_FIELDS"),
+        "Frame": ("collector", "owner", "ops", "observe", "pending", "flops_cache", "children"),
+        "ENTRY_FIELDS": ("calls", "key"),
+        "NamedTuple": ("_fields",),
+        "Collector": ("plain_clock", "record_failure", "touch", "flush_backward"),
+        "CallNode": ("frame", "time", "unfolded"),
+        "TimeStats": ("flush",),
+        "tensor": ("shape", "dtype"),
+        "torch module": ("training",),
+    },
+    "tracetorch.engine._binding": {
+        "layer method": ("__wrapped__",),
+    },
+    "tracetorch.adapters.torch._marks": {
+        "marks": ("_Tensor", "_Parameter", "_PARTS", "MARKS", "MARKED_NODE_HOOK", "_HOOK_KEY",
+                  "_HookDict", "_layer_parts", "Frame"),
+        "backward": ("_current_node", "_PASSES", "MARKS", "_will_execute", "Frame", "_Hot"),
+        "Frame": ("collector", "node", "owner"),
+        "_Hot": ("clock", "collector", "recompute_of", "boundaries", "leaves", "flops",
+                 "pass_node"),
+        "NamedTuple": ("_fields",),
+        "BackwardPass": ("hot", "_charge", "reach"),
+        "CallNode": ("kind",),
+        "NodeKind": ("thread",),
+        "tensor": ("grad_fn", "requires_grad", "_backward_hooks"),
+        "autograd node": ("metadata", "_register_hook_dict", "register_prehook"),
+        "torch module": ("_parameters",),
+    },
+}
 
 
 def native_type(module: str, name: str) -> Any:

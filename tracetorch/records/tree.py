@@ -20,7 +20,9 @@ from tracetorch.records.stats import TimeStats
 
 __all__ = ("CallNode", "Completeness", "ENTRY_FIELDS", "MAX_SHAPES", "NodeKind", "OpRow",
            "RuleState", "Shape", "SubtreeSums", "new_entry",
-           "ShapeSignature", "TimelineEvent")
+           "ShapeSignature", "TimelineEvent",
+           "CALLS", "FLOPS", "GEMM_FLOPS", "MACS", "INPUT_BYTES", "OUTPUT_BYTES", "SAVED_BYTES",
+           "KEY")
 
 #: What a node stands for: a layer call, an instrumented function, a backward pass, an optimizer
 #: step, another thread's calls (``profile(all_threads=True)``), a layer run again in backward,
@@ -39,18 +41,34 @@ Completeness = Literal["complete", "partial", "unknown"]
 #: FLOPs and MACs, one call's input, output and saved-for-backward bytes, and the call key they
 #: were measured for (:func:`tracetorch.engine.hotpath.call_key`). An adapter may keep what it
 #: derives once per key after these (torch: the call's gradient parts).
+#:
+#: A list rather than an object with attributes: the hot path bumps ``calls`` on every layer
+#: call, in C as well (``engine/_hotpath.c``), where a list's item is one memory read. Code
+#: reads the slots by name, through the indices below; the C finds them in this tuple by name
+#: when it starts (``tests/test_c_contract.py`` checks the names it asks for).
 ENTRY_FIELDS = ("calls", "flops", "gemm_flops", "macs", "input_bytes", "output_bytes",
                 "saved_bytes", "key")
+CALLS = ENTRY_FIELDS.index("calls")
+FLOPS = ENTRY_FIELDS.index("flops")
+GEMM_FLOPS = ENTRY_FIELDS.index("gemm_flops")
+MACS = ENTRY_FIELDS.index("macs")
+INPUT_BYTES = ENTRY_FIELDS.index("input_bytes")
+OUTPUT_BYTES = ENTRY_FIELDS.index("output_bytes")
+SAVED_BYTES = ENTRY_FIELDS.index("saved_bytes")
+KEY = ENTRY_FIELDS.index("key")
+#: A counter with nothing counted yet: no call, no rule's FLOPs, no bytes, no key.
+_EMPTY_ENTRY = [None if name in ("flops", "key") else 0 for name in ENTRY_FIELDS]
 
 
 def new_entry() -> list[Any]:
     """A per-shape counter with nothing counted yet (see :data:`ENTRY_FIELDS`).
 
     Example:
-        >>> dict(zip(ENTRY_FIELDS, new_entry()))["flops"] is None
-        True
+        >>> entry = new_entry()
+        >>> entry[CALLS], entry[FLOPS], entry[SAVED_BYTES]
+        (0, None, 0)
     """
-    return [0, None, 0, 0, 0, 0, 0, None]
+    return _EMPTY_ENTRY.copy()
 
 
 #: How many distinct input/output shape signatures a node keeps.

@@ -8,7 +8,12 @@
  * ``(frame, parts, inner)`` in ``grad_fn.metadata`` and, for a node marked the first time,
  * register the hook through the tensor's hook dict (or ``register_prehook``). Anything else is
  * the Python observer's. As there, an error while marking never reaches the user's model.
- * Optional like the engine's accelerator (see tracetorch/engine/native.py).
+ *
+ * Every Python name it reads is interned in PyInit__marks, and the positions of the records it
+ * shares with Python (a Frame's fields, the counter's slot of the parts, a pass's ``hot``
+ * tuple) are found by name when a stand-in is made: tracetorch.engine.native.C_NAMES lists
+ * them, and tests/test_c_contract.py checks this file against that list. Optional like the
+ * engine's accelerator (see tracetorch/engine/native.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -26,7 +31,45 @@ static PyObject *s_Tensor, *s_PARTS, *s_MARKS, *s_HOOK_KEY, *s_HookDict, *s_on_m
     *s_layer_parts,
     *s_grad_fn, *s_metadata, *s_backward_hooks, *s_register_hook_dict, *s_register_prehook,
     *s_current_node, *s_PASSES, *s_hot, *s_charge, *s_reach, *s_Parameter, *s_parameters,
-    *s_requires_grad, *s_will_execute, *s_kind, *s_thread;
+    *s_requires_grad, *s_will_execute, *s_kind, *s_thread,
+    *s_Frame, *s_fields, *s_collector, *s_node, *s_owner, *s_Hot, *s_clock, *s_recompute_of,
+    *s_boundaries, *s_leaves, *s_flops, *s_pass_node;
+
+/* Positions in the records this file shares with Python, found by name when a stand-in is made
+ * (never written here as numbers): a Frame's fields (tracetorch.engine.hotpath.Frame; F_SIZE:
+ * how many), the slot of a per-shape counter where marks keeps a call's symbolic gradient
+ * parts (marks._PARTS) and the fields of a pass's ``hot`` tuple (backward._Hot). */
+static Py_ssize_t F_COLLECTOR, F_NODE, F_OWNER, F_SIZE, E_PARTS, HOT_CLOCK, HOT_COLLECTOR,
+    HOT_RECOMPUTE_OF, HOT_BOUNDARIES, HOT_LEAVES, HOT_FLOPS, HOT_PASS_NODE, HOT_SIZE;
+
+/* The field names of the NamedTuple class ``name`` of ``ns`` (a new reference); NULL with an
+ * error set. */
+static PyObject *
+record_fields(PyObject *ns, PyObject *name)
+{
+    PyObject *record = PyDict_GetItemWithError(ns, name);  /* borrowed */
+    if (record == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetObject(PyExc_NameError, name);
+        return NULL;
+    }
+    return PyObject_GetAttr(record, s_fields);
+}
+
+/* The positions of a Frame's fields, from ``ns``'s ``Frame``; 0, or -1 with an error set. */
+static int
+frame_layout(PyObject *ns)
+{
+    PyObject *frame = record_fields(ns, s_Frame);
+    if (frame == NULL)
+        return -1;
+    int ok = (F_COLLECTOR = PySequence_Index(frame, s_collector)) >= 0
+             && (F_NODE = PySequence_Index(frame, s_node)) >= 0
+             && (F_OWNER = PySequence_Index(frame, s_owner)) >= 0
+             && (F_SIZE = PySequence_Size(frame)) >= 0;
+    Py_DECREF(frame);
+    return ok ? 0 : -1;
+}
 
 static int
 Standin_traverse(Standin *self, visitproc visit, void *arg)
@@ -52,8 +95,8 @@ Standin_dealloc(Standin *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* The type table of a stand-in: only its name, doc and call differ. */
-#define STANDIN_TYPE(var, name, doc, call)              \
+/* The type table of a stand-in: only its name, doc, init and call differ. */
+#define STANDIN_TYPE(var, name, doc, init, call)        \
     static PyTypeObject var = {                         \
         PyVarObject_HEAD_INIT(NULL, 0)                  \
         .tp_name = "tracetorch.adapters.torch._marks." name, \
@@ -61,7 +104,7 @@ Standin_dealloc(Standin *self)
         .tp_basicsize = sizeof(Standin),                \
         .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, \
         .tp_new = PyType_GenericNew,                    \
-        .tp_init = (initproc)Standin_init,              \
+        .tp_init = (initproc)init,                      \
         .tp_dealloc = (destructor)Standin_dealloc,      \
         .tp_traverse = (traverseproc)Standin_traverse,  \
         .tp_clear = (inquiry)Standin_clear,             \
@@ -79,6 +122,43 @@ Standin_init(Standin *self, PyObject *args, PyObject *kwds)
     Py_INCREF(ns);
     Py_XSETREF(self->ns, ns);
     return 0;
+}
+
+/* Marker(fallback, namespace): the marks module's globals, where its records are found. */
+static int
+Marker_init(Standin *self, PyObject *args, PyObject *kwds)
+{
+    if (Standin_init(self, args, kwds) < 0 || frame_layout(self->ns) < 0)
+        return -1;
+    PyObject *parts = PyDict_GetItemWithError(self->ns, s_PARTS);  /* borrowed */
+    if (parts == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetObject(PyExc_NameError, s_PARTS);
+        return -1;
+    }
+    E_PARTS = PyLong_AsSsize_t(parts);
+    return E_PARTS == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* Boundary(fallback, namespace): the backward module's globals, where its records are found. */
+static int
+Boundary_init(Standin *self, PyObject *args, PyObject *kwds)
+{
+    if (Standin_init(self, args, kwds) < 0 || frame_layout(self->ns) < 0)
+        return -1;
+    PyObject *hot = record_fields(self->ns, s_Hot);
+    if (hot == NULL)
+        return -1;
+    int ok = (HOT_CLOCK = PySequence_Index(hot, s_clock)) >= 0
+             && (HOT_COLLECTOR = PySequence_Index(hot, s_collector)) >= 0
+             && (HOT_RECOMPUTE_OF = PySequence_Index(hot, s_recompute_of)) >= 0
+             && (HOT_BOUNDARIES = PySequence_Index(hot, s_boundaries)) >= 0
+             && (HOT_LEAVES = PySequence_Index(hot, s_leaves)) >= 0
+             && (HOT_FLOPS = PySequence_Index(hot, s_flops)) >= 0
+             && (HOT_PASS_NODE = PySequence_Index(hot, s_pass_node)) >= 0
+             && (HOT_SIZE = PySequence_Size(hot)) >= 0;
+    Py_DECREF(hot);
+    return ok ? 0 : -1;
 }
 
 /* A global of the stand-in's module (borrowed; NULL with an error set when missing). */
@@ -103,7 +183,7 @@ plain_parts(Standin *self, PyObject *frame, PyObject *args, PyObject *kwargs, Py
     PyObject *tensor = global(self->ns, s_Tensor), *parameter = global(self->ns, s_Parameter);
     if (tensor == NULL || parameter == NULL)
         return NULL;
-    PyObject *own = PyObject_GetAttr(PyTuple_GET_ITEM(frame, 2), s_parameters);
+    PyObject *own = PyObject_GetAttr(PyTuple_GET_ITEM(frame, F_OWNER), s_parameters);
     if (own == NULL) {
         PyErr_Clear();
         return NULL;
@@ -284,16 +364,13 @@ Marker_call(Standin *self, PyObject *call_args, PyObject *call_kwargs)
              *kwargs = PyTuple_GET_ITEM(call_args, 2), *output = PyTuple_GET_ITEM(call_args, 3),
              *entry = PyTuple_GET_ITEM(call_args, 4);
     PyObject *tensor = global(self->ns, s_Tensor);
-    PyObject *parts_at = global(self->ns, s_PARTS);
-    if (tensor == NULL || parts_at == NULL)
-        return NULL;
-    Py_ssize_t index = PyLong_AsSsize_t(parts_at);
-    if (index == -1 && PyErr_Occurred())
+    if (tensor == NULL)
         return NULL;
     if ((PyObject *)Py_TYPE(output) != tensor || !PyList_Check(entry)
-            || PyList_GET_SIZE(entry) <= index || !PyTuple_Check(args) || !PyDict_Check(kwargs))
+            || PyList_GET_SIZE(entry) <= E_PARTS || !PyTuple_Check(args) || !PyDict_Check(kwargs)
+            || !PyTuple_Check(frame) || PyTuple_GET_SIZE(frame) < F_SIZE)
         return PyObject_Call(self->fallback, call_args, call_kwargs);
-    if (mark(self, frame, args, kwargs, output, PyList_GET_ITEM(entry, index)) < 0) {
+    if (mark(self, frame, args, kwargs, output, PyList_GET_ITEM(entry, E_PARTS)) < 0) {
         /* marking must never break the user's model (as tag_call's ``except Exception``) */
         if (!PyErr_ExceptionMatches(PyExc_Exception))
             return NULL;
@@ -303,19 +380,20 @@ Marker_call(Standin *self, PyObject *call_args, PyObject *call_kwargs)
 }
 
 STANDIN_TYPE(MarkerType, "Marker",
-             "The torch exit observer's common case (see marks.tag_call).", Marker_call);
+             "The torch exit observer's common case (see marks.tag_call).", Marker_init,
+             Marker_call);
 
 
 /* ------------------------------------------------------------------------------ boundaries
  * ``Boundary(fallback, namespace)`` stands for backward._on_marked_node, the hook autograd
  * runs at each marked node: with the pass of this thread recorded on the host clock, it does
  * BackwardPass.reach — the calls' parts charged (as ``_charge`` does: in C for a pass into
- * every leaf) and the boundary noted; a pass with a device timer, a node run on another thread
- * and a pass that no entry point announced are the Python hook's. It reads the pass through
- * its ``hot`` tuple (see BackwardPass), laid out as below.
+ * every leaf) and the boundary noted. A pass with a device timer is handed to
+ * BackwardPass.reach itself; a node run on another thread and a pass that no entry point
+ * announced (no pass of this thread in ``_PASSES``) are the Python hook's. It reads the pass
+ * through its ``hot`` tuple (backward._Hot: see BackwardPass), by the positions Boundary_init
+ * found.
  */
-enum { HOT_CLOCK, HOT_COLLECTOR, HOT_RECOMPUTE_OF, HOT_BOUNDARIES, HOT_LEAVES, HOT_FLOPS,
-       HOT_PASS_NODE, HOT_SIZE };
 
 /* BackwardPass._charge(frame, node, parts) for a pass that accumulates into every leaf
  * (``leaves`` None) and parts as marks resolve them; any other case is the Python method's.
@@ -332,7 +410,7 @@ charge(PyObject *ns, PyObject *state, PyObject *hot, PyObject *frame, PyObject *
         return -1;
     if (PyTuple_GET_ITEM(hot, HOT_LEAVES) != Py_None
             || !(PyList_CheckExact(parts) || PyTuple_CheckExact(parts))
-            || PyTuple_GET_SIZE(frame) < 3)
+            || PyTuple_GET_SIZE(frame) < F_SIZE)
         goto python;
     if ((flops = PyLong_FromLong(0)) == NULL)
         goto done;
@@ -385,7 +463,7 @@ charge(PyObject *ns, PyObject *state, PyObject *hot, PyObject *frame, PyObject *
     int thread = PyObject_RichCompareBool(kind, s_thread, Py_EQ);
     if (thread < 0)
         goto done;
-    if (PyTuple_GET_ITEM(frame, 2) == Py_None || thread)
+    if (PyTuple_GET_ITEM(frame, F_OWNER) == Py_None || thread)
         target = PyTuple_GET_ITEM(hot, HOT_PASS_NODE);
     PyObject *charged = PyTuple_GET_ITEM(hot, HOT_FLOPS);
     PyObject *before = PyDict_GetItemWithError(charged, target);  /* borrowed */
@@ -432,12 +510,12 @@ reach(PyObject *ns, PyObject *state, PyObject *hot, PyObject *mark)
         }
         PyObject *frame = PyTuple_GET_ITEM(mark, 0);
         PyObject *parts = PyTuple_GET_ITEM(mark, 1);
-        if (!PyTuple_Check(frame) || PyTuple_GET_SIZE(frame) < 2) {
+        if (!PyTuple_Check(frame) || PyTuple_GET_SIZE(frame) < F_SIZE) {
             PyErr_SetString(PyExc_TypeError, "a mark's frame must be a Frame");
             goto failed;
         }
-        if (PyTuple_GET_ITEM(frame, 0) == collector) {
-            PyObject *layer = PyTuple_GET_ITEM(frame, 1);
+        if (PyTuple_GET_ITEM(frame, F_COLLECTOR) == collector) {
+            PyObject *layer = PyTuple_GET_ITEM(frame, F_NODE);
             /* a layer run again by activation checkpointing: its gradients are the layer's */
             if (PyDict_GET_SIZE(recompute)) {
                 PyObject *original = PyDict_GetItemWithError(recompute, layer);
@@ -517,7 +595,7 @@ Boundary_call(Standin *self, PyObject *args, PyObject *kwds)
         done = r == NULL ? -1 : 0;
         Py_XDECREF(r);
     }
-    else if (!PyTuple_CheckExact(hot) || PyTuple_GET_SIZE(hot) != HOT_SIZE
+    else if (!PyTuple_Check(hot) || PyTuple_GET_SIZE(hot) != HOT_SIZE
              || !PyDict_Check(PyTuple_GET_ITEM(hot, HOT_RECOMPUTE_OF))
              || !PyList_Check(PyTuple_GET_ITEM(hot, HOT_BOUNDARIES))
              || !PyDict_Check(PyTuple_GET_ITEM(hot, HOT_FLOPS))) {
@@ -551,7 +629,7 @@ finished:
 
 STANDIN_TYPE(BoundaryType, "Boundary",
              "The hook autograd runs at a marked node (see backward._on_marked_node).",
-             Boundary_call);
+             Boundary_init, Boundary_call);
 
 static struct PyModuleDef marks_module = {
     PyModuleDef_HEAD_INIT,
@@ -589,6 +667,18 @@ PyInit__marks(void)
     INTERN(s_will_execute, "_will_execute");
     INTERN(s_kind, "kind");
     INTERN(s_thread, "thread");
+    INTERN(s_Frame, "Frame");
+    INTERN(s_fields, "_fields");
+    INTERN(s_collector, "collector");
+    INTERN(s_node, "node");
+    INTERN(s_owner, "owner");
+    INTERN(s_Hot, "_Hot");
+    INTERN(s_clock, "clock");
+    INTERN(s_recompute_of, "recompute_of");
+    INTERN(s_boundaries, "boundaries");
+    INTERN(s_leaves, "leaves");
+    INTERN(s_flops, "flops");
+    INTERN(s_pass_node, "pass_node");
     if (PyType_Ready(&MarkerType) < 0 || PyType_Ready(&BoundaryType) < 0)
         return NULL;
     /* A Boundary sits in the hook dict of layer outputs: torch.save warns of a hook there

@@ -50,7 +50,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import torch
 
@@ -59,6 +59,9 @@ from tracetorch.adapters.torch.tracing import tracing
 from tracetorch.engine.hotpath import BackwardPassOwner, Frame, current_frame, make_wrapper
 from tracetorch.engine.native import native_type
 from tracetorch.records.tree import CallNode
+
+if TYPE_CHECKING:
+    from tracetorch.engine.collector import Collector
 
 __all__ = ("ASK_AUTOGRAD", "MARKS", "Mark", "ResolvedPart", "collect_tensors",
            "BackwardPass", "implicit_pass", "forget_passes", "pass_recorder",
@@ -105,6 +108,20 @@ def collect_tensors(value: Any, out: list[torch.Tensor], depth: int = 0) -> None
 
 
 # ----------------------------------------------------------------------------- sweeping
+class _Hot(NamedTuple):
+    """What the C boundary hook (``_marks.c``) reads of a :class:`BackwardPass` at each marked
+    node, in one tuple: one attribute read instead of seven. The C finds each field's position
+    by its name here when the hook is made."""
+
+    clock: Callable[[], int]
+    collector: Collector
+    recompute_of: dict[CallNode, CallNode]
+    boundaries: list[Any]
+    leaves: set[int] | None
+    flops: dict[CallNode, int]
+    pass_node: CallNode
+
+
 class BackwardPass:
     """One recorded backward pass: the boundaries it crossed, and what each layer got.
 
@@ -131,11 +148,12 @@ class BackwardPass:
         #: a node of another profile's call, which moves no layer) and the host ns.
         self.boundaries: list[Any] = []
         self.flops: dict[CallNode, int] = {}
-        #: What the C boundary hook (_marks.c) reads at each node, in one tuple: one attribute
-        #: read instead of seven (``None`` with a device timer: :meth:`reach` records that pass).
-        self.hot = None if self.timer is not None else (
-            self.clock, self.collector, self.collector.recompute_of, self.boundaries,
-            self.leaves, self.flops, frame.node)
+        #: What the C boundary hook reads at each node (``None`` with a device timer:
+        #: :meth:`reach` records that pass).
+        self.hot = None if self.timer is not None else _Hot(
+            clock=self.clock, collector=self.collector,
+            recompute_of=self.collector.recompute_of, boundaries=self.boundaries,
+            leaves=self.leaves, flops=self.flops, pass_node=frame.node)
         self.start = self.clock()
         if self.timer is not None:
             self.timer.mark(frame)
@@ -370,7 +388,8 @@ _on_marked_node.__torch_unserializable__ = True  # type: ignore[attr-defined]
 
 #: The hook on marked nodes: :func:`_on_marked_node`, or its C version where it is built (see
 #: tracetorch.engine.native), which hands it every case but a host-clock pass of this thread.
-#: The C version reads this module's globals by name (``_current_node``, ``_PASSES``, ``MARKS``).
+#: The C version reads this module's globals by name (``_current_node``, ``_PASSES``...: every
+#: name it reads is in :data:`tracetorch.engine.native.C_NAMES`).
 _BOUNDARY = native_type("tracetorch.adapters.torch._marks", "Boundary")
 MARKED_NODE_HOOK: Callable[[Any], None] = (
     _on_marked_node if _BOUNDARY is None else _BOUNDARY(_on_marked_node, globals()))

@@ -13,10 +13,10 @@ engine before it calls the observer.
 
 The hook a marked node gets, and the backward passes that read the marks and charge each layer,
 are :mod:`~tracetorch.adapters.torch.backward`'s. The C ``Marker`` (``_marks.c``), which stands
-for :func:`tag_call`, reads this module's globals by name on each call (``_Tensor``,
-``_Parameter``, ``_PARTS``, ``MARKS``, ``MARKED_NODE_HOOK``, ``_HOOK_KEY``, ``_HookDict``,
-``_layer_parts``): the two that :mod:`~tracetorch.adapters.torch.backward` defines are imported
-here by name for it.
+for :func:`tag_call`, reads this module's globals by name (``_Tensor``, ``MARKS``...: every name
+it reads is in :data:`tracetorch.engine.native.C_NAMES`): the two that
+:mod:`~tracetorch.adapters.torch.backward` defines (``MARKS``, ``MARKED_NODE_HOOK``) are
+imported here by name for it.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from tracetorch.records.tree import ENTRY_FIELDS
 __all__ = ("tag_call", "mark_operation", "resolve_parts")
 
 #: Where a call's symbolic gradient parts are kept in its per-shape counter, after the engine's
-#: own slots.
+#: own slots (the C ``Marker`` reads it when it is made).
 _PARTS = len(ENTRY_FIELDS)
 
 _grad_enabled = torch.is_grad_enabled

@@ -72,7 +72,7 @@ from tracetorch.engine.unsupported import warn_unsupported
 from tracetorch.flops.optimizers import register_torch_optimizer_rules
 from tracetorch.flops.registry import FlopCount
 from tracetorch.models.tensors import signature, tensor_bytes
-from tracetorch.records.tree import CallNode, new_entry
+from tracetorch.records.tree import CALLS, FLOPS, GEMM_FLOPS, INPUT_BYTES, MACS, CallNode, new_entry
 
 __all__ = ("quiet_zero_grad", "start_step_hooks")
 
@@ -141,7 +141,7 @@ class _OpenStep:
         if entry is None:
             entry = node.flops_cache[key] = _first_entry(collector, node, args, kwargs,
                                                          self.counted)
-        entry[0] += 1
+        entry[CALLS] += 1
 
 
 def _first_entry(collector: Any, node: CallNode, args: tuple[Any, ...],
@@ -152,12 +152,13 @@ def _first_entry(collector: Any, node: CallNode, args: tuple[Any, ...],
     node.note_shapes(signature(args, kwargs), signature((None,)))
     entry = new_entry()
     if collector.memory:
-        entry[4] = tensor_bytes(args) + tensor_bytes(kwargs)  # a closure: nothing
+        entry[INPUT_BYTES] = tensor_bytes(args) + tensor_bytes(kwargs)  # a closure: nothing
     if isinstance(counted, FlopCount):
         macs = counted.macs if counted.macs is not None else counted.gemm // 2
-        entry[1:4] = int(counted.flops), int(counted.gemm), int(macs)
+        entry[FLOPS], entry[GEMM_FLOPS], entry[MACS] = (
+            int(counted.flops), int(counted.gemm), int(macs))
     elif counted is not None:
-        entry[1] = int(counted)
+        entry[FLOPS] = int(counted)
     elif node.rule_state == "none" and collector.warn_unsupported:
         warn_unsupported(node.type_name, False, stacklevel=_USER_FRAME)
     return entry
