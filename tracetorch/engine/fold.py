@@ -69,19 +69,24 @@ def fold_touched(nodes: Iterable[CallNode]) -> None:
         >>> fc.flops, fc.parent.flops, fc.parent.subtree_flops
         (8, 0, 8)
     """
-    # Each node reached, with those of its children to fold: built leaves-up, so reaching a
-    # node already known ends the climb and the work is the nodes touched plus their ancestors.
-    ran: dict[CallNode, list[CallNode]] = {}
+    # Each node reached, with those of its children to fold (None: none, a leaf of the fold,
+    # which costs no list): built leaves-up, so reaching a node already known ends the climb and
+    # the work is the nodes touched plus their ancestors. (A step folds every layer that ran:
+    # this runs once per node per step, so it is written for the interpreter's cost.)
+    ran: dict[CallNode, list[CallNode] | None] = {}
     tops: list[CallNode] = []
     for node in nodes:
         if node in ran:
             continue
-        ran[node] = []
+        ran[node] = None
         parent = node.parent
         while parent is not None:
-            siblings = ran.get(parent)
-            if siblings is not None:
-                siblings.append(node)
+            if parent in ran:
+                siblings = ran[parent]
+                if siblings is None:
+                    ran[parent] = [node]
+                else:
+                    siblings.append(node)
                 break
             ran[parent] = [node]
             node, parent = parent, parent.parent
@@ -91,14 +96,20 @@ def fold_touched(nodes: Iterable[CallNode]) -> None:
         _fold(top, ran)
 
 
-def _fold(node: CallNode, ran: dict[CallNode, list[CallNode]] | None) -> tuple[int, int, int]:
+def _fold(node: CallNode, ran: dict[CallNode, list[CallNode] | None] | None
+          ) -> tuple[int, int, int]:
     # The children to fold: all of them, or (``ran`` given) those that ran since the last fold.
     flops = gemm = macs = 0
-    for child in node.children.values() if ran is None else ran[node]:
-        child_flops, child_gemm, child_macs = _fold(child, ran)
-        flops += child_flops
-        gemm += child_gemm
-        macs += child_macs
+    children = node.children.values() if ran is None else ran[node]
+    if children:
+        for child in children:
+            # (a leaf of the fold, the commonest node, without a call of this function)
+            child_flops, child_gemm, child_macs = (
+                _fold_node(child, 0, 0, 0) if ran is not None and ran[child] is None
+                else _fold(child, ran))
+            flops += child_flops
+            gemm += child_gemm
+            macs += child_macs
     return _fold_node(node, flops, gemm, macs)
 
 
@@ -106,7 +117,8 @@ def _fold_node(node: CallNode, flops: int, gemm: int, macs: int) -> tuple[int, i
     """Fold one node whose children reported inclusive ``flops``, ``gemm`` and ``macs``; return
     its own inclusive counts (every fold goes through here, once per node folded)."""
     node.unfolded = False
-    ruled = node.rule_state in ("rule", "user")
+    state = node.rule_state
+    ruled = state == "rule" or state == "user"
     inclusive = inclusive_gemm = inclusive_macs = 0
     read = written = saved = 0
     for entry in node.flops_cache.values():
@@ -122,28 +134,38 @@ def _fold_node(node: CallNode, flops: int, gemm: int, macs: int) -> tuple[int, i
             inclusive_gemm += calls * entry[GEMM_FLOPS]
             inclusive_macs += calls * entry[MACS]
     if read or written or saved:  # (with profile(memory=False) the node's memory stays unmade)
-        memory = node.memory
+        memory = node._memory  # (made at its first use: node.memory, a Python descriptor)
+        if memory is None:
+            memory = node.memory
         memory.input_bytes += read
         memory.output_bytes += written
         memory.saved_bytes += saved
     if ruled:
-        node.flops_source = node.rule_state
-    elif node.rule_state == "free":
+        node.flops_source = state
+    elif state == "free":
         inclusive, inclusive_gemm, inclusive_macs = flops, gemm, macs
         node.flops_source = "rule"  # its rule says it costs nothing: known, not unsupported
     else:
-        inclusive = node.op_flops + flops
+        op_flops = node.op_flops
+        inclusive = op_flops + flops
         inclusive_gemm = node.op_gemm + gemm
         inclusive_macs = node.op_gemm // 2 + macs
-        if node.op_flops:
+        if op_flops:
             node.flops_source = "ops"
     node.op_flops = node.op_gemm = 0
-    # A rule smaller than its children's rules (or a call that raised) must not go negative.
-    node.flops += max(0, inclusive - flops)
-    node.gemm_flops += max(0, inclusive_gemm - gemm)
-    own_macs = max(0, inclusive_macs - macs)
-    if own_macs or node.macs is not None or node.gemm_flops:
-        node.macs = (node.macs or 0) + own_macs
+    # A rule smaller than its children's rules (or a call that raised) must not go negative
+    # (compared, not max(0, ...): the builtin parses keywords on every call).
+    own = inclusive - flops
+    if own > 0:
+        node.flops += own
+    own = inclusive_gemm - gemm
+    if own > 0:
+        node.gemm_flops += own
+    own = inclusive_macs - macs
+    if own > 0:
+        node.macs = (node.macs or 0) + own
+    elif node.macs is None and node.gemm_flops:
+        node.macs = 0
     return inclusive, inclusive_gemm, inclusive_macs
 
 
