@@ -103,7 +103,7 @@ def test_a_compiled_mlp_step_has_the_eager_rows_and_flops() -> None:
         "0": (1, 2 * 8 * 16 * 32, 2 * 8 * 16 * 32), "1": (1, 8 * 32, 0),
         "2": (1, 2 * 8 * 32 * 4, 2 * (2 * 8 * 32 * 4))}
     region = prof.find("")
-    assert region.type_name == "OptimizedModule" and region.calls == 1
+    assert region.type_name == "Sequential" and region.calls == 1  # typed as the model compiled
     assert region.subtree_flops == eager.find("").subtree_flops
     assert graphs == 1 and counted("frames", "ok") == 1  # the profile compiled nothing
     assert all(type(p.grad) is torch.Tensor for p in model.parameters())
@@ -206,3 +206,22 @@ def test_an_inductor_compiled_step_has_the_eager_rows_and_flops() -> None:
     eager, prof = eager_and_compiled(model, x, "inductor")
     assert rows(prof) == rows(eager)
     assert counted("stats", "unique_graphs") == 1
+
+
+def test_compiled_and_eager_profiles_diff_row_for_row_and_the_facts_survive_json(
+        tmp_path: Any) -> None:
+    model, x = mlp(), torch.randn(8, 16)
+    eager, prof = eager_and_compiled(model, x, "aot_eager")
+    prof.save(tmp_path / "compiled.json")
+    loaded = tracetorch.load(str(tmp_path / "compiled.json"))
+    assert loaded.meta["compiled"] == prof.meta["compiled"]
+    compared = tracetorch.diff(eager, loaded)
+    assert compared.only_base == [] and compared.only_new == []
+    assert {row.path for row in compared.layers} == {"(Sequential)", "0", "1", "2", "backward"}
+    assert all(row.change("subtree_flops") == row.change("subtree_backward_flops") == 0
+               for row in compared.layers)
+    table = str(loaded)
+    # The estimated times are marked in the table (the region's and the pass's are measured).
+    assert [line.split()[0] for line in table.splitlines() if "~ " in line + " "] == [
+        "0", "2", "1", "~"]
+    assert "Compiled:" in table and "1 graph compiled" not in table  # compiled before the block

@@ -88,8 +88,9 @@ def _compiled_line(result: ProfileResult) -> str:
         return ""
     parts = []
     for path, region in noted["regions"].items():
-        text = (f"{path or region['type']} ({region['type']}, {_plural(region['calls'], 'call')}):"
-                f" {_plural(region['graphs'], 'graph')} compiled in "
+        where = f"{region['type']} at {path}" if path else region["type"]
+        text = (f"{where} ({_plural(region['calls'], 'call')}): "
+                f"{_plural(region['graphs'], 'graph')} compiled in "
                 f"{format_time_ns(region['compile_ns'])}, "
                 f"{_plural(region['recompiles'], 'recompilation')}, "
                 f"{_plural(region['graph_breaks'], 'graph break')}")
@@ -99,8 +100,8 @@ def _compiled_line(result: ProfileResult) -> str:
             text += f"; its layers unseen ({region.get('why_not', '')}): one row"
         parts.append(text)
     if noted["estimated"]:
-        parts.append(f"the times of the {_plural(len(noted['estimated']), 'row')} under them are "
-                     "estimated (the region's measured time shared by FLOPs), not measured")
+        parts.append(f"the times of the {_plural(len(noted['estimated']), 'layer')} inside are "
+                     "estimated (~: the region's measured time shared by FLOPs)")
     return "; ".join(parts)
 
 

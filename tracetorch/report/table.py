@@ -69,6 +69,18 @@ LEGEND_TREE = ("FLOPs, MACs, FLOP/s, Total time and the Bwd columns include chil
                "FLOP/s = FLOPs / Total time; % time = Total time / profile total.")
 LEGEND_MARKS = ("FLOPs+ = a lower bound (a layer below has unknown FLOPs); ? = unknown FLOPs "
                 "(no FLOP rule and no counted operation).")
+LEGEND_ESTIMATED = ("~ = an estimated time (a layer inside a torch.compile'd region: the "
+                    "region's measured time shared by FLOPs).")
+
+
+def _estimated(result: ProfileResult, node: CallNode) -> bool:
+    # A layer of a compiled region (meta["compiled"]: tracetorch.adapters.torch.compiled).
+    return node.path in result.meta.get("compiled", {}).get("estimated", ())
+
+
+def _time_cell(c: TreeContext, node: CallNode, ns: int | None) -> str:
+    cell = _time_or_missing(ns)
+    return cell + "~" if ns is not None and _estimated(c.result, node) else cell
 
 def _rows(n: int) -> str:
     return f"{n} row" if n == 1 else f"{n} rows"
@@ -202,7 +214,7 @@ def _bwd_time(c: TreeContext, r: _TreeRow) -> str:
     # own row is all backward: its time and the FLOPs it charged to the layers.
     node = r[0]
     return (format_time_ns(node.total_ns) if node.kind == "backward"
-            else _time_or_missing(c.inc.backward_ns[id(node)]))
+            else _time_cell(c, node, c.inc.backward_ns[id(node)]))
 
 
 def hot_style(part: int, whole: int) -> str:
@@ -228,9 +240,9 @@ TREE_COLUMNS: tuple[_Spec, ...] = (
                                                  c.inc.completeness[id(r[0])]), priority=3,
           style=lambda c, r: YELLOW if c.inc.completeness[id(r[0])] != "complete" else ""),
     _Spec("macs", "MACs", lambda c, r: format_macs(c.inc.macs[id(r[0])]), priority=9),
-    _Spec("self", "Self time", lambda c, r: format_time_ns(r[0].self_ns), priority=4,
+    _Spec("self", "Self time", lambda c, r: _time_cell(c, r[0], r[0].self_ns), priority=4,
           style=lambda c, r: hot_style(r[0].self_ns, c.total)),
-    _Spec("total", "Total time", lambda c, r: format_time_ns(r[0].total_ns), priority=1),
+    _Spec("total", "Total time", lambda c, r: _time_cell(c, r[0], r[0].total_ns), priority=1),
     _Spec("percent", "% time", lambda c, r: format_percent(r[0].total_ns, c.total), priority=2),
     _Spec("rate", "FLOP/s", lambda c, r: format_rate(c.inc.flops[id(r[0])], r[0].total_ns),
           priority=7),
@@ -342,6 +354,8 @@ def render_table(result: ProfileResult, sort_by: str = "total", depth: int | Non
     legend = [LEGEND_TREE] if rows else []
     if any(inc.completeness[id(node)] != "complete" for node, _ in shown):
         legend.append(LEGEND_MARKS)
+    if any(_estimated(result, node) for node, _ in shown):
+        legend.append(LEGEND_ESTIMATED)
     lines += [""] + notes + legend + summary_lines(result)
     return "\n".join(lines)
 

@@ -1,7 +1,8 @@
 """A ``torch.compile``\\ d module inside a block: called as outside it, its layers as in eager.
 
-A compiled module (``OptimizedModule``) is a row of its own, the **region**: its forward time
-(and, from the backward pass's sweep, its backward time) is measured. Its layers run as a
+A compiled module (``OptimizedModule``) is a row of its own, the **region**, typed as the module
+it compiled (so that an eager and a compiled profile diff row for row): its forward time (and,
+from the backward pass's sweep, its backward time) is measured. Its layers run as a
 graph, not as Python, so no wrapper sees them; the rows under the region come from
 :mod:`~.compiled_layers`: once per distinct call the original module runs eagerly on fake
 tensors through tracetorch's own recording, so the rows (call paths), forward FLOPs and
@@ -229,6 +230,12 @@ class _Session:
             if node.flops_source == "none" and layer.flops_source != "none":
                 node.flops_source = layer.flops_source
             if index:
+                # Bytes read and written as in eager; what is saved for backward is the
+                # compiled graph's, on the region's own row (its call records its own bytes).
+                memory, replayed = node.memory, layer.memory
+                memory.input_bytes += replayed.input_bytes
+                memory.output_bytes += replayed.output_bytes
+                memory.param_bytes = max(memory.param_bytes, replayed.param_bytes)
                 share = run_ns * replay.inclusive_flops[index] // whole if whole else 0
                 for _ in range(layer.calls):
                     node.time.add(share // max(layer.calls, 1))
@@ -260,6 +267,9 @@ class _Session:
         facts = self.regions.get(node)
         if facts is None:
             facts = self.regions[node] = RegionFacts(type(original).__name__)
+            # The row stands for the module compiled: typed as in an eager profile, so that
+            # the two diff row for row (meta["compiled"] says it ran compiled).
+            node.type_name = facts.type_name
         return facts
 
 

@@ -38,6 +38,7 @@ from torch.utils._pytree import tree_map_only
 from tracetorch.adapters.torch.backward import collect_tensors
 from tracetorch.engine.collector import Collector
 from tracetorch.engine.hotpath import close_root, open_root
+from tracetorch.records.memory import MemoryStats
 from tracetorch.records.tree import CallNode, NodeKind, RuleState, ShapeSignature
 
 __all__ = ("Layer", "Replay")
@@ -48,7 +49,8 @@ class Layer(NamedTuple):
     name, type and kind, the module called (for the profile's module key), its calls in one
     call of the compiled module (a layer reused, called in a loop), and what they cost: their
     own forward FLOPs (GEMM part, MACs), backward FLOPs (GEMM part), parameters,
-    where its FLOPs come from and its shapes."""
+    where its FLOPs come from, its shapes, and the bytes those calls read, wrote and saved for
+    backward (:class:`~tracetorch.records.memory.MemoryStats`; fake tensors have sizes)."""
 
     parent: int
     name: str
@@ -66,6 +68,7 @@ class Layer(NamedTuple):
     rule_state: RuleState
     input_shapes: list[ShapeSignature]
     output_shapes: list[ShapeSignature]
+    memory: MemoryStats
 
 
 class Replay:
@@ -103,7 +106,7 @@ class Replay:
 
         fake_args, fake_kwargs = tree_map_only(torch.Tensor, to_fake, (args, kwargs))
         root = CallNode.root()
-        collector = Collector(root, module, clock=int, warn_unsupported=False, memory=False)
+        collector = Collector(root, module, clock=int, warn_unsupported=False)
         opened = open_root(collector.start(root))
         try:
             with fake, torch.set_grad_enabled(grad):
@@ -147,6 +150,6 @@ def _flatten(root: CallNode, owners: dict[str, Any]) -> list[Layer]:
             node.calls,
             node.flops, node.gemm_flops, node.macs, node.backward_flops,
             node.backward_gemm_flops, node.params, node.flops_source, node.rule_state,
-            list(node.input_shapes), list(node.output_shapes)))
+            list(node.input_shapes), list(node.output_shapes), node.memory))
         stack.extend((index, child) for child in reversed(node.children.values()))
     return layers
