@@ -1,6 +1,6 @@
 """The pages under docs/ are run as the README is (``support/docblocks.py``: every ``python``
 block, every command line, each page in its own folder, nothing left that ``git status`` would
-show), and every page refers only to what the repository holds."""
+show), and every page, the README included, refers only to what the repository holds."""
 from __future__ import annotations
 
 import re
@@ -23,7 +23,7 @@ from support.docblocks import (
 )
 
 DOCS = sorted((ROOT / "docs").glob("*.md"))
-PAGES = DOCS
+PAGES = [ROOT / "README.md", *DOCS]
 _LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 # A file named in backquotes or a link: tracetorch/flops/elementwise.py, benchmarks/peers.py.
 _NAMED = re.compile(r"(?<![\w./-])((?:tracetorch|tests|benchmarks|examples|docs)/[\w./-]*\w)")
