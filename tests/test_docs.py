@@ -3,6 +3,7 @@ block, every command line, each page in its own folder, nothing left that ``git 
 show), and every page, the README included, refers only to what the repository holds."""
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 from collections.abc import Callable, Iterator
@@ -27,6 +28,8 @@ PAGES = [ROOT / "README.md", *DOCS]
 _LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 # A file named in backquotes or a link: tracetorch/flops/elementwise.py, benchmarks/peers.py.
 _NAMED = re.compile(r"(?<![\w./-])((?:tracetorch|tests|benchmarks|examples|docs)/[\w./-]*\w)")
+# A module or a name in one: tracetorch.records.jsonread.MAX_PROFILE_BYTES.
+_DOTTED = re.compile(r"\btracetorch(?:\.[A-Za-z_]\w*)+")
 # What points outside the clone: a sibling folder, this machine's own paths.
 _OUTSIDE = re.compile(r"\.\./shared|(?<![\w.])/(?:work|tmp|home|root)/")
 
@@ -38,6 +41,42 @@ def _slug(heading: str) -> str:
 
 def _anchors(page: Path) -> set[str]:
     return {_slug(m.group(1)) for m in re.finditer(r"^#+ (.*)$", page.read_text(), re.M)}
+
+
+def _source(dotted: str) -> Path | None:
+    """The file of the package's module ``dotted``, if it is one."""
+    base = ROOT.joinpath(*dotted.split("."))
+    return next((f for f in (base.with_suffix(".py"), base / "__init__.py") if f.is_file()), None)
+
+
+def _module_defines(source: Path, name: str) -> bool:
+    """Whether the module at ``source`` binds ``name`` at its top level (read, not imported:
+    some modules import torch, which the fast tests must not), a star import followed."""
+    bound: set[str] = set()
+    for node in ast.parse(source.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.ImportFrom) and node.names[0].name == "*":
+            star = _source(node.module or "")
+            if star is not None and _module_defines(star, name):
+                return True
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bound.update(t.id for t in targets if isinstance(t, ast.Name))
+    return name in bound
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether ``dotted`` is a module of the package, or a name its longest module prefix binds
+    (``tracetorch.engine.native.accelerated``); attributes of that name are not followed."""
+    parts = dotted.split(".")
+    for k in range(len(parts), 0, -1):
+        source = _source(".".join(parts[:k]))
+        if source is not None:
+            return k == len(parts) or _module_defines(source, parts[k])
+    return False
 
 
 @pytest.fixture(scope="module")
@@ -103,3 +142,5 @@ def test_named_files_exist_and_nothing_points_outside(page: Path) -> None:
     assert _OUTSIDE.findall(text) == []
     missing = [n for n in _NAMED.findall(text) if not (ROOT / n).exists()]
     assert missing == []
+    unknown = [n for n in _DOTTED.findall(text) if not _resolves(n)]
+    assert unknown == []
