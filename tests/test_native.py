@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -24,6 +25,16 @@ ENGINE_TESTS = ["tests/test_engine.py", "tests/test_nesting.py", "tests/test_thr
                 "tests/test_training.py", "tests/test_call_forms.py", "tests/test_patches.py",
                 "tests/test_torch_adapter.py", "tests/test_torch_backward.py",
                 "tests/test_torch_ops_mode.py", "tests/test_memory.py", "tests/core"]
+
+
+def _built(module: str, name: str) -> Any:
+    """The C type ``name`` of ``module``; the test skips where it is not built (fails in CI)."""
+    found = native.native_type(module, name)
+    if found is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{module.replace('.', '/')}.c was not built by pip install")
+        pytest.skip("the C accelerator is not built here")
+    return found
 
 
 def test_the_accelerator_is_built_where_a_compiler_is():
@@ -110,11 +121,7 @@ def test_torch_marks_and_backward_boundaries_hold_nothing_after_the_pass(torch):
 
 
 def test_the_c_marker_takes_the_observer_arguments_or_hands_them_to_python(torch):
-    marker_type = native.native_type("tracetorch.adapters.torch._marks", "Marker")
-    if marker_type is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("tracetorch/adapters/torch/_marks.c was not built by pip install")
-        pytest.skip("the C accelerator is not built here")
+    marker_type = _built("tracetorch.adapters.torch._marks", "Marker")
     from tracetorch.adapters.torch import marks
 
     handed: list[tuple[object, ...]] = []
@@ -132,13 +139,45 @@ def test_the_c_marker_takes_the_observer_arguments_or_hands_them_to_python(torch
     assert handed == odd
 
 
+def test_the_c_finds_the_fields_it_reads_by_name_when_it_is_made(torch):
+    from tracetorch.adapters.torch import backward, marks
+    from tracetorch.engine import hotpath
+
+    wrapper = _built("tracetorch.engine._hotpath", "Wrapper")
+    marker = _built("tracetorch.adapters.torch._marks", "Marker")
+    boundary = _built("tracetorch.adapters.torch._marks", "Boundary")
+    # A record the C reads without one of its fields, or gone: refused when the type is made,
+    # not misread on a call.
+    renamed = NamedTuple("Frame", [(name if name != "owner" else "instance", Any)
+                                   for name in hotpath.Frame._fields])
+    made = [(marker, marks, {"Frame": renamed}), (marker, marks, {"_PARTS": -1}),
+            (boundary, backward, {"Frame": renamed}), (boundary, backward, {"_Hot": renamed}),
+            (wrapper, hotpath, {"Frame": renamed}),
+            (wrapper, hotpath, {"_ENTRY_FIELDS": ("calls", "flops")})]
+    for kind, module, changed in made:
+        arguments = (None, {**vars(module), **changed})
+        with pytest.raises(ValueError):
+            kind(*arguments) if kind is not wrapper else kind(*arguments, None, None, 0, 0)
+    namespace = dict(vars(hotpath))
+    del namespace["Frame"]
+    with pytest.raises(NameError, match="Frame"):
+        wrapper(None, namespace, None, None, 0, 0)
+    # Each reads where its own namespace's records say: a counter keeping its parts first.
+    handed: list[object] = []
+    first = marker(lambda *args: handed.append(args), {**vars(marks), "_PARTS": 0})
+    output = torch.ones(2, requires_grad=True) * 2
+    frame = hotpath.Frame(*[None] * len(hotpath.Frame._fields))
+    first(frame, (), {}, output, [()])  # (no parts: the call's gradient is no product)
+    assert handed == [] and output.grad_fn.metadata[marks.MARKS] == (frame, (), None)
+    entry: list[Any] = [0] * marks._PARTS  # too short to hold parts where they are: Python's
+    marker(lambda *args: handed.append(args), vars(marks))(frame, (), {}, output, entry)
+    assert len(handed) == 1
+
+
 def _native_guard_holds(native_guard: object):
     """``holds()``: whether the C wrapper, given ``native_guard``, lets a call through
     unrecorded (its Python guard always says no, so only the C test can hold)."""
-    if not native.accelerated():
-        if os.environ.get("CI") == "true":
-            pytest.fail("tracetorch/engine/_hotpath.c was not built by pip install")
-        pytest.skip("the C accelerator is not built here")
+    _built("tracetorch.engine._hotpath", "Wrapper")
     from tracetorch.engine.hotpath import make_wrapper
 
     def python_guard() -> bool:
@@ -260,10 +299,7 @@ print(json.dumps([rows, [[n.path, start, end] for n, start, end, _ in prof.backw
 
 @pytest.mark.slow
 def test_the_c_boundary_hook_attributes_backward_as_the_python_one(torch_installed):
-    if native.native_type("tracetorch.adapters.torch._marks", "Boundary") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("tracetorch/adapters/torch/_marks.c was not built by pip install")
-        pytest.skip("the C accelerator is not built here")
+    _built("tracetorch.adapters.torch._marks", "Boundary")
 
     def attribution(pure: bool) -> list[object]:
         env = {k: v for k, v in os.environ.items() if k != native.PURE_PYTHON_ENV}

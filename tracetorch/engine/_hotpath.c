@@ -21,6 +21,17 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+/* Positions in the two records this file shares with Python, found by name when a Wrapper is
+ * made (set_layout), never written here as numbers: a Frame's fields (hotpath.Frame, a
+ * NamedTuple: the profile, the call's owner, whether operations are counted and the output
+ * observed, and the node's pending durations, per-shape counters and children by owner;
+ * ``size``: how many) and a per-shape counter's slots (tracetorch.records.tree.ENTRY_FIELDS:
+ * the calls, the key it was measured for). */
+typedef struct {
+    Py_ssize_t collector, owner, ops, observe, pending, flops_cache, children, size;
+    Py_ssize_t calls, key;
+} Layout;
+
 typedef struct {
     PyObject_HEAD
     PyObject *fallback;   /* the Python wrapper: the whole call, for the uncommon cases */
@@ -30,6 +41,7 @@ typedef struct {
     int backward;         /* kind == "backward": flush the pass's samples after each call */
     int data;             /* kind == "data": StopIteration is the loop's end, not a failure */
     Py_ssize_t flush_every;  /* FLUSH_EVERY, a constant: read once */
+    Layout at;            /* where its namespace's records keep each field */
 } Wrapper;
 
 static PyObject *s_FRAME, *s_op_replay, *s_op_switch, *s_exit_observer, *s_observe_now,
@@ -42,20 +54,12 @@ static PyObject *s_FRAME, *s_op_replay, *s_op_switch, *s_exit_observer, *s_obser
     *s_pending, *s_flops_cache, *s_children, *s_calls, *s_key;
 static PyObject *one;
 
-/* Positions in the two records this file shares with Python, found by name (set_layout):
- * a Frame's fields (hotpath.Frame, a NamedTuple: the profile, the call's owner, whether
- * operations are counted and the output observed, and the node's pending durations, per-shape
- * counters and children by owner; F_SIZE: how many) and a per-shape counter's slots
- * (tracetorch.records.tree.ENTRY_FIELDS: the calls, the key it was measured for). */
-static Py_ssize_t F_COLLECTOR, F_OWNER, F_OPS, F_OBSERVE, F_PENDING, F_FLOPS_CACHE, F_CHILDREN,
-    F_SIZE, E_CALLS, E_KEY;
-
 static int guard_form_ok(PyObject *guard);
 
-/* Find the positions above in the records of the hotpath module's globals ``ns`` (its
+/* Find a Layout's positions in the records of the hotpath module's globals ``ns`` (its
  * ``Frame`` and ``_ENTRY_FIELDS``); 0, or -1 with an error set. */
 static int
-set_layout(PyObject *ns)
+set_layout(Layout *at, PyObject *ns)
 {
     PyObject *frame_type = PyDict_GetItemWithError(ns, s_Frame);  /* borrowed */
     PyObject *entry = frame_type != NULL ? PyDict_GetItemWithError(ns, s_ENTRY_FIELDS) : NULL;
@@ -67,16 +71,16 @@ set_layout(PyObject *ns)
     PyObject *frame = PyObject_GetAttr(frame_type, s_fields);
     if (frame == NULL)
         return -1;
-    int ok = (F_COLLECTOR = PySequence_Index(frame, s_collector)) >= 0
-             && (F_OWNER = PySequence_Index(frame, s_owner)) >= 0
-             && (F_OPS = PySequence_Index(frame, s_ops)) >= 0
-             && (F_OBSERVE = PySequence_Index(frame, s_observe)) >= 0
-             && (F_PENDING = PySequence_Index(frame, s_pending)) >= 0
-             && (F_FLOPS_CACHE = PySequence_Index(frame, s_flops_cache)) >= 0
-             && (F_CHILDREN = PySequence_Index(frame, s_children)) >= 0
-             && (F_SIZE = PySequence_Size(frame)) >= 0
-             && (E_CALLS = PySequence_Index(entry, s_calls)) >= 0
-             && (E_KEY = PySequence_Index(entry, s_key)) >= 0;
+    int ok = (at->collector = PySequence_Index(frame, s_collector)) >= 0
+             && (at->owner = PySequence_Index(frame, s_owner)) >= 0
+             && (at->ops = PySequence_Index(frame, s_ops)) >= 0
+             && (at->observe = PySequence_Index(frame, s_observe)) >= 0
+             && (at->pending = PySequence_Index(frame, s_pending)) >= 0
+             && (at->flops_cache = PySequence_Index(frame, s_flops_cache)) >= 0
+             && (at->children = PySequence_Index(frame, s_children)) >= 0
+             && (at->size = PySequence_Size(frame)) >= 0
+             && (at->calls = PySequence_Index(entry, s_calls)) >= 0
+             && (at->key = PySequence_Index(entry, s_key)) >= 0;
     Py_DECREF(frame);
     return ok ? 0 : -1;
 }
@@ -129,7 +133,7 @@ Wrapper_init(Wrapper *self, PyObject *args, PyObject *kwds)
     Py_XSETREF(self->owner, owner);
     self->backward = backward;
     self->data = data;
-    if (set_layout(ns) < 0)
+    if (set_layout(&self->at, ns) < 0)
         return -1;
     PyObject *flush = PyDict_GetItemWithError(ns, s_FLUSH_EVERY);
     if (flush == NULL) {
@@ -218,12 +222,12 @@ guarded(PyObject *guard)
 
 /* Whether ``frame`` is laid out as a Frame; 0 with a TypeError set if not. */
 static int
-is_frame(PyObject *frame)
+is_frame(const Layout *at, PyObject *frame)
 {
-    if (PyTuple_Check(frame) && PyTuple_GET_SIZE(frame) >= F_SIZE
-            && PyList_Check(PyTuple_GET_ITEM(frame, F_PENDING))
-            && PyDict_Check(PyTuple_GET_ITEM(frame, F_FLOPS_CACHE))
-            && PyDict_Check(PyTuple_GET_ITEM(frame, F_CHILDREN)))
+    if (PyTuple_Check(frame) && PyTuple_GET_SIZE(frame) >= at->size
+            && PyList_Check(PyTuple_GET_ITEM(frame, at->pending))
+            && PyDict_Check(PyTuple_GET_ITEM(frame, at->flops_cache))
+            && PyDict_Check(PyTuple_GET_ITEM(frame, at->children)))
         return 1;
     PyErr_SetString(PyExc_TypeError, "an open call must be a tracetorch Frame");
     return 0;
@@ -330,12 +334,12 @@ reads_directly(Wrapper *self, PyObject *value)
  * ``training``)), its key checked by identity only, as the Python wrapper first checks it (no:
  * compare the keys). */
 static int
-made_for(PyObject *entry, PyObject *dtype, PyObject *grad, PyObject *structure,
-         PyObject *training)
+made_for(Py_ssize_t key_at, PyObject *entry, PyObject *dtype, PyObject *grad,
+         PyObject *structure, PyObject *training)
 {
-    if (!PyList_Check(entry) || PyList_GET_SIZE(entry) <= E_KEY)
+    if (!PyList_Check(entry) || PyList_GET_SIZE(entry) <= key_at)
         return 0;
-    PyObject *made = PyList_GET_ITEM(entry, E_KEY);
+    PyObject *made = PyList_GET_ITEM(entry, key_at);
     if (!PyTuple_Check(made) || PyTuple_GET_SIZE(made) != 3)
         return 0;
     PyObject *context = PyTuple_GET_ITEM(made, 2);
@@ -412,14 +416,16 @@ shape_entry(Wrapper *self, PyObject *collector, PyObject *node, PyObject *cache,
             PyErr_Clear();
             Py_CLEAR(shape);
         }
-        else if (entry != NULL && !made_for(entry, dtype, grad, structure, training)) {
+        else if (entry != NULL
+                 && !made_for(self->at.key, entry, dtype, grad, structure, training)) {
             /* checked by identity first: a key equal to it made of other objects is its key */
             Py_INCREF(entry);
             int same = 0;
             if ((key = shaped_key(shape, dtype, grad, structure, training)) == NULL)
                 same = -1;
-            else if (PyList_Check(entry) && PyList_GET_SIZE(entry) > E_KEY)
-                same = PyObject_RichCompareBool(PyList_GET_ITEM(entry, E_KEY), key, Py_EQ);
+            else if (PyList_Check(entry) && PyList_GET_SIZE(entry) > self->at.key)
+                same = PyObject_RichCompareBool(PyList_GET_ITEM(entry, self->at.key), key,
+                                                Py_EQ);
             Py_DECREF(entry);
             if (same < 0)
                 goto done;
@@ -464,16 +470,16 @@ done:
 
 /* entry[CALLS] += 1 */
 static int
-count_call(PyObject *entry)
+count_call(Py_ssize_t calls_at, PyObject *entry)
 {
-    if (!PyList_Check(entry) || PyList_GET_SIZE(entry) <= E_CALLS) {
+    if (!PyList_Check(entry) || PyList_GET_SIZE(entry) <= calls_at) {
         PyErr_SetString(PyExc_TypeError, "a per-shape entry must be a list of ENTRY_FIELDS");
         return -1;
     }
-    PyObject *calls = PyNumber_Add(PyList_GET_ITEM(entry, E_CALLS), one);
+    PyObject *calls = PyNumber_Add(PyList_GET_ITEM(entry, calls_at), one);
     if (calls == NULL)
         return -1;
-    return PyList_SetItem(entry, E_CALLS, calls);  /* steals calls */
+    return PyList_SetItem(entry, calls_at, calls);  /* steals calls */
 }
 
 static PyObject *
@@ -518,11 +524,11 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
     PyObject *clock = NULL, *output = NULL, *end = NULL, *elapsed = NULL, *entry = NULL;
     PyObject *sw = NULL, *grad_mode = NULL, *grad = NULL;
     int switched = 0, quiet = 0;
-    if (!is_frame(frame))
+    if (!is_frame(&self->at, frame))
         goto out;
-    PyObject *collector = PyTuple_GET_ITEM(frame, F_COLLECTOR);
-    PyObject *parent_owner = PyTuple_GET_ITEM(frame, F_OWNER);
-    int ops = PyObject_IsTrue(PyTuple_GET_ITEM(frame, F_OPS));
+    PyObject *collector = PyTuple_GET_ITEM(frame, self->at.collector);
+    PyObject *parent_owner = PyTuple_GET_ITEM(frame, self->at.owner);
+    int ops = PyObject_IsTrue(PyTuple_GET_ITEM(frame, self->at.ops));
     if (ops < 0)
         goto out;
     PyObject *owner = self->owner != Py_None ? self->owner
@@ -544,7 +550,8 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
         PyObject *key = PyLong_FromVoidPtr(owner);
         if (key == NULL)
             goto out;
-        node = PyDict_GetItemWithError(PyTuple_GET_ITEM(frame, F_CHILDREN), key);  /* borrowed */
+        /* borrowed */
+        node = PyDict_GetItemWithError(PyTuple_GET_ITEM(frame, self->at.children), key);
         Py_DECREF(key);
         if (node == NULL && PyErr_Occurred())
             goto out;
@@ -554,10 +561,10 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
         result = PyObject_Call(self->fallback, call_args, call_kwargs);
         goto out;
     }
-    if ((inner = PyObject_GetAttr(node, s_frame)) == NULL || !is_frame(inner))
+    if ((inner = PyObject_GetAttr(node, s_frame)) == NULL || !is_frame(&self->at, inner))
         goto out;
-    int inner_ops = PyObject_IsTrue(PyTuple_GET_ITEM(inner, F_OPS));
-    int observe = PyObject_IsTrue(PyTuple_GET_ITEM(inner, F_OBSERVE));
+    int inner_ops = PyObject_IsTrue(PyTuple_GET_ITEM(inner, self->at.ops));
+    int observe = PyObject_IsTrue(PyTuple_GET_ITEM(inner, self->at.observe));
     if (inner_ops < 0 || observe < 0)
         goto out;
     if (inner_ops) {  /* its counts learned: a frame with ops off (hotpath._op_replay) */
@@ -567,12 +574,12 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
         if (replay != Py_None) {
             PyObject *replayed = PyObject_CallFunctionObjArgs(replay, inner, args, kwargs, owner,
                                                               NULL);
-            if (replayed == NULL || !is_frame(replayed)) {
+            if (replayed == NULL || !is_frame(&self->at, replayed)) {
                 Py_XDECREF(replayed);
                 goto out;
             }
             Py_SETREF(inner, replayed);
-            if ((inner_ops = PyObject_IsTrue(PyTuple_GET_ITEM(inner, F_OPS))) < 0)
+            if ((inner_ops = PyObject_IsTrue(PyTuple_GET_ITEM(inner, self->at.ops))) < 0)
                 goto out;
         }
     }
@@ -622,7 +629,7 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
     }
     if ((elapsed = PyNumber_Subtract(end, start)) == NULL)
         goto out;
-    if (add_plain_time(collector, node, PyTuple_GET_ITEM(inner, F_PENDING), elapsed,
+    if (add_plain_time(collector, node, PyTuple_GET_ITEM(inner, self->at.pending), elapsed,
                        self->flush_every) < 0)
         goto out;
     /* The grad mode, a part of the call's key (see hotpath.call_key) */
@@ -636,10 +643,10 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
     else if ((grad = PyObject_CallNoArgs(grad_mode)) == NULL) {
         goto out;
     }
-    if ((entry = shape_entry(self, collector, node, PyTuple_GET_ITEM(inner, F_FLOPS_CACHE), owner,
-                             args, kwargs, output, grad)) == NULL)
+    if ((entry = shape_entry(self, collector, node, PyTuple_GET_ITEM(inner, self->at.flops_cache),
+                             owner, args, kwargs, output, grad)) == NULL)
         goto out;
-    if (count_call(entry) < 0)
+    if (count_call(self->at.calls, entry) < 0)
         goto out;
     if (observe) {
         PyObject *observer = global(self, s_exit_observer);

@@ -18,6 +18,17 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+/* Positions in the records this file shares with Python, found by name when a stand-in is made
+ * (never written here as numbers): a Frame's fields (tracetorch.engine.hotpath.Frame;
+ * ``frame_size``: how many); for a Marker, the slot of a per-shape counter where marks keeps a
+ * call's symbolic gradient parts (marks._PARTS); for a Boundary, the fields of a pass's ``hot``
+ * tuple (backward._Hot; ``hot_size``: how many). */
+typedef struct {
+    Py_ssize_t collector, node, owner, frame_size;
+    Py_ssize_t parts;
+    Py_ssize_t clock, hot_collector, recompute_of, boundaries, leaves, flops, pass_node, hot_size;
+} Layout;
+
 /* Both types stand for a Python function (Marker: marks.tag_call; Boundary:
  * backward._on_marked_node): the function itself, for the cases they hand back, and its
  * module's globals, read on each call. */
@@ -25,6 +36,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *fallback;  /* tag_call (Marker), _on_marked_node (Boundary) */
     PyObject *ns;        /* that function's module's globals */
+    Layout at;           /* where that module's records keep each field */
 } Standin;
 
 static PyObject *s_Tensor, *s_PARTS, *s_MARKS, *s_HOOK_KEY, *s_HookDict, *s_on_marked_node,
@@ -34,13 +46,6 @@ static PyObject *s_Tensor, *s_PARTS, *s_MARKS, *s_HOOK_KEY, *s_HookDict, *s_on_m
     *s_requires_grad, *s_will_execute, *s_kind, *s_thread,
     *s_Frame, *s_fields, *s_collector, *s_node, *s_owner, *s_Hot, *s_clock, *s_recompute_of,
     *s_boundaries, *s_leaves, *s_flops, *s_pass_node;
-
-/* Positions in the records this file shares with Python, found by name when a stand-in is made
- * (never written here as numbers): a Frame's fields (tracetorch.engine.hotpath.Frame; F_SIZE:
- * how many), the slot of a per-shape counter where marks keeps a call's symbolic gradient
- * parts (marks._PARTS) and the fields of a pass's ``hot`` tuple (backward._Hot). */
-static Py_ssize_t F_COLLECTOR, F_NODE, F_OWNER, F_SIZE, E_PARTS, HOT_CLOCK, HOT_COLLECTOR,
-    HOT_RECOMPUTE_OF, HOT_BOUNDARIES, HOT_LEAVES, HOT_FLOPS, HOT_PASS_NODE, HOT_SIZE;
 
 /* The field names of the NamedTuple class ``name`` of ``ns`` (a new reference); NULL with an
  * error set. */
@@ -58,15 +63,15 @@ record_fields(PyObject *ns, PyObject *name)
 
 /* The positions of a Frame's fields, from ``ns``'s ``Frame``; 0, or -1 with an error set. */
 static int
-frame_layout(PyObject *ns)
+frame_layout(Layout *at, PyObject *ns)
 {
     PyObject *frame = record_fields(ns, s_Frame);
     if (frame == NULL)
         return -1;
-    int ok = (F_COLLECTOR = PySequence_Index(frame, s_collector)) >= 0
-             && (F_NODE = PySequence_Index(frame, s_node)) >= 0
-             && (F_OWNER = PySequence_Index(frame, s_owner)) >= 0
-             && (F_SIZE = PySequence_Size(frame)) >= 0;
+    int ok = (at->collector = PySequence_Index(frame, s_collector)) >= 0
+             && (at->node = PySequence_Index(frame, s_node)) >= 0
+             && (at->owner = PySequence_Index(frame, s_owner)) >= 0
+             && (at->frame_size = PySequence_Size(frame)) >= 0;
     Py_DECREF(frame);
     return ok ? 0 : -1;
 }
@@ -128,7 +133,7 @@ Standin_init(Standin *self, PyObject *args, PyObject *kwds)
 static int
 Marker_init(Standin *self, PyObject *args, PyObject *kwds)
 {
-    if (Standin_init(self, args, kwds) < 0 || frame_layout(self->ns) < 0)
+    if (Standin_init(self, args, kwds) < 0 || frame_layout(&self->at, self->ns) < 0)
         return -1;
     PyObject *parts = PyDict_GetItemWithError(self->ns, s_PARTS);  /* borrowed */
     if (parts == NULL) {
@@ -136,27 +141,32 @@ Marker_init(Standin *self, PyObject *args, PyObject *kwds)
             PyErr_SetObject(PyExc_NameError, s_PARTS);
         return -1;
     }
-    E_PARTS = PyLong_AsSsize_t(parts);
-    return E_PARTS == -1 && PyErr_Occurred() ? -1 : 0;
+    if ((self->at.parts = PyLong_AsSsize_t(parts)) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "Marker: _PARTS must be a slot of the counter");
+        return -1;
+    }
+    return 0;
 }
 
 /* Boundary(fallback, namespace): the backward module's globals, where its records are found. */
 static int
 Boundary_init(Standin *self, PyObject *args, PyObject *kwds)
 {
-    if (Standin_init(self, args, kwds) < 0 || frame_layout(self->ns) < 0)
+    Layout *at = &self->at;
+    if (Standin_init(self, args, kwds) < 0 || frame_layout(at, self->ns) < 0)
         return -1;
     PyObject *hot = record_fields(self->ns, s_Hot);
     if (hot == NULL)
         return -1;
-    int ok = (HOT_CLOCK = PySequence_Index(hot, s_clock)) >= 0
-             && (HOT_COLLECTOR = PySequence_Index(hot, s_collector)) >= 0
-             && (HOT_RECOMPUTE_OF = PySequence_Index(hot, s_recompute_of)) >= 0
-             && (HOT_BOUNDARIES = PySequence_Index(hot, s_boundaries)) >= 0
-             && (HOT_LEAVES = PySequence_Index(hot, s_leaves)) >= 0
-             && (HOT_FLOPS = PySequence_Index(hot, s_flops)) >= 0
-             && (HOT_PASS_NODE = PySequence_Index(hot, s_pass_node)) >= 0
-             && (HOT_SIZE = PySequence_Size(hot)) >= 0;
+    int ok = (at->clock = PySequence_Index(hot, s_clock)) >= 0
+             && (at->hot_collector = PySequence_Index(hot, s_collector)) >= 0
+             && (at->recompute_of = PySequence_Index(hot, s_recompute_of)) >= 0
+             && (at->boundaries = PySequence_Index(hot, s_boundaries)) >= 0
+             && (at->leaves = PySequence_Index(hot, s_leaves)) >= 0
+             && (at->flops = PySequence_Index(hot, s_flops)) >= 0
+             && (at->pass_node = PySequence_Index(hot, s_pass_node)) >= 0
+             && (at->hot_size = PySequence_Size(hot)) >= 0;
     Py_DECREF(hot);
     return ok ? 0 : -1;
 }
@@ -183,7 +193,7 @@ plain_parts(Standin *self, PyObject *frame, PyObject *args, PyObject *kwargs, Py
     PyObject *tensor = global(self->ns, s_Tensor), *parameter = global(self->ns, s_Parameter);
     if (tensor == NULL || parameter == NULL)
         return NULL;
-    PyObject *own = PyObject_GetAttr(PyTuple_GET_ITEM(frame, F_OWNER), s_parameters);
+    PyObject *own = PyObject_GetAttr(PyTuple_GET_ITEM(frame, self->at.owner), s_parameters);
     if (own == NULL) {
         PyErr_Clear();
         return NULL;
@@ -367,10 +377,11 @@ Marker_call(Standin *self, PyObject *call_args, PyObject *call_kwargs)
     if (tensor == NULL)
         return NULL;
     if ((PyObject *)Py_TYPE(output) != tensor || !PyList_Check(entry)
-            || PyList_GET_SIZE(entry) <= E_PARTS || !PyTuple_Check(args) || !PyDict_Check(kwargs)
-            || !PyTuple_Check(frame) || PyTuple_GET_SIZE(frame) < F_SIZE)
+            || PyList_GET_SIZE(entry) <= self->at.parts || !PyTuple_Check(args)
+            || !PyDict_Check(kwargs) || !PyTuple_Check(frame)
+            || PyTuple_GET_SIZE(frame) < self->at.frame_size)
         return PyObject_Call(self->fallback, call_args, call_kwargs);
-    if (mark(self, frame, args, kwargs, output, PyList_GET_ITEM(entry, E_PARTS)) < 0) {
+    if (mark(self, frame, args, kwargs, output, PyList_GET_ITEM(entry, self->at.parts)) < 0) {
         /* marking must never break the user's model (as tag_call's ``except Exception``) */
         if (!PyErr_ExceptionMatches(PyExc_Exception))
             return NULL;
@@ -400,17 +411,18 @@ STANDIN_TYPE(MarkerType, "Marker",
  * Each part's FLOPs count if one of its tensors is a leaf or a node the pass will run. 0, or -1
  * with an error set. */
 static int
-charge(PyObject *ns, PyObject *state, PyObject *hot, PyObject *frame, PyObject *node,
+charge(Standin *self, PyObject *state, PyObject *hot, PyObject *frame, PyObject *node,
        PyObject *parts)
 {
+    const Layout *at = &self->at;
     int status = -1;
     PyObject *flops = NULL, *kind = NULL;
-    PyObject *will = global(ns, s_will_execute);
+    PyObject *will = global(self->ns, s_will_execute);
     if (will == NULL)
         return -1;
-    if (PyTuple_GET_ITEM(hot, HOT_LEAVES) != Py_None
+    if (PyTuple_GET_ITEM(hot, at->leaves) != Py_None
             || !(PyList_CheckExact(parts) || PyTuple_CheckExact(parts))
-            || PyTuple_GET_SIZE(frame) < F_SIZE)
+            || PyTuple_GET_SIZE(frame) < at->frame_size)
         goto python;
     if ((flops = PyLong_FromLong(0)) == NULL)
         goto done;
@@ -463,9 +475,9 @@ charge(PyObject *ns, PyObject *state, PyObject *hot, PyObject *frame, PyObject *
     int thread = PyObject_RichCompareBool(kind, s_thread, Py_EQ);
     if (thread < 0)
         goto done;
-    if (PyTuple_GET_ITEM(frame, F_OWNER) == Py_None || thread)
-        target = PyTuple_GET_ITEM(hot, HOT_PASS_NODE);
-    PyObject *charged = PyTuple_GET_ITEM(hot, HOT_FLOPS);
+    if (PyTuple_GET_ITEM(frame, at->owner) == Py_None || thread)
+        target = PyTuple_GET_ITEM(hot, at->pass_node);
+    PyObject *charged = PyTuple_GET_ITEM(hot, at->flops);
     PyObject *before = PyDict_GetItemWithError(charged, target);  /* borrowed */
     if (before == NULL && PyErr_Occurred())
         goto done;
@@ -491,13 +503,14 @@ done:
 
 /* BackwardPass.reach(mark) on the host clock; 0, or -1 with an error set. */
 static int
-reach(PyObject *ns, PyObject *state, PyObject *hot, PyObject *mark)
+reach(Standin *self, PyObject *state, PyObject *hot, PyObject *mark)
 {
-    PyObject *collector = PyTuple_GET_ITEM(hot, HOT_COLLECTOR);
-    PyObject *recompute = PyTuple_GET_ITEM(hot, HOT_RECOMPUTE_OF);
-    PyObject *boundaries = PyTuple_GET_ITEM(hot, HOT_BOUNDARIES);
+    const Layout *at = &self->at;
+    PyObject *collector = PyTuple_GET_ITEM(hot, at->hot_collector);
+    PyObject *recompute = PyTuple_GET_ITEM(hot, at->recompute_of);
+    PyObject *boundaries = PyTuple_GET_ITEM(hot, at->boundaries);
     PyObject *innermost = Py_NewRef(Py_None);  /* a frame's node, or the one it reruns */
-    PyObject *now = PyObject_CallNoArgs(PyTuple_GET_ITEM(hot, HOT_CLOCK));
+    PyObject *now = PyObject_CallNoArgs(PyTuple_GET_ITEM(hot, at->clock));
     if (now == NULL) {
         Py_DECREF(innermost);
         return -1;
@@ -510,12 +523,12 @@ reach(PyObject *ns, PyObject *state, PyObject *hot, PyObject *mark)
         }
         PyObject *frame = PyTuple_GET_ITEM(mark, 0);
         PyObject *parts = PyTuple_GET_ITEM(mark, 1);
-        if (!PyTuple_Check(frame) || PyTuple_GET_SIZE(frame) < F_SIZE) {
+        if (!PyTuple_Check(frame) || PyTuple_GET_SIZE(frame) < at->frame_size) {
             PyErr_SetString(PyExc_TypeError, "a mark's frame must be a Frame");
             goto failed;
         }
-        if (PyTuple_GET_ITEM(frame, F_COLLECTOR) == collector) {
-            PyObject *layer = PyTuple_GET_ITEM(frame, F_NODE);
+        if (PyTuple_GET_ITEM(frame, at->collector) == collector) {
+            PyObject *layer = PyTuple_GET_ITEM(frame, at->node);
             /* a layer run again by activation checkpointing: its gradients are the layer's */
             if (PyDict_GET_SIZE(recompute)) {
                 PyObject *original = PyDict_GetItemWithError(recompute, layer);
@@ -526,7 +539,7 @@ reach(PyObject *ns, PyObject *state, PyObject *hot, PyObject *mark)
             }
             Py_SETREF(innermost, Py_NewRef(layer));
             int has_parts = PyObject_IsTrue(parts);
-            if (has_parts < 0 || (has_parts && charge(ns, state, hot, frame, innermost,
+            if (has_parts < 0 || (has_parts && charge(self, state, hot, frame, innermost,
                                                       parts) < 0))
                 goto failed;
         }
@@ -595,15 +608,15 @@ Boundary_call(Standin *self, PyObject *args, PyObject *kwds)
         done = r == NULL ? -1 : 0;
         Py_XDECREF(r);
     }
-    else if (!PyTuple_Check(hot) || PyTuple_GET_SIZE(hot) != HOT_SIZE
-             || !PyDict_Check(PyTuple_GET_ITEM(hot, HOT_RECOMPUTE_OF))
-             || !PyList_Check(PyTuple_GET_ITEM(hot, HOT_BOUNDARIES))
-             || !PyDict_Check(PyTuple_GET_ITEM(hot, HOT_FLOPS))) {
+    else if (!PyTuple_Check(hot) || PyTuple_GET_SIZE(hot) != self->at.hot_size
+             || !PyDict_Check(PyTuple_GET_ITEM(hot, self->at.recompute_of))
+             || !PyList_Check(PyTuple_GET_ITEM(hot, self->at.boundaries))
+             || !PyDict_Check(PyTuple_GET_ITEM(hot, self->at.flops))) {
         PyErr_SetString(PyExc_TypeError, "BackwardPass.hot is not laid out as _marks.c reads it");
         done = -1;
     }
     else {
-        done = reach(self->ns, state, hot, mark);
+        done = reach(self, state, hot, mark);
     }
     Py_DECREF(state);
     if (done < 0)
