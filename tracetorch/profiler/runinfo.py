@@ -27,12 +27,10 @@ from typing import Any
 import numpy as np
 
 from tracetorch.analysis.machine_cache import DTYPES, machine_facts
-from tracetorch.records.tree import ENTRY_FIELDS, CallNode
+from tracetorch.records.tree import FLOPS, GEMM_FLOPS, KEY, CallNode
 from tracetorch.version import __version__
 
 __all__ = ("run_facts", "work_dtype")
-
-_FLOPS, _GEMM, _KEY = (ENTRY_FIELDS.index(name) for name in ("flops", "gemm_flops", "key"))
 
 
 def _framework_dtype(item: Any) -> tuple[str, str] | None:
@@ -52,11 +50,11 @@ def work_dtype(root: CallNode) -> tuple[str, str] | None:
     had a floating input. One walk of the tree, once per profile.
 
     Example:
-        >>> from tracetorch.records.tree import new_entry
+        >>> from tracetorch.records.tree import FLOPS, GEMM_FLOPS, KEY, new_entry
         >>> root = CallNode.root()
         >>> for name, dtype, flops in (("a", np.float64, 10), ("b", np.float32, 99)):
         ...     key = ((2, 2), np.dtype(dtype), (True, 0, None))
-        ...     entry = new_entry(); entry[1:3] = [flops, flops]; entry[7] = key
+        ...     entry = new_entry(); entry[FLOPS] = entry[GEMM_FLOPS] = flops; entry[KEY] = key
         ...     root.child(name, "Linear", name).flops_cache[key] = entry
         >>> work_dtype(root), work_dtype(CallNode.root())
         (('numpy', 'float32'), None)
@@ -64,12 +62,12 @@ def work_dtype(root: CallNode) -> tuple[str, str] | None:
     weights: Counter[tuple[str, str]] = Counter()
     for node in root.walk():
         for entry in node.flops_cache.values():
-            key = entry[_KEY]
+            key = entry[KEY]
             if not isinstance(key, tuple):
                 continue
             found = {kind for item in key if (kind := _framework_dtype(item)) is not None}
             # GEMM FLOPs decide (the peak is a matmul's); any FLOPs, then a call, break ties.
-            weight = (entry[_GEMM] or 0) * 2**32 + (entry[_FLOPS] or 0) + 1
+            weight = (entry[GEMM_FLOPS] or 0) * 2**32 + (entry[FLOPS] or 0) + 1
             for kind in found:
                 weights[kind] += weight
     return max(weights, key=weights.__getitem__) if weights else None
