@@ -124,6 +124,13 @@ def test_command_runs(block: DocBlock, workdir: Callable[[str], Path],
     assert not_ignored(new_files(folder, before)) == []
 
 
+def test_the_readme_links_every_page():
+    linked = {(ROOT / target.partition("#")[0]).resolve()
+              for target in _LINK.findall((ROOT / "README.md").read_text())
+              if target.startswith("docs/")}
+    assert [page for page in DOCS if page not in linked] == []
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_links_resolve_inside_the_repository(page: Path) -> None:
     for target in _LINK.findall(page.read_text()):
