@@ -198,7 +198,11 @@ def _short_names() -> dict[str, Any]:
 
 @pytest.mark.parametrize("module", sorted(native.C_NAMES))
 def test_what_the_c_comments_name_in_python_exists(module, torch):
-    text = " ".join(_comments_and_strings(_source(module).read_text()))
+    pieces = _comments_and_strings(_source(module).read_text())
+    # The header says what the file stands for: a function or class of the package, in full.
+    header = re.findall(r"\btracetorch(?:\.\w+)+", pieces[0])
+    assert any(callable(_resolve(dotted)) for dotted in header if not dotted.startswith(module))
+    text = " ".join(pieces)
     # Files: by their path from the repository's root, or by name alone.
     for path in re.findall(r"\b((?:tracetorch|tests)/[\w/]+\.(?:py|c))\b", text):
         assert (ROOT / path).is_file(), path

@@ -1,5 +1,6 @@
-/* A layer's recording method binding in C: what tracetorch.engine.patches' Python
- * ``_LayerBinding.__get__`` does, without a Python frame on each ``layer.forward`` read.
+/* A layer's recording method binding in C: what the Python
+ * tracetorch.engine.patches._LayerBinding.__get__ does, without a Python frame on each
+ * ``layer.forward`` read.
  *
  * ``layer_binding(base)`` makes (once) a subclass of ``base`` (wrapt's FunctionWrapper) whose
  * ``__get__`` slot hands back the wrapped function itself when read from a class and the
