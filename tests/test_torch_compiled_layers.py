@@ -225,3 +225,54 @@ def test_compiled_and_eager_profiles_diff_row_for_row_and_the_facts_survive_json
     assert [line.split()[0] for line in table.splitlines() if "~ " in line + " "] == [
         "0", "2", "1", "~"]
     assert "Compiled:" in table and "1 graph compiled" not in table  # compiled before the block
+
+
+def test_each_step_charges_its_layers_backward_once() -> None:
+    model, x = mlp(), torch.randn(8, 16)
+    with tracetorch.profile() as eager:
+        step(model, x)
+    compiled = torch.compile(model, backend="aot_eager")
+    step(compiled, x)
+    # The parameters' gradient accumulators kept alive, the same each step (as a trainer's
+    # gradient hooks keep them): a hook put there would run again in every later step.
+    accumulators = [p.view_as(p).grad_fn.next_functions[0][0] for p in model.parameters()]
+    with tracetorch.profile() as prof:
+        for _ in range(3):
+            step(compiled, x)
+    assert all(type(a).__name__ == "AccumulateGrad" for a in accumulators)
+    assert {path: (calls, flops, backward) for path, (calls, flops, backward)
+            in rows(prof).items()} == {
+        path: (3 * calls, 3 * flops, 3 * backward) for path, (calls, flops, backward)
+        in rows(eager).items()}
+
+
+@pytest.mark.slow  # two Trainer runs, one compiling: about 25 s
+def test_the_hf_trainer_with_torch_compile_has_the_eager_rows_and_flops(tmp_path: Any) -> None:
+    from tracetorch.integrations.huggingface import TracetorchCallback
+
+    class Tokens:
+        def __len__(self) -> int:
+            return 4
+
+        def __getitem__(self, i: int) -> dict[str, Any]:
+            return {"input_ids": torch.arange(8) + i, "labels": torch.tensor(i % 2)}
+
+    config = transformers.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=64,
+                                     max_position_embeddings=16, num_labels=2)
+
+    def train(**compiling: Any) -> Any:
+        torch.manual_seed(0)
+        callback = TracetorchCallback(tracetorch.schedule(wait=1, active=1, repeat=1))
+        args = transformers.TrainingArguments(
+            output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=2,
+            report_to=[], use_cpu=True, save_strategy="no", logging_strategy="no",
+            disable_tqdm=True, **compiling)
+        transformers.Trainer(model=transformers.BertForSequenceClassification(config),
+                             train_dataset=Tokens(), callbacks=[callback], args=args).train()
+        return callback.profile
+
+    eager = train()
+    compiled = train(torch_compile=True, torch_compile_backend="aot_eager")
+    assert rows(compiled) == rows(eager)  # the first step (compiling) is not recorded
+    assert compiled.meta["compiled"]["regions"][""]["graphs"] == 0

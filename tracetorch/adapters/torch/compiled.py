@@ -262,14 +262,22 @@ class _Session:
         if given:
             collector.add_backward(nodes[0], 0, False, -given)
 
-    def facts(self, node: CallNode, original: Any) -> RegionFacts:
-        """The facts of the region ``node`` (made at its first call)."""
+    def facts(self, node: CallNode, original: Any, model: Any) -> RegionFacts:
+        """The facts of the region ``node`` (made at its first call), which compiled
+        ``original``, in the profile of ``model``."""
         facts = self.regions.get(node)
         if facts is None:
             facts = self.regions[node] = RegionFacts(type(original).__name__)
             # The row stands for the module compiled: typed as in an eager profile, so that
-            # the two diff row for row (meta["compiled"] says it ran compiled).
+            # the two diff row for row (meta["compiled"] says it ran compiled); called at the
+            # top, compiled from profile(model)'s model, it is that model's row, "".
             node.type_name = facts.type_name
+            parent = node.parent
+            if (node.name and parent is not None and parent.kind == "root"
+                    and original is model and "" not in parent.children):
+                del parent.children[node.name]
+                node.name = ""
+                parent.children[""] = node
         return facts
 
 
@@ -293,6 +301,10 @@ def _region_autograd_nodes(output: Any, args: tuple[Any, ...], kwargs: dict[str,
     found = []
     while pending:
         fn = pending.pop()
+        if type(fn).__name__ == "AccumulateGrad":
+            # A parameter's accumulator outlives the call (kept by whatever holds the
+            # parameter's hooks): a hook put there would run again in every later pass.
+            continue
         found.append(fn)
         for parent, _ in fn.next_functions:
             if parent is not None and parent not in seen and parent not in stop:
@@ -372,7 +384,7 @@ def compiled_call(original: Callable[..., Any]) -> Callable[..., Any]:
         with mode_off(), session.board.suspended(), counting:
             output = original(module, *args, **kwargs)
         elapsed = clock() - start
-        facts = session.facts(frame.node, inner)
+        facts = session.facts(frame.node, inner, frame.collector.model)
         compiling = facts.note_call(before, _dynamo_state())
         grad = torch.is_grad_enabled()
         if isinstance(replay, str):
