@@ -227,19 +227,23 @@ def test_compiled_and_eager_profiles_diff_row_for_row_and_the_facts_survive_json
     assert "Compiled:" in table and "1 graph compiled" not in table  # compiled before the block
 
 
-def test_each_step_charges_its_layers_backward_once() -> None:
+@pytest.mark.parametrize("ops", [True, False])
+def test_each_step_charges_its_layers_backward_once(ops: bool) -> None:
     model, x = mlp(), torch.randn(8, 16)
-    with tracetorch.profile() as eager:
+    with tracetorch.profile(ops=ops) as eager:
         step(model, x)
     compiled = torch.compile(model, backend="aot_eager")
     step(compiled, x)
     # The parameters' gradient accumulators kept alive, the same each step (as a trainer's
     # gradient hooks keep them): a hook put there would run again in every later step.
     accumulators = [p.view_as(p).grad_fn.next_functions[0][0] for p in model.parameters()]
-    with tracetorch.profile() as prof:
+    with tracetorch.profile(ops=ops) as prof:
         for _ in range(3):
             step(compiled, x)
     assert all(type(a).__name__ == "AccumulateGrad" for a in accumulators)
+    # The passes' own totals count the layers' gradients; no estimate makes a time negative.
+    assert prof.find("backward").flops == 3 * eager.find("backward").flops > 0
+    assert all(n.backward_time.min_ns >= 0 for n in prof.nodes() if n.backward_time.count)
     assert {path: (calls, flops, backward) for path, (calls, flops, backward)
             in rows(prof).items()} == {
         path: (3 * calls, 3 * flops, 3 * backward) for path, (calls, flops, backward)
@@ -276,3 +280,14 @@ def test_the_hf_trainer_with_torch_compile_has_the_eager_rows_and_flops(tmp_path
     compiled = train(torch_compile=True, torch_compile_backend="aot_eager")
     assert rows(compiled) == rows(eager)  # the first step (compiling) is not recorded
     assert compiled.meta["compiled"]["regions"][""]["graphs"] == 0
+
+
+def test_a_nested_profile_notes_the_regions_it_recorded() -> None:
+    model, x = mlp(), torch.randn(8, 16)
+    eager, _ = eager_and_compiled(model, x, "aot_eager")
+    compiled = torch.compile(model, backend="aot_eager")
+    with tracetorch.profile() as outer:
+        with tracetorch.profile() as inner:  # recorded apart, then handed to the outer one
+            step(compiled, x)
+    assert rows(inner) == rows(outer) == rows(eager)
+    assert inner.meta["compiled"]["regions"][""]["calls"] == 1

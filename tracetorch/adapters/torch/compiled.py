@@ -58,6 +58,7 @@ from tracetorch.adapters.torch.backward import collect_tensors
 from tracetorch.adapters.torch.compiled_layers import Replay
 from tracetorch.adapters.torch.ops import mode_off
 from tracetorch.adapters.torch.tracing import skip_frames, tracing
+from tracetorch.engine.collector import Collector
 from tracetorch.engine.hotpath import Frame, OpCounter, call_key, current_frame
 from tracetorch.engine.notes import register_note
 from tracetorch.engine.patches import PatchBoard, is_instrumented, reusable_wrapper
@@ -175,6 +176,9 @@ class _Session:
         # (id(original module), call key) -> (module, its replay or the reason there is none)
         self.replays: dict[tuple[int, Any], tuple[Any, Replay | str]] = {}
         self.regions: dict[CallNode, RegionFacts] = {}
+        # region node -> the root of the profile recording it (its node may be in a scratch
+        # tree that the profile merges into its own: a nested profile's, a schedule's)
+        self.profiles: dict[CallNode, CallNode] = {}
         # (region node, id(replay)) -> the region's node for each layer of the replay
         self.targets: dict[tuple[CallNode, int], list[CallNode]] = {}
 
@@ -240,34 +244,45 @@ class _Session:
                 for _ in range(layer.calls):
                     node.time.add(share // max(layer.calls, 1))
 
-    def charge_backward(self, frame: Frame, replay: Replay, elapsed_ns: int) -> None:
-        """The region's backward ran (``elapsed_ns`` from its first autograd node to its last):
-        each layer's backward FLOPs, and its time estimated as its share of them (taken from
-        the region's own, which the sweep measured)."""
-        nodes = self.nodes(frame, replay)
+    def charge_backward_flops(self, frame: Frame, replay: Replay) -> None:
+        """The region's backward started: each layer's backward FLOPs (charged while the pass
+        runs, so that the pass's own total counts them)."""
         collector = frame.collector
-        whole = replay.inclusive_backward_flops[0]
-        given = 0
-        for index, (node, layer) in enumerate(zip(nodes, replay.layers)):
-            share = 0
-            if index and whole:
-                # Own time: the inclusive share less the children's (the table adds them up).
-                share = elapsed_ns * layer.backward_flops // whole
-                given += share
+        for node, layer in zip(self.nodes(frame, replay), replay.layers):
             other = layer.backward_flops - layer.backward_gemm_flops
-            if other or share or (index and layer.backward_flops == 0):
-                collector.add_backward(node, other, False, share)
+            if other:
+                collector.add_backward(node, other, False, 0)
             if layer.backward_gemm_flops:
                 collector.add_backward(node, layer.backward_gemm_flops, True, 0)
+
+    def charge_backward_time(self, frame: Frame, replay: Replay, elapsed_ns: int) -> None:
+        """The region's backward ended, ``elapsed_ns`` after it started: each layer gets its
+        share of it by backward FLOPs, an estimate taken out of the region's own time (which the
+        pass's sweep measures; the table adds the layers' back up). Only where the pass is
+        flushed after this (a pass the function mode saw): with ``profile(ops=False)`` the
+        pass's end came first, and the region keeps its whole time."""
+        collector = frame.collector
+        if not collector.count_ops:
+            return
+        nodes = self.nodes(frame, replay)
+        whole = replay.inclusive_backward_flops[0]
+        given = 0
+        for node, layer in zip(nodes[1:], replay.layers[1:]):
+            # Own time: the inclusive share less the children's (the table adds them up).
+            share = elapsed_ns * layer.backward_flops // whole if whole else 0
+            collector.add_backward(node, 0, False, share)
+            given += share
         if given:
             collector.add_backward(nodes[0], 0, False, -given)
 
-    def facts(self, node: CallNode, original: Any, model: Any) -> RegionFacts:
+    def facts(self, node: CallNode, original: Any, collector: Collector) -> RegionFacts:
         """The facts of the region ``node`` (made at its first call), which compiled
-        ``original``, in the profile of ``model``."""
+        ``original``, recorded by ``collector``."""
         facts = self.regions.get(node)
         if facts is None:
             facts = self.regions[node] = RegionFacts(type(original).__name__)
+            self.profiles[node] = collector.root
+            model = collector.model
             # The row stands for the module compiled: typed as in an eager profile, so that
             # the two diff row for row (meta["compiled"] says it ran compiled); called at the
             # top, compiled from profile(model)'s model, it is that model's row, "".
@@ -333,14 +348,16 @@ def _count_dispatched_backward(frame: Frame, counter: OpCounter, nodes: list[Any
 
 def _charge_replayed_backward(frame: Frame, session: _Session, replay: Replay,
                               nodes: list[Any]) -> None:
-    # The layers' backward is charged once per pass that runs the region's nodes, at the end
-    # of the pass, with the time from the first node's start to the last node's end.
+    # The layers' backward is charged once per pass that runs the region's nodes: their FLOPs
+    # at its first node, their estimated times at the end of the pass, from the time between
+    # the first node's start and the last node's end.
     clock = session.counter.backward_clock(frame)
     span = [0, 0, False]  # start, end, charged this pass
 
     def before(grad_outputs: Any) -> None:
         if not span[2]:
             span[0], span[2] = clock(), True
+            session.charge_backward_flops(frame, replay)
             _queue_callback(finish)
 
     def after(grad_inputs: Any, grad_outputs: Any) -> None:
@@ -348,7 +365,7 @@ def _charge_replayed_backward(frame: Frame, session: _Session, replay: Replay,
 
     def finish() -> None:
         span[2] = False
-        session.charge_backward(frame, replay, max(0, span[1] - span[0]))
+        session.charge_backward_time(frame, replay, max(0, span[1] - span[0]))
 
     for fn in nodes:
         fn.register_prehook(before)
@@ -384,7 +401,7 @@ def compiled_call(original: Callable[..., Any]) -> Callable[..., Any]:
         with mode_off(), session.board.suspended(), counting:
             output = original(module, *args, **kwargs)
         elapsed = clock() - start
-        facts = session.facts(frame.node, inner, frame.collector.model)
+        facts = session.facts(frame.node, inner, frame.collector)
         compiling = facts.note_call(before, _dynamo_state())
         grad = torch.is_grad_enabled()
         if isinstance(replay, str):
@@ -463,12 +480,6 @@ def start_compiled_counting(counter: OpCounter, board: PatchBoard) -> Callable[[
     return stop
 
 
-def _in_tree(node: CallNode, root: CallNode) -> bool:
-    while node.parent is not None:
-        node = node.parent
-    return node is root
-
-
 def compiled_facts(root: CallNode, meta: dict[str, Any]) -> None:
     """Add the compiled regions of the tree ``root`` to ``meta["compiled"]``: each region's
     :class:`RegionFacts` by path (added to what an earlier entry of the profile noted), and the
@@ -483,7 +494,8 @@ def compiled_facts(root: CallNode, meta: dict[str, Any]) -> None:
     if not _SESSIONS:
         return
     session = _SESSIONS[-1]
-    regions = [(node, facts) for node, facts in session.regions.items() if _in_tree(node, root)]
+    regions = [(node, facts) for node, facts in session.regions.items()
+               if session.profiles[node] is root]
     if not regions:
         return
     noted = meta.setdefault("compiled", {"regions": {}, "estimated": []})
