@@ -291,3 +291,22 @@ def test_a_nested_profile_notes_the_regions_it_recorded() -> None:
             step(compiled, x)
     assert rows(inner) == rows(outer) == rows(eager)
     assert inner.meta["compiled"]["regions"][""]["calls"] == 1
+
+
+def test_a_model_compiled_in_place_has_the_eager_rows_and_is_not_compiled_again() -> None:
+    torch.manual_seed(0)
+    model, x = CNN(), torch.randn(2, 3, 6, 6)
+    model.block = torch.nn.Conv2d(4, 4, 3, padding=1)  # no graph break: one graph
+    with tracetorch.profile(model) as eager:
+        step(model, x)
+    model.compile(backend="aot_eager")  # in place: Module.__call__ runs the compiled _call_impl
+    step(model, x)
+    graphs, frames = counted("stats", "unique_graphs"), counted("frames", "ok")
+    with tracetorch.profile(model) as prof:
+        step(model, x)
+    step(model, x)
+    assert rows(prof) == rows(eager)
+    assert (counted("stats", "unique_graphs"), counted("frames", "ok")) == (graphs, frames)
+    assert graphs == frames == 1
+    assert prof.meta["compiled"]["regions"][""]["type"] == "CNN"
+    assert "__call__" not in vars(CNN)  # the class's own __call__, while profiling, is gone

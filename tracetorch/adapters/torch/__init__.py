@@ -27,14 +27,15 @@ starts a compiled frame at the profiler's functions (:func:`~.tracing.skip_frame
 LayerMethod`). Compiled and scripted modules are recorded where Python calls them: ``__call__``
 of ``OptimizedModule`` (``torch.compile(module)``, see :mod:`~.compiled`: it runs with the
 patches suspended and without the function mode, so Dynamo compiles and guards as outside a
-block, and its forward and backward FLOPs are what its graph dispatches) and of
-``torch.jit.ScriptModule`` (whose ``forward`` is TorchScript, not Python; its FLOPs unknown:
-``unsupported`` lists it) is wrapped, so each is one node with its time; the layers inside run
-as a graph and are not seen. While the TorchScript tracer runs a module
-(``Module._slow_forward``, installed while profiling) the function mode is off, so the traced
-graph records the user's source lines. ``module.compile()``, in place, compiles the module's
-``_call_impl`` itself: such a module's calls are not nodes, and the operations the function
-mode sees count toward the enclosing call.
+block; its node is typed as the module compiled and its layers are the eager ones, from a
+replay on fake tensors, with estimated times) and of ``torch.jit.ScriptModule`` (whose
+``forward`` is TorchScript, not Python; its FLOPs unknown: ``unsupported`` lists it, one node
+with its time). While the TorchScript tracer runs a module (``Module._slow_forward``, installed
+while profiling) the function mode is off, so the traced graph records the user's source lines.
+``module.compile()``, in place, compiles the module's ``_call_impl`` itself: the modules of
+``profile(model)``'s model compiled so are recorded as ``torch.compile(module)`` is (their
+classes get a ``__call__`` of their own while profiling); elsewhere such a module's calls are
+not nodes, and the operations the function mode sees count toward the enclosing call.
 
 **Classes defined inside the block.** ``torch.nn.Module.__init_subclass__`` is set while
 profiling (and deleted again on exit): a class created in the block is wrapped at once, as its
@@ -70,7 +71,11 @@ import torch
 from torch._C._dynamo.eval_frame import get_eval_frame_callback as frame_callback
 
 from tracetorch.adapters.torch.call_hooks import configure_call_hooks
-from tracetorch.adapters.torch.compiled import start_compiled_counting, wrap_compiled
+from tracetorch.adapters.torch.compiled import (
+    start_compiled_counting,
+    wrap_compiled,
+    wrap_compiled_in_place,
+)
 from tracetorch.adapters.torch.cuda import configure as cuda_configure
 from tracetorch.adapters.torch.ops import start_op_counting, traced_forward
 from tracetorch.adapters.torch.saved import saved_bytes
@@ -249,6 +254,7 @@ class TorchAdapter:
         the allocator and push NVTX ranges around them (see .call_hooks)."""
         cuda_configure(collector)
         configure_call_hooks(collector, collector.nvtx)
+        wrap_compiled_in_place(collector.model)  # module.compile(): see .compiled
 
     def start(self, board: PatchBoard, counter: OpCounter) -> list[Callable[[], None]]:
         """Start counting operations and gradients, timing optimizer steps and watching for new

@@ -65,7 +65,7 @@ from tracetorch.engine.patches import PatchBoard, is_instrumented, reusable_wrap
 from tracetorch.records.tree import CallNode
 
 __all__ = ("DispatchedFlops", "RegionFacts", "compiled_call", "compiled_facts",
-           "start_compiled_counting", "wrap_compiled")
+           "start_compiled_counting", "wrap_compiled", "wrap_compiled_in_place")
 
 _queue_callback = torch.autograd.Variable._execution_engine.queue_callback
 #: Dynamo's own timer of one frame's compilation (seconds, one entry per compilation).
@@ -184,7 +184,8 @@ class _Session:
 
     def replay(self, original: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                make: bool) -> Replay | str:
-        """The replay of this call (made now when ``make`` and new), or why there is none."""
+        """The replay of this call of ``original``, the module compiled (made now when
+        ``make`` and new), or why there is none."""
         key = (id(original), call_key(args, kwargs, original))
         known = self.replays.get(key)
         if known is not None and known[0] is original:
@@ -192,7 +193,8 @@ class _Session:
         if not make:
             return "not replayed"
         try:
-            found: Replay | str = Replay.of(original, args, kwargs, torch.is_grad_enabled())
+            found: Replay | str = Replay.of(original, args, kwargs, torch.is_grad_enabled(),
+                                            _eager_call(original))
         except Exception as error:  # the module cannot run on fake tensors: one row instead
             found = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         self.replays[key] = (original, found)
@@ -302,6 +304,24 @@ _SESSIONS: list[_Session] = []
 _CALLS: dict[Any, Callable[..., Any]] = {}
 
 
+def _is_optimized(cls: type) -> bool:
+    """Whether ``cls`` is ``torch.compile``'s ``OptimizedModule`` (by name: the subclass watcher
+    sees it before its module binds it)."""
+    return cls.__module__ == "torch._dynamo.eval_frame" and cls.__qualname__ == "OptimizedModule"
+
+
+def _compiled_module(module: Any) -> Any:
+    # The module a compiled call compiled: an OptimizedModule's original, or the module itself
+    # (compiled in place, module.compile()).
+    return module._orig_mod if _is_optimized(type(module)) else module
+
+
+def _eager_call(module: Any) -> Callable[..., Any]:
+    # How the replay calls ``module`` eagerly: through __call__, or, for a module compiled in
+    # place (whose __call__ runs the compiled code), through _call_impl.
+    return module._call_impl if vars(module).get("_compiled_call_impl") is not None else module
+
+
 def _region_autograd_nodes(output: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
                            ) -> list[Any]:
     # The autograd nodes between the call's outputs and its inputs: a compiled graph's
@@ -392,7 +412,7 @@ def compiled_call(original: Callable[..., Any]) -> Callable[..., Any]:
         if frame is None or frame.owner is not module or not _SESSIONS:
             return original(module, *args, **kwargs)
         session = _SESSIONS[-1]
-        inner = module._orig_mod
+        inner = _compiled_module(module)
         replay = session.replay(inner, args, kwargs, make=False)
         counting = DispatchedFlops() if isinstance(replay, str) else contextlib.nullcontext()
         clock = frame.collector.host_clock
@@ -438,12 +458,54 @@ def _prepared(measured: Any, cls: type) -> Callable[..., Any]:
 
     def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N807 - its real name
         if _SESSIONS and not tracing() and current_frame() is not None:
-            _SESSIONS[-1].replay(module._orig_mod, args, kwargs, make=True)
+            _SESSIONS[-1].replay(_compiled_module(module), args, kwargs, make=True)
         return bind(module, cls)(*args, **kwargs)
 
     skip_frames(__call__.__code__)
     _PREPARED[measured] = __call__
     return __call__
+
+
+def _in_place(measured: Any, cls: type, original: Callable[..., Any]) -> Callable[..., Any]:
+    # For a class with an instance compiled in place: that instance's calls are replayed and
+    # recorded as a compiled module's; any other call goes on as without the profile.
+    bind = measured.__get__
+
+    def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N807 - its real name
+        if (vars(module).get("_compiled_call_impl") is None or not _SESSIONS or tracing()
+                or current_frame() is None):
+            return original(module, *args, **kwargs)
+        _SESSIONS[-1].replay(module, args, kwargs, make=True)
+        return bind(module, cls)(*args, **kwargs)
+
+    skip_frames(__call__.__code__)
+    return __call__
+
+
+def wrap_compiled_in_place(model: Any) -> None:
+    """``profile(model)``: record the modules of ``model`` compiled in place
+    (``module.compile()``, which compiles the module's ``_call_impl`` into an attribute of its
+    own that ``Module.__call__`` runs) as compiled modules. Their classes get a ``__call__`` of
+    their own until the profile closes (removed then: they only inherited it), which calls the
+    inherited one for every other instance; ``torch.nn.Module`` itself is never touched.
+
+    Example:
+        >>> wrap_compiled_in_place(torch.nn.Linear(2, 2))    # none compiled in place: nothing
+    """
+    if not _SESSIONS or not isinstance(model, torch.nn.Module):
+        return
+    board = _SESSIONS[-1].board
+    done: set[type] = set()
+    for module in model.modules():
+        cls = type(module)
+        if cls in done or vars(module).get("_compiled_call_impl") is None:
+            continue
+        done.add(cls)
+        original = cls.__call__
+        if is_instrumented(original) or "__call__" in vars(cls):
+            continue  # a class with a __call__ of its own is left as it is
+        measured = reusable_wrapper(cls, "__call__", compiled_call(original), "module", tracing)
+        board.install(cls, "__call__", _in_place(measured, cls, original))
 
 
 def wrap_compiled(board: PatchBoard, cls: type) -> None:

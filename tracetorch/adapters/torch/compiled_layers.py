@@ -29,7 +29,7 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -89,11 +89,12 @@ class Replay:
         self.inclusive_backward_flops = backward
 
     @classmethod
-    def of(cls, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grad: bool
-           ) -> Replay:
-        """Run ``module(*args, **kwargs)`` on fake copies of the tensors, recorded, and (with
-        ``grad``) its backward; raises what the run raises (an operation fake tensors cannot
-        run: a value read from data)."""
+    def of(cls, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grad: bool,
+           call: Callable[..., Any] | None = None) -> Replay:
+        """Run ``module(*args, **kwargs)`` (or ``call(...)``, which runs it: its
+        ``_call_impl``) on fake copies of the tensors, recorded, and (with ``grad``) its
+        backward; raises what the run raises (an operation fake tensors cannot run: a value
+        read from data)."""
         fake = FakeTensorMode(allow_non_fake_inputs=True)
         leaves: list[torch.Tensor] = []
 
@@ -110,7 +111,7 @@ class Replay:
         opened = open_root(collector.start(root))
         try:
             with fake, torch.set_grad_enabled(grad):
-                output = module(*fake_args, **fake_kwargs)
+                output = (call or module)(*fake_args, **fake_kwargs)
                 if grad:
                     _backward(module, output, leaves)
             owners = collector.owners_by_key()
