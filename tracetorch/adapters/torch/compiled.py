@@ -22,6 +22,14 @@ Three things make the call itself differ from the eager calls around it:
 * **The replay runs outside the measured call**: the function installed on
   ``OptimizedModule.__call__`` replays a new call first, then calls the recording wrapper.
 
+A module compiled in place (``module.compile()``: ``Module.__call__`` runs its compiled
+``_call_impl``) is recorded the same way when it belongs to ``profile(model)``'s model
+(:func:`wrap_compiled_in_place`); its replay calls its ``_call_impl`` eagerly.
+
+Backward estimates are given at the end of a pass the function mode saw (the pass's sweep
+charges the region's measured time after it); with ``profile(ops=False)`` the layers get their
+backward FLOPs and the region keeps its whole backward time.
+
 Where the replay cannot run (an operation fake tensors cannot run, such as a value read from
 data), the region stays one row whose FLOPs are what its graph dispatched (:class:`DispatchedFlops`:
 the products of the eager and AOT backends, the ``mm``/``addmm``/convolution kernels inductor
