@@ -58,7 +58,6 @@ import contextlib
 from typing import Any, Callable
 
 import torch
-from torch._dynamo.utils import compilation_time_metrics, counters
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
@@ -114,9 +113,19 @@ class DispatchedFlops(TorchDispatchMode):
         return out
 
 
+def _dynamo_counters() -> Any:
+    # Imported at a compiled call (Dynamo is loaded by then): importing it when a profile
+    # opens would change torch's namespace (torch._dynamo, a wrapped torch.manual_seed).
+    from torch._dynamo import utils
+
+    return utils
+
+
 def _dynamo_state() -> tuple[int, int, int, int, float]:
     # What Dynamo has compiled so far: graphs, frames, graph breaks, distinct break reasons,
     # and the compile time in seconds.
+    utils = _dynamo_counters()
+    counters, compilation_time_metrics = utils.counters, utils.compilation_time_metrics
     breaks = counters["graph_break"]
     return (int(counters["stats"]["unique_graphs"]), int(counters["frames"]["ok"]),
             int(sum(breaks.values())), len(breaks),
@@ -159,7 +168,7 @@ class RegionFacts:
         self.graph_breaks += breaks
         self.compile_ns += int(seconds * 1e9)
         if after[3] > before[3]:
-            reasons = list(counters["graph_break"])[before[3]:after[3]]
+            reasons = list(_dynamo_counters().counters["graph_break"])[before[3]:after[3]]
             self.break_reasons += [reason.splitlines()[0] for reason in reasons]
         return seconds
 

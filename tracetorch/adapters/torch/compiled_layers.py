@@ -32,8 +32,6 @@ from __future__ import annotations
 from typing import Any, Callable, NamedTuple
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._pytree import tree_map_only
 
 from tracetorch.adapters.torch.backward import collect_tensors
 from tracetorch.engine.collector import Collector
@@ -95,6 +93,11 @@ class Replay:
         ``_call_impl``) on fake copies of the tensors, recorded, and (with ``grad``) its
         backward; raises what the run raises (an operation fake tensors cannot run: a value
         read from data)."""
+        # Imported here, at a compiled call: importing torch's fake tensors (and Dynamo with
+        # them) when a profile opens would change torch's namespace.
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.utils._pytree import tree_map_only
+
         fake = FakeTensorMode(allow_non_fake_inputs=True)
         leaves: list[torch.Tensor] = []
 
