@@ -55,6 +55,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any, Callable
 
 import torch
@@ -452,10 +453,12 @@ def compiled_call(original: Callable[..., Any]) -> Callable[..., Any]:
                 _count_dispatched_backward(frame, session.counter,
                                            _region_autograd_nodes(output, args, kwargs))
             return output
-        session.charge_forward(frame, replay, max(0, elapsed - int(compiling * 1e9)))
         if grad and replay.inclusive_backward_flops[0]:
             _charge_replayed_backward(frame, session, replay,
                                       _region_autograd_nodes(output, args, kwargs))
+        # Charged once the recording wrapper has timed the call (see _charge_after), so that
+        # the region's measured time holds no bookkeeping of its layers.
+        _AFTER.charge = (session, frame, replay, max(0, elapsed - int(compiling * 1e9)))
         return output
 
     _CALLS[original] = __call__
@@ -464,6 +467,17 @@ def compiled_call(original: Callable[..., Any]) -> Callable[..., Any]:
 
 #: The function installed on ``OptimizedModule.__call__`` for each recording wrapper.
 _PREPARED: dict[Any, Callable[..., Any]] = {}
+#: Per thread, the layers' forward charge of the compiled call just timed (see compiled_call).
+_AFTER = threading.local()
+
+
+def _charge_after() -> None:
+    # The compiled call the recording wrapper has just timed: its layers' FLOPs and times.
+    charge = getattr(_AFTER, "charge", None)
+    if charge is not None:
+        _AFTER.charge = None
+        session, frame, replay, run_ns = charge
+        session.charge_forward(frame, replay, run_ns)
 
 
 def _prepared(measured: Any, cls: type) -> Callable[..., Any]:
@@ -474,9 +488,12 @@ def _prepared(measured: Any, cls: type) -> Callable[..., Any]:
     bind = measured.__get__
 
     def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N807 - its real name
-        if _SESSIONS and not tracing() and current_frame() is not None:
-            _SESSIONS[-1].replay(_compiled_module(module), args, kwargs, make=True)
-        return bind(module, cls)(*args, **kwargs)
+        if not _SESSIONS or tracing() or current_frame() is None:
+            return bind(module, cls)(*args, **kwargs)
+        _SESSIONS[-1].replay(_compiled_module(module), args, kwargs, make=True)
+        output = bind(module, cls)(*args, **kwargs)
+        _charge_after()
+        return output
 
     skip_frames(__call__.__code__)
     _PREPARED[measured] = __call__
@@ -493,7 +510,9 @@ def _in_place(measured: Any, cls: type, original: Callable[..., Any]) -> Callabl
                 or current_frame() is None):
             return original(module, *args, **kwargs)
         _SESSIONS[-1].replay(module, args, kwargs, make=True)
-        return bind(module, cls)(*args, **kwargs)
+        output = bind(module, cls)(*args, **kwargs)
+        _charge_after()
+        return output
 
     skip_frames(__call__.__code__)
     return __call__
