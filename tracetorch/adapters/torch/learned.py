@@ -56,7 +56,8 @@ from typing import Any
 
 import torch
 
-from tracetorch.engine.hotpath import Frame, innermost_frame, structure_generation
+from tracetorch.engine import hotpath as _hotpath
+from tracetorch.engine.hotpath import Frame, innermost_frame
 from tracetorch.flops.torch_functions import torch_function_formulas
 from tracetorch.records.tree import CallNode
 
@@ -106,14 +107,21 @@ def _key(args: tuple[Any, ...], kwargs: dict[str, Any], owner: Any) -> tuple[Any
     # dtypes, the structure generation, the training flag) and what it leaves out, plain
     # arguments (a flag, a count) by value: a flag that changes what a layer runs makes another
     # key. Keyword arguments with their names.
+    # (Asked before most calls of layers without a rule: the generation is read as a module
+    # attribute rather than through structure_generation(), and a tensor or None, the commonest
+    # arguments, without a call of _part.)
     training = getattr(owner, "training", None)  # (training_flag, inlined)
-    parts: list[Any] = [structure_generation(),
+    parts: list[Any] = [_hotpath._structure,
                         training if training is True or training is False else None]
-    for value in args:  # (None, the commonest argument after tensors, without a call)
-        parts.append(None if value is None else _part(value, 0))
+    for value in args:
+        cls = value.__class__
+        parts.append((value.shape, value.dtype) if cls is _Tensor or cls is _Parameter
+                     else None if value is None else _part(value, 0))
     for name, value in kwargs.items():
         parts.append(name)
-        parts.append(None if value is None else _part(value, 0))
+        cls = value.__class__
+        parts.append((value.shape, value.dtype) if cls is _Tensor or cls is _Parameter
+                     else None if value is None else _part(value, 0))
     return tuple(parts)
 
 
@@ -139,6 +147,8 @@ _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
 _PLAIN = frozenset({bool, int, float, str, torch.dtype, torch.device})
 _new_tuple = tuple.__new__
+#: Where a Frame keeps its ``ops`` flag (a replayed call runs with a copy that has it off).
+_OPS = Frame._fields.index("ops")
 
 
 def _gemm_names() -> tuple[frozenset[str], frozenset[str]]:
@@ -226,7 +236,7 @@ class OpLearner:
                     row[0] += calls
                     row[1] += op_flops
             # (a Frame with ops off; none is kept: it holds the layer called)
-            return _new_tuple(Frame, frame[:3] + (False,) + frame[4:])
+            return _new_tuple(Frame, frame[:_OPS] + (False,) + frame[_OPS + 1:])
         if not never:
             before = {name: (row[0], row[1]) for name, row in node.ops.items()}
             state.pending = (key, before, _DISTURBED[0])
@@ -252,7 +262,10 @@ class OpLearner:
             if parent is None or not parent.ops:
                 return False
             depth -= 1
-        return not any(_stack_at(i) is mode for i in range(depth))
+        for below in range(depth):  # (a loop, not any() over a generator: asked per call)
+            if _stack_at(below) is mode:
+                return False
+        return True
 
     def _settle(self, node: CallNode, state: _NodeState) -> None:
         # The observed call ended (this is the node's next call): what it added to the op table.
