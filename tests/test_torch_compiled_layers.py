@@ -8,6 +8,7 @@ the profile compiles nothing more and leaves the model as it was.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import pytest
@@ -310,3 +311,22 @@ def test_a_model_compiled_in_place_has_the_eager_rows_and_is_not_compiled_again(
     assert graphs == frames == 1
     assert prof.meta["compiled"]["regions"][""]["type"] == "CNN"
     assert "__call__" not in vars(CNN)  # the class's own __call__, while profiling, is gone
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_a_replayed_compiled_module_is_not_called_unsupported(layers: int) -> None:
+    class Tiny(torch.nn.Module):  # a class of its own: warned about at most once per type
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+
+        def forward(self, x: Any) -> Any:
+            return self.fc(x)
+
+    model = torch.nn.Linear(4, 4) if layers == 1 else Tiny()
+    compiled = torch.compile(model, backend="aot_eager")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the unsupported-layer warning would raise here
+        with tracetorch.profile() as prof:
+            compiled(torch.ones(2, 4))
+    assert prof.unsupported == {} and prof.find("").completeness == "complete"

@@ -238,6 +238,8 @@ class _Session:
                 node.note_shapes(inputs, output)
             nodes.append(node)
         region.params = max(region.params, replay.layers[0].params)
+        if region.flops_source == "none":  # known before its first call's end (no warning)
+            region.flops_source = replay.layers[0].flops_source
         self.targets[(region, id(replay))] = nodes
         return nodes
 
@@ -457,7 +459,9 @@ def compiled_call(original: Callable[..., Any]) -> Callable[..., Any]:
             _charge_replayed_backward(frame, session, replay,
                                       _region_autograd_nodes(output, args, kwargs))
         # Charged once the recording wrapper has timed the call (see _charge_after), so that
-        # the region's measured time holds no bookkeeping of its layers.
+        # the region's measured time holds no bookkeeping of its layers; the rows exist before
+        # (the wrapper's end of a first call takes a layer without rows for unsupported).
+        session.nodes(frame, replay)
         _AFTER.charge = (session, frame, replay, max(0, elapsed - int(compiling * 1e9)))
         return output
 
