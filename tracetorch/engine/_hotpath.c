@@ -28,6 +28,7 @@
  * ``size``: how many) and a per-shape counter's slots (tracetorch.records.tree.ENTRY_FIELDS:
  * the calls, the key it was measured for). */
 typedef struct {
+    PyObject *frame_type;  /* hotpath.Frame itself: an open call is an instance of it */
     Py_ssize_t collector, owner, ops, observe, pending, flops_cache, children, size;
     Py_ssize_t calls, key;
 } Layout;
@@ -68,6 +69,10 @@ set_layout(Layout *at, PyObject *ns)
             PyErr_SetObject(PyExc_NameError, frame_type == NULL ? s_Frame : s_ENTRY_FIELDS);
         return -1;
     }
+    if (!PyType_Check(frame_type)) {
+        PyErr_SetString(PyExc_TypeError, "Wrapper: the namespace's Frame must be a class");
+        return -1;
+    }
     PyObject *frame = PyObject_GetAttr(frame_type, s_fields);
     if (frame == NULL)
         return -1;
@@ -82,7 +87,11 @@ set_layout(Layout *at, PyObject *ns)
              && (at->calls = PySequence_Index(entry, s_calls)) >= 0
              && (at->key = PySequence_Index(entry, s_key)) >= 0;
     Py_DECREF(frame);
-    return ok ? 0 : -1;
+    if (!ok)
+        return -1;
+    Py_INCREF(frame_type);
+    Py_XSETREF(at->frame_type, frame_type);
+    return 0;
 }
 
 static int
@@ -92,6 +101,7 @@ Wrapper_traverse(Wrapper *self, visitproc visit, void *arg)
     Py_VISIT(self->ns);
     Py_VISIT(self->guard);
     Py_VISIT(self->owner);
+    Py_VISIT(self->at.frame_type);
     return 0;
 }
 
@@ -102,6 +112,7 @@ Wrapper_clear(Wrapper *self)
     Py_CLEAR(self->ns);
     Py_CLEAR(self->guard);
     Py_CLEAR(self->owner);
+    Py_CLEAR(self->at.frame_type);
     return 0;
 }
 
@@ -220,14 +231,12 @@ guarded(PyObject *guard)
 
 /* ------------------------------------------------------------------------------ the wrapper */
 
-/* Whether ``frame`` is laid out as a Frame; 0 with a TypeError set if not. */
+/* Whether ``frame`` is a Frame (made only by Frame.of and tuple.__new__ with all its fields;
+ * the containers in it are checked by the calls that use them); 0 with a TypeError set if not. */
 static int
 is_frame(const Layout *at, PyObject *frame)
 {
-    if (PyTuple_Check(frame) && PyTuple_GET_SIZE(frame) >= at->size
-            && PyList_Check(PyTuple_GET_ITEM(frame, at->pending))
-            && PyDict_Check(PyTuple_GET_ITEM(frame, at->flops_cache))
-            && PyDict_Check(PyTuple_GET_ITEM(frame, at->children)))
+    if ((PyObject *)Py_TYPE(frame) == at->frame_type && PyTuple_GET_SIZE(frame) >= at->size)
         return 1;
     PyErr_SetString(PyExc_TypeError, "an open call must be a tracetorch Frame");
     return 0;
@@ -266,7 +275,7 @@ add_plain_time(PyObject *collector, PyObject *node, PyObject *pending, PyObject 
 {
     int status = -1;
     PyObject *time = NULL, *unfolded = NULL;
-    if (PyList_Append(pending, elapsed) < 0)
+    if (PyList_Append(pending, elapsed) < 0)  /* (an error if ``pending`` is no list) */
         goto done;
     if (PyList_GET_SIZE(pending) >= flush_every) {
         if ((time = PyObject_GetAttr(node, s_time)) == NULL)
