@@ -96,7 +96,7 @@ class _Site:
 class CollectiveLog:
     """One rank's collectives (per call path and operation) and its compute/collective split.
 
-    Thread-safe: completions of asynchronous operations arrive on the backend's threads.
+    Thread-safe: completions arrive on the collectives mode's watcher thread.
     """
 
     def __init__(self) -> None:
@@ -180,8 +180,8 @@ class CollectiveLog:
                 self._idle_since = done_ns
 
     def drain(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the completions still to be seen (a backend may
-        run a future's callbacks just after its waiter has returned); whether none is left."""
+        """Wait up to ``timeout`` seconds for the completions still to be seen (the mode's
+        watcher may stamp one just after its waiter has returned); whether none is left."""
         with self._lock:
             return self._lock.wait_for(lambda: self._in_flight == 0, timeout)
 

@@ -9,6 +9,15 @@ know it: ``all_reduce``), its bytes, and its time from issue to the completion o
 future (see :mod:`~tracetorch.distributed.collectives` for what that measures on each backend).
 Every other operation takes the fast path: one dictionary lookup, then the call.
 
+**Completions are seen by threads of ours**, never by a callback on the future: the backend
+runs a future's callbacks on its own worker thread, a Python one needing the GIL there (to run,
+and again to be freed after every callback has run), and a waiter such as DDP's reducer resumes
+as soon as the future is marked complete, before its callbacks. A teardown that then holds the
+GIL while joining the backend's workers (the group's last reference dropped, at the latest when
+the interpreter exits) waits for a worker that waits for the GIL: the rank hung, past SIGTERM
+(issue 29). So a thread of ours (:class:`_Watcher`) waits for each future, the GIL released, and
+stamps its completion when the wait returns: nothing of ours runs on a backend's thread.
+
 **Cost.** A dispatch mode costs every aten operation the Python dispatch round trip, several µs
 on CPU (``benchmarks/merge_ranks.py`` prints it), so the mode is pushed only while a profile is
 open in a distributed job (a process group is initialized, or a launcher set ``WORLD_SIZE``),
@@ -25,6 +34,9 @@ Example:
 """
 from __future__ import annotations
 
+import os
+import queue
+import threading
 from typing import Any, Callable, Optional
 
 import torch
@@ -36,7 +48,7 @@ from tracetorch.engine.hotpath import current_frame
 from tracetorch.engine.patches import recording_wrapper
 from tracetorch.models.tensors import tensor_bytes
 
-__all__ = ("CollectiveMode",)
+__all__ = ("CollectiveMode", "WATCHERS")
 
 _Work = torch._C._distributed_c10d.Work if torch.distributed.is_available() else None
 
@@ -62,6 +74,72 @@ def _specs() -> dict[Any, _Spec]:
 
 
 _SPECS: dict[Any, _Spec] = {}
+
+
+#: The most threads waiting for collectives' futures at once: futures in flight beyond that
+#: many wait in a queue, and one completing before the futures ahead of it is stamped late.
+WATCHERS = 8
+
+
+class _Watcher:
+    """Daemon threads stamping futures' completions, one thread per future in flight (up to
+    :data:`WATCHERS`), started as needed and kept for the next ones; a forked child starts
+    afresh.
+
+    Example:
+        >>> import threading, torch
+        >>> future, stamped = torch.futures.Future(), threading.Event()
+        >>> _WATCHER.watch(future, stamped.set)
+        >>> future.set_result(None)
+        >>> stamped.wait(5.0)
+        True
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[Any, Callable[[], None]]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._free = 0     # threads not waiting for a future
+        self._queued = 0   # futures handed over that no thread has taken yet
+
+    def watch(self, future: Any, done: Callable[[], None]) -> None:
+        """Call ``done`` (on a watcher thread) once ``future`` has completed or failed."""
+        with self._lock:
+            self._queued += 1
+            if self._queued > self._free and self._threads < WATCHERS:
+                threading.Thread(target=self._run, name="tracetorch-collectives",
+                                 daemon=True).start()
+                self._threads += 1
+                self._free += 1
+        self._queue.put((future, done))
+
+    def _run(self) -> None:
+        while True:
+            future, done = self._queue.get()
+            with self._lock:
+                self._queued -= 1
+                self._free -= 1
+            try:
+                future.wait()  # releases the GIL while it waits
+            except Exception:  # the collective failed: it is over all the same
+                pass
+            done()
+            del future, done  # not kept alive while the next one is waited for
+            with self._lock:
+                self._free += 1
+
+
+_WATCHER = _Watcher()
+
+
+def _forked() -> None:
+    # A forked child has no watcher thread, and its parent's futures are not its own.
+    global _WATCHER
+    _WATCHER = _Watcher()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
 
 
 def _work_of(output: Any) -> Any:
@@ -125,7 +203,7 @@ class CollectiveMode(TorchDispatchMode):
         if future is None:
             done()
         else:
-            future.add_done_callback(done)
+            _WATCHER.watch(future, done)
         return output
 
     def push(self) -> None:

@@ -1,0 +1,83 @@
+"""Issue 29 (a rank hung at shutdown): nothing of tracetorch runs on a c10d backend's thread.
+
+gloo runs a ``Work`` future's callbacks on its worker thread, a Python callback taking the GIL
+there (to run, and again to be freed), and DDP's reducer resumes once the future is marked
+complete, before its callbacks have run; a teardown that then holds the GIL while joining the
+backend's workers (the process group's last reference dropped, at the latest at interpreter
+exit) waits for the worker, which waits for the GIL: the rank hung, past SIGTERM. Whether a run
+hangs depends on how the threads are scheduled (2 of 3 on a loaded machine, none of 19 on a
+quieter one), so these tests check its cause instead, which is deterministic: the thread that
+records each collective's completion is never one that Python did not start (a backend's worker
+shows up as a ``threading._DummyThread``).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture
+def group(torch: ModuleType) -> Any:
+    """A one-rank gloo process group for the test (the gloo worker threads are real)."""
+    dist = torch.distributed
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield dist
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+@pytest.fixture
+def completing_threads(monkeypatch: pytest.MonkeyPatch) -> list[threading.Thread]:
+    """The thread of each collective's completion, as a collective log records it."""
+    from tracetorch.distributed.collectives import CollectiveLog
+
+    threads: list[threading.Thread] = []
+    completed = CollectiveLog.completed
+
+    def seen(self: CollectiveLog, *args: Any) -> None:
+        threads.append(threading.current_thread())
+        completed(self, *args)
+
+    monkeypatch.setattr(CollectiveLog, "completed", seen)
+    return threads
+
+
+def _foreign(threads: list[threading.Thread]) -> list[str]:
+    return [t.name for t in threads if isinstance(t, threading._DummyThread)]
+
+
+def test_asynchronous_collectives_complete_on_a_thread_of_ours(torch, group, completing_threads):
+    from tracetorch.distributed.collectives import CollectiveLog
+    from tracetorch.distributed.mode import CollectiveMode
+
+    log = CollectiveLog()
+    with CollectiveMode(time.perf_counter_ns, log):
+        # 4 MiB each: gloo completes them on its worker well after they are issued.
+        works = [group.all_reduce(torch.ones(1 << 20), async_op=True) for _ in range(5)]
+        for work in works:
+            work.wait()
+    assert log.drain(60)
+    assert len(completing_threads) == 5 and _foreign(completing_threads) == []
+    (site,) = log.facts()["collectives"]
+    assert (site["op"], site["calls"], site["async_calls"]) == ("all_reduce", 5, 5)
+    assert site["time"]["count"] == 5 and site["time"]["min_ns"] > 0
+
+
+def test_ddp_torn_down_inside_a_profile_completes_on_a_thread_of_ours(torch, group,
+                                                                      completing_threads):
+    import tracetorch as tt
+
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    with tt.profile(model) as prof:
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        for _ in range(3):
+            ddp(torch.randn(16, 32)).square().mean().backward()
+        group.destroy_process_group()  # as examples/ddp_train.py does, inside the block
+        del ddp
+    assert completing_threads and _foreign(completing_threads) == []
+    sites = {site["op"]: site for site in prof.meta["distributed"]["collectives"]}
+    assert sites["all_reduce"]["calls"] == sites["all_reduce"]["time"]["count"] == 3
