@@ -81,3 +81,24 @@ def test_ddp_torn_down_inside_a_profile_completes_on_a_thread_of_ours(torch, gro
     assert completing_threads and _foreign(completing_threads) == []
     sites = {site["op"]: site for site in prof.meta["distributed"]["collectives"]}
     assert sites["all_reduce"]["calls"] == sites["all_reduce"]["time"]["count"] == 3
+
+
+def test_a_collective_completing_first_is_stamped_without_waiting_for_earlier_ones(torch):
+    from tracetorch.distributed.mode import _WATCHER, WATCHERS
+
+    first, second = torch.futures.Future(), torch.futures.Future()
+    stamped: list[str] = []
+    first_done, second_done = threading.Event(), threading.Event()
+    _WATCHER.watch(first, lambda: (stamped.append("first"), first_done.set()))
+    _WATCHER.watch(second, lambda: (stamped.append("second"), second_done.set()))
+    second.set_result(None)  # an all-reduce of a later bucket, done before an earlier one
+    assert second_done.wait(30) and stamped == ["second"]
+    first.set_result(None)
+    assert first_done.wait(30) and stamped == ["second", "first"]
+    for _ in range(20):  # one at a time: the threads already started take them
+        future, done = torch.futures.Future(), threading.Event()
+        _WATCHER.watch(future, done.set)
+        future.set_result(None)
+        assert done.wait(30)
+    watchers = [t for t in threading.enumerate() if t.name == "tracetorch-collectives"]
+    assert 2 <= len(watchers) <= WATCHERS
