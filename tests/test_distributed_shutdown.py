@@ -5,7 +5,7 @@ there (to run, and again to be freed), and DDP's reducer resumes once the future
 complete, before its callbacks have run; a teardown that then holds the GIL while joining the
 backend's workers (the process group's last reference dropped, at the latest at interpreter
 exit) waits for the worker, which waits for the GIL: the rank hung, past SIGTERM. Whether a run
-hangs depends on how the threads are scheduled (2 of 3 on a loaded machine, none of 19 on a
+hangs depends on how the threads are scheduled (2 of 3 on a loaded machine, none of 25 on a
 quieter one), so these tests check its cause instead, which is deterministic: the thread that
 records each collective's completion is never one that Python did not start (a backend's worker
 shows up as a ``threading._DummyThread``).
