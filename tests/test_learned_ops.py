@@ -290,25 +290,3 @@ def test_a_torch_function_subclass_logs_the_same_calls_inside_and_outside():
         with tracetorch.profile(model):
             inside = [step() for _ in range(5)]
     assert inside[1:] == [outside] * 4
-
-
-def test_the_c_and_python_add_learned_rows_alike():
-    # A replayed call's op-table rows: added in C where the accelerators are built
-    # (_marks.add_op_rows), by learned._add_rows otherwise; both the same, a new row made last.
-    from tracetorch.adapters.torch import learned
-    from tracetorch.engine.native import native_type
-
-    adders = [learned._add_rows]
-    if os.environ.get("TRACETORCH_PURE_PYTHON") != "1":
-        adders.append(native_type("tracetorch.adapters.torch._marks", "add_op_rows"))
-        assert learned._add_op_rows is adders[1]
-    rows = (("mul", 2, 12), ("add", 1, 0), ("softmax", 3, 30))
-    for add in adders:
-        ops = {"add": [5, 0, 7], "mul": [1, 6, 0]}
-        add(ops, rows)
-        add(ops, rows)
-        assert ops == {"add": [7, 0, 7], "mul": [5, 30, 0], "softmax": [6, 60, 0]}
-        assert list(ops) == ["add", "mul", "softmax"]
-    if len(adders) == 2:
-        with pytest.raises(TypeError):
-            adders[1]({}, [("mul", 1, 2)])  # rows are a tuple, as learned counts keep them

@@ -8,8 +8,6 @@
  * ``(frame, parts, inner)`` in ``grad_fn.metadata`` and, for a node marked the first time,
  * register the hook through the tensor's hook dict (or ``register_prehook``). Anything else is
  * the Python observer's. As there, an error while marking never reaches the user's model.
- * The module also holds ``add_op_rows``, tracetorch.adapters.torch.learned._add_rows in C (a
- * replayed call's learned op-table rows: see the end of this file).
  *
  * Every Python name it reads is interned in PyInit__marks, and the positions of the records it
  * shares with Python (a Frame's fields, the counter's slot of the parts, a pass's ``hot``
@@ -646,74 +644,11 @@ STANDIN_TYPE(BoundaryType, "Boundary",
              "The hook autograd runs at a marked node (see backward._on_marked_node).",
              Boundary_init, Boundary_call);
 
-/* ------------------------------------------------------------------------------ learned rows
- * ``add_op_rows(ops, rows)`` stands for learned._add_rows: what OpLearner.replay adds to a
- * node's op table (``{name: [calls, FLOPs, time]}``) for a call whose counts are learned, each
- * ``(name, calls, flops)`` of ``rows`` added to its row, a row made where the table has none.
- * Asked before most calls of layers without a rule, with a row per operation they run. */
-
-/* list[at] += value; 0, or -1 with an error set. */
-static int
-add_at(PyObject *list, Py_ssize_t at, PyObject *value)
-{
-    PyObject *sum = PyNumber_InPlaceAdd(PyList_GET_ITEM(list, at), value);
-    if (sum == NULL)
-        return -1;
-    return PyList_SetItem(list, at, sum);  /* steals sum */
-}
-
-static PyObject *
-add_op_rows(PyObject *module, PyObject *const *argv, Py_ssize_t argc)
-{
-    (void)module;
-    if (argc != 2 || !PyDict_Check(argv[0]) || !PyTuple_Check(argv[1])) {
-        PyErr_SetString(PyExc_TypeError, "add_op_rows(ops, rows) takes a dict and a tuple");
-        return NULL;
-    }
-    PyObject *ops = argv[0], *rows = argv[1];
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(rows); i++) {
-        PyObject *learned = PyTuple_GET_ITEM(rows, i);
-        if (!PyTuple_Check(learned) || PyTuple_GET_SIZE(learned) != 3) {
-            PyErr_SetString(PyExc_TypeError, "add_op_rows: each row is (name, calls, flops)");
-            return NULL;
-        }
-        PyObject *name = PyTuple_GET_ITEM(learned, 0), *calls = PyTuple_GET_ITEM(learned, 1),
-                 *flops = PyTuple_GET_ITEM(learned, 2);
-        PyObject *row = PyDict_GetItemWithError(ops, name);  /* borrowed */
-        if (row == NULL) {
-            if (PyErr_Occurred())
-                return NULL;
-            PyObject *made = Py_BuildValue("[OOi]", calls, flops, 0);
-            if (made == NULL)
-                return NULL;
-            int failed = PyDict_SetItem(ops, name, made);
-            Py_DECREF(made);
-            if (failed < 0)
-                return NULL;
-            continue;
-        }
-        if (!PyList_Check(row) || PyList_GET_SIZE(row) < 2) {
-            PyErr_SetString(PyExc_TypeError, "add_op_rows: an op-table row is a list");
-            return NULL;
-        }
-        if (add_at(row, 0, calls) < 0 || add_at(row, 1, flops) < 0)
-            return NULL;
-    }
-    Py_RETURN_NONE;
-}
-
-static PyMethodDef marks_functions[] = {
-    {"add_op_rows", (PyCFunction)(void (*)(void))add_op_rows, METH_FASTCALL,
-     "add_op_rows(ops, rows): a learned call's rows added to an op table (learned._add_rows)."},
-    {NULL, NULL, 0, NULL},
-};
-
 static struct PyModuleDef marks_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "tracetorch.adapters.torch._marks",
     .m_doc = "Marking a torch layer call's output in C (an optional accelerator).",
     .m_size = -1,
-    .m_methods = marks_functions,
 };
 
 #define INTERN(var, text) \

@@ -58,7 +58,6 @@ import torch
 
 from tracetorch.engine import hotpath as _hotpath
 from tracetorch.engine.hotpath import Frame, innermost_frame
-from tracetorch.engine.native import native_type
 from tracetorch.flops.torch_functions import torch_function_formulas
 from tracetorch.records.tree import CallNode
 
@@ -152,29 +151,6 @@ _new_tuple = tuple.__new__
 _OPS = Frame._fields.index("ops")
 
 
-def _add_rows(ops: dict[str, list[int]], rows: tuple[tuple[str, int, int], ...]) -> None:
-    """Add a learned call's op-table ``rows`` (name, calls, FLOPs) to a node's ``ops``.
-
-    Example:
-        >>> ops = {"mul": [1, 4, 0]}
-        >>> _add_rows(ops, (("mul", 1, 4), ("add", 2, 6)))
-        >>> ops
-        {'mul': [2, 8, 0], 'add': [2, 6, 0]}
-    """
-    for name, calls, op_flops in rows:
-        row = ops.get(name)
-        if row is None:
-            ops[name] = [calls, op_flops, 0]
-        else:
-            row[0] += calls
-            row[1] += op_flops
-
-
-#: :func:`_add_rows` in C where the accelerators are built (``_marks.add_op_rows``): a replayed
-#: call adds a row per operation it ran, about 600 instructions each in Python.
-_add_op_rows = native_type("tracetorch.adapters.torch._marks", "add_op_rows") or _add_rows
-
-
 def _gemm_names() -> tuple[frozenset[str], frozenset[str]]:
     # The names the mode charges FLOPs under (a counted function's formula name), those of
     # products, and those used by both a product and another function (not learned: which
@@ -251,7 +227,14 @@ class OpLearner:
             flops, gemm, rows = learned
             node.op_flops += flops
             node.op_gemm += gemm
-            _add_op_rows(node.ops, rows)
+            ops = node.ops
+            for name, calls, op_flops in rows:
+                row = ops.get(name)
+                if row is None:
+                    ops[name] = [calls, op_flops, 0]
+                else:
+                    row[0] += calls
+                    row[1] += op_flops
             # (a Frame with ops off; none is kept: it holds the layer called)
             return _new_tuple(Frame, frame[:_OPS] + (False,) + frame[_OPS + 1:])
         if not never:
