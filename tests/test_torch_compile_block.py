@@ -14,18 +14,14 @@ from typing import Any
 import pytest
 
 import tracetorch
+from support.dynamo import fresh_dynamo  # noqa: F401 - the fixture, used by pytestmark
 
 torch = pytest.importorskip("torch") if os.environ.get("CI") != "true" else __import__("torch")
 transformers = (pytest.importorskip("transformers") if os.environ.get("CI") != "true"
                 else __import__("transformers"))
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo() -> Any:
-    torch._dynamo.reset()
-    torch._dynamo.utils.counters.clear()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def graphs() -> int:
