@@ -27,6 +27,7 @@ import numpy as np
 
 import tracetorch
 from tracetorch.analysis.roofline import LayerBound
+from tracetorch.text.units import format_time_ns
 
 CASES: tuple[tuple[str, str, int, int, int], ...] = (
     # name, expected label, features, batch, layers
@@ -98,7 +99,7 @@ def main() -> None:
             rows.append((name, framework, expected, got,
                          f"{_median(bounds, lambda b: b.intensity):.3g}",
                          f"{100 * _median(bounds, lambda b: b.fraction_of_ceiling):.1f}%",
-                         tracetorch.report.format_time_ns(
+                         format_time_ns(
                              _median(bounds, lambda b: b.time_ns / b.calls)),
                          "yes" if set(labels) == {expected} else "NO"))
     print()
