@@ -15,8 +15,11 @@ and again to be freed after every callback has run), and a waiter such as DDP's 
 as soon as the future is marked complete, before its callbacks. A teardown that then holds the
 GIL while joining the backend's workers (the group's last reference dropped, at the latest when
 the interpreter exits) waits for a worker that waits for the GIL: the rank hung, past SIGTERM
-(issue 29). So a thread of ours (:class:`_Watcher`) waits for each future, the GIL released, and
-stamps its completion when the wait returns: nothing of ours runs on a backend's thread.
+(issue 29). So a thread of ours (:class:`_Watcher`) looks at each future until it is done,
+sleeping between looks (at most :data:`POLL_MAX_S`), and stamps its completion then: nothing of
+ours runs on a backend's thread, and none of our threads sits in torch's C++ wait when the
+interpreter exits (a thread woken there by the group's teardown is ended inside C++, which
+aborts the process).
 
 **Cost.** A dispatch mode costs every aten operation the Python dispatch round trip, several µs
 on CPU (``benchmarks/merge_ranks.py`` prints it), so the mode is pushed only while a profile is
@@ -37,6 +40,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from typing import Any, Callable, Optional
 
 import torch
@@ -48,7 +52,7 @@ from tracetorch.engine.hotpath import current_frame
 from tracetorch.engine.patches import recording_wrapper
 from tracetorch.models.tensors import tensor_bytes
 
-__all__ = ("CollectiveMode", "WATCHERS")
+__all__ = ("CollectiveMode", "WATCHERS", "POLL_MAX_S")
 
 _Work = torch._C._distributed_c10d.Work if torch.distributed.is_available() else None
 
@@ -119,14 +123,27 @@ class _Watcher:
             with self._lock:
                 self._queued -= 1
                 self._free -= 1
-            try:
-                future.wait()  # releases the GIL while it waits
-            except Exception:  # the collective failed: it is over all the same
-                pass
+            _wait_for(future)
             done()
             del future, done  # not kept alive while the next one is waited for
             with self._lock:
                 self._free += 1
+
+
+#: The longest pause between two looks at a future in flight (seconds): the most a completion's
+#: stamp can be late, beyond the thread's wake-up.
+POLL_MAX_S = 100e-6
+
+
+def _wait_for(future: Any) -> None:
+    # Looks, then sleeps, rather than Future.wait(): a thread blocked in torch's C++ wait when the
+    # interpreter finalizes is woken by the process group's teardown and ended by Python inside
+    # C++ (pthread_exit through a noexcept destructor), which aborts the process. A thread in
+    # time.sleep is ended cleanly. The pauses start short, for short collectives.
+    pause = 5e-6
+    while not future.done():
+        time.sleep(pause)
+        pause = min(2 * pause, POLL_MAX_S)
 
 
 _WATCHER = _Watcher()
