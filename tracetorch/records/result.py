@@ -256,7 +256,7 @@ class ProfileResult:
             >>> open(path).readline().startswith("path,name,type")
             True
         """
-        exporter(format).load()(self, path, **options)
+        exporter(format)(self, path, **options)
 
     def to_dict(self) -> dict[str, Any]:
         """A versioned, JSON-ready form that :meth:`from_dict` and :func:`tracetorch.load`

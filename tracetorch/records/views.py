@@ -13,45 +13,34 @@ imports) loads the first time it is used, not with ``import tracetorch``.
 
 Example:
     >>> from tracetorch.records.views import exporter_names
-    >>> {"json", "chrome", "speedscope", "csv", "html"} <= set(exporter_names())
+    >>> {"json", "chrome", "speedscope", "csv", "html", "text"} <= set(exporter_names())
     True
 """
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-__all__ = ("Exporter", "register_exporter", "exporter", "exporter_names", "register_view",
-           "view")
+__all__ = ("register_exporter", "exporter", "exporter_names", "register_view", "view")
+
+#: A format's writer ``write(result, path, **options)``, or the view's function, as a loader
+#: returns it the first time it is used.
+Loader = Callable[[], Callable[..., Any]]
+
+_EXPORTERS: dict[str, Loader] = {}
+_VIEWS: dict[str, Loader] = {}
 
 
-@dataclass
-class Exporter:
-    """A file format: ``write(result, path, **options)`` (or a loader giving it) and the file
-    suffix a user expects (``.json``, ``.html``)."""
-
-    name: str
-    suffix: str
-    load: Callable[[], Callable[..., None]]
-    description: str = ""
-
-
-_EXPORTERS: dict[str, Exporter] = {}
-_VIEWS: dict[str, Callable[[], Callable[..., Any]]] = {}
-
-
-def register_exporter(name: str, suffix: str, load: Callable[[], Callable[..., None]],
-                      description: str = "") -> None:
+def register_exporter(name: str, load: Loader) -> None:
     """Make ``result.export(name, path)`` write with the function ``load()`` returns.
 
     Example:
-        >>> register_exporter("lines", ".txt", lambda: lambda result, path: None, "a test format")
-        >>> exporter("lines").suffix
-        '.txt'
+        >>> register_exporter("lines", lambda: lambda result, path: None)
+        >>> exporter("lines")(None, "unused") is None
+        True
         >>> _ = _EXPORTERS.pop("lines")
     """
-    _EXPORTERS[name] = Exporter(name, suffix, load, description)
+    _EXPORTERS[name] = load
 
 
 def exporter_names() -> list[str]:
@@ -59,20 +48,21 @@ def exporter_names() -> list[str]:
     return list(_EXPORTERS)
 
 
-def exporter(name: str) -> Exporter:
-    """The registered format ``name``.
+def exporter(name: str) -> Callable[..., Any]:
+    """The writer of the registered format ``name``.
 
     Raises:
         ValueError: no format of that name; the message lists those there are.
     """
     try:
-        return _EXPORTERS[name]
+        load = _EXPORTERS[name]
     except (KeyError, TypeError):
         raise ValueError(f"format: expected one of {', '.join(map(repr, _EXPORTERS))}, "
                          f"got {name!r}") from None
+    return load()
 
 
-def register_view(name: str, load: Callable[[], Callable[..., Any]]) -> None:
+def register_view(name: str, load: Loader) -> None:
     """Make :func:`view` ``(name)`` the function ``load()`` returns (loaded when first used)."""
     _VIEWS[name] = load
 

@@ -16,8 +16,8 @@ loads only the HTML one.
 
 Example:
     >>> from tracetorch.records.views import exporter
-    >>> exporter("speedscope").suffix
-    '.speedscope.json'
+    >>> exporter("speedscope").__name__
+    'export_speedscope'
 """
 from __future__ import annotations
 
@@ -34,16 +34,15 @@ def _function(module: str, name: str) -> Callable[[], Callable[..., Any]]:
     return lambda: getattr(import_module(f"tracetorch.report.{module}"), name)
 
 
-register_exporter("json", ".json", lambda: import_module("tracetorch.records.jsonio").save_result,
-                  "the versioned profile file (tracetorch.load reads it back)")
-register_exporter("chrome", ".trace.json", _function("chrome", "export_chrome_trace"),
-                  "the per-call timeline for chrome://tracing and ui.perfetto.dev")
-register_exporter("speedscope", ".speedscope.json", _function("speedscope", "export_speedscope"),
-                  "flame graphs by self time and by FLOPs for speedscope.app")
-register_exporter("csv", ".csv", _function("csv", "write_csv"), "one row per call node")
-register_exporter("html", ".html", _function("html", "save_html"),
-                  "the interactive offline report")
-register_exporter("text", ".txt", _function("table", "save_table"), "the call-tree table")
+# The formats, by the name prof.export() takes: the versioned profile (tracetorch.load reads it),
+# the per-call timeline for Perfetto, flame graphs for speedscope.app, one row per node, the
+# interactive offline page, the call-tree table.
+register_exporter("json", lambda: import_module("tracetorch.records.jsonio").save_result)
+register_exporter("chrome", _function("chrome", "export_chrome_trace"))
+register_exporter("speedscope", _function("speedscope", "export_speedscope"))
+register_exporter("csv", _function("csv", "write_csv"))
+register_exporter("html", _function("html", "save_html"))
+register_exporter("text", _function("table", "save_table"))
 
 register_view("table", _function("table", "render_table"))
 register_view("notebook", _function("notebook", "render_notebook"))
