@@ -244,7 +244,7 @@ from tracetorch.records.memory import MemoryStats
 from tracetorch.records.stats import TimeStats
 from tracetorch.records.tree import CallNode
 
-ENGINE = {"parent", "children", "children_by_owner", "frame", "flops_cache"}
+ENGINE = {"parent", "children", "engine"}
 
 
 def value(field, item):
@@ -264,6 +264,8 @@ def rows(prof):
         for field in CallNode.__slots__:
             if field not in ENGINE:
                 row[field] = value(field, getattr(node, field))
+        state = node.engine  # (what outlives a recording: the rule's standing, no leftovers)
+        row["engine"] = (state.rule_state, state.op_flops, state.op_gemm)
         out.append(row)
     return out
 

@@ -1,7 +1,7 @@
 """A layer's figures measured once are reused only for calls they hold for.
 
 FLOPs, bytes read and written, bytes saved for backward and gradient parts are measured at a
-layer's first call with a key (``node.flops_cache``) and counted again for each later call
+layer's first call with a key (``node.engine.flops_cache``) and counted again for each later call
 with the same key: the key holds what they depend on besides the layer's type (its inputs'
 shapes and dtypes, the grad mode, the layer's parameter shapes and sublayers), so a call that
 differs in any of them is measured anew. Sizes below: F32 = 4, F64 = 8 bytes an element.
@@ -141,10 +141,10 @@ def test_a_weight_replaced_by_one_of_the_same_shape_keeps_the_figures(torch):
     layer, x = torch.nn.Linear(4, 4, bias=False), torch.ones(2, 4)
     with tracetorch.profile(layer) as prof:
         layer(x)
-        keys = list(prof.root.children[""].flops_cache)
+        keys = list(prof.root.children[""].engine.flops_cache)
         layer.weight = torch.nn.Parameter(torch.zeros(4, 4))
         layer(x)
-        assert list(prof.root.children[""].flops_cache) == keys  # nothing measured again
+        assert list(prof.root.children[""].engine.flops_cache) == keys  # nothing measured again
     assert prof.root.children[""].flops == 2 * (2 * 2 * 4 * 4)
 
 

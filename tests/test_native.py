@@ -110,7 +110,7 @@ def test_torch_marks_and_backward_boundaries_hold_nothing_after_the_pass(torch):
     x = torch.ones(2, 3)
     with tracetorch.profile(model) as prof:
         model(x).sum().backward()
-        watched = (model, model[0].weight, x, prof.find("0").frame, prof.find("1"))
+        watched = (model, model[0].weight, x, prof.find("0").engine.frame, prof.find("1"))
         before = [sys.getrefcount(obj) for obj in watched]
         for _ in range(200):
             model(x).sum().backward()

@@ -70,36 +70,38 @@ def test_untouched_nodes_are_not_visited():
     root = CallNode.root()
     block = root.child("block", "Block", "m0")
     ran, idle = block.child("ran", "Custom", "m1"), block.child("idle", "Custom", "m2")
-    ran.op_flops, ran.op_gemm = 10, 8
-    idle.op_flops = 5  # counters a fold that visited it would take
+    ran.engine.op_flops, ran.engine.op_gemm = 10, 8
+    idle.engine.op_flops = 5  # counters a fold that visited it would take
     fold.fold_touched([ran])
     assert (ran.flops, ran.gemm_flops, ran.macs, ran.flops_source) == (10, 8, 4, "ops")
     assert (block.flops, block.subtree_flops) == (0, 10)
-    assert (idle.op_flops, idle.flops) == (5, 0)
+    assert (idle.engine.op_flops, idle.flops) == (5, 0)
 
 
 def _mixed_tree() -> CallNode:
     """Rules under counted operations under a free container, with pending counters."""
     root = CallNode.root()
     free = root.child("seq", "Sequential", "m0")
-    free.rule_state = "free"
+    free.engine.rule_state = "free"
     ruled = free.child("attn", "Attention", "m1")
-    ruled.rule_state = "rule"
-    ruled.flops_cache = {(2, 4): [3, 100, 64, 32, 0, 0, 0], (1, 4): [1, 50, 32, 16, 0, 0, 0]}
+    ruled.engine.rule_state = "rule"
+    ruled.engine.flops_cache = {(2, 4): [3, 100, 64, 32, 0, 0, 0],
+                                (1, 4): [1, 50, 32, 16, 0, 0, 0]}
     inner = ruled.child("proj", "Custom", "m2")
-    inner.op_flops, inner.op_gemm = 30, 20  # more than the rule leaves: clamped, never negative
+    # more than the rule leaves: clamped, never negative
+    inner.engine.op_flops, inner.engine.op_gemm = 30, 20
     ops = free.child("act", "Custom", "m3")
-    ops.op_flops = 7
+    ops.engine.op_flops = 7
     user = root.child("fn", "fn", "m4", kind="function")
-    user.rule_state = "user"
-    user.flops_cache = {None: [2, 9, 0, 0, 0, 0, 0]}
-    root.op_flops = 1  # an operation outside every layer
+    user.engine.rule_state = "user"
+    user.engine.flops_cache = {None: [2, 9, 0, 0, 0, 0, 0]}
+    root.engine.op_flops = 1  # an operation outside every layer
     return root
 
 
 def _state(root: CallNode) -> list[tuple[Any, ...]]:
-    return [(n.path, n.flops, n.gemm_flops, n.macs, n.flops_source, n.op_flops,
-             [entry[0] for entry in n.flops_cache.values()]) for n in root.walk()]
+    return [(n.path, n.flops, n.gemm_flops, n.macs, n.flops_source, n.engine.op_flops,
+             [entry[0] for entry in n.engine.flops_cache.values()]) for n in root.walk()]
 
 
 def test_folding_the_touched_nodes_equals_folding_the_tree():
@@ -120,7 +122,7 @@ def test_a_node_touched_without_running_is_folded_at_the_next_step(folded):
         model(x)
         prof.step()
         node = prof.find("layers.1")
-        next(iter(node.flops_cache.values()))[0] += 1  # one more call, as a counter
+        next(iter(node.engine.flops_cache.values()))[0] += 1  # one more call, as a counter
         prof._collector.touch(node)
         folded.clear()
         prof.step()

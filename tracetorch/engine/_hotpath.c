@@ -23,13 +23,13 @@
 
 /* Positions in the two records this file shares with Python, found by name when a Wrapper is
  * made (set_layout), never written here as numbers: a Frame's fields (hotpath.Frame, a
- * NamedTuple: the profile, the call's owner, whether operations are counted and the output
- * observed, and the node's pending durations, per-shape counters and children by owner;
- * ``size``: how many) and a per-shape counter's slots (tracetorch.records.tree.ENTRY_FIELDS:
+ * NamedTuple: the profile, the node, the call's owner, whether operations are counted and the
+ * output observed, and the node's pending durations, per-shape counters and its children's
+ * frames by owner; ``size``: how many) and a per-shape counter's slots (tracetorch.records.tree.ENTRY_FIELDS:
  * the calls, the key it was measured for). */
 typedef struct {
     PyObject *frame_type;  /* hotpath.Frame itself: an open call is an instance of it */
-    Py_ssize_t collector, owner, ops, observe, pending, flops_cache, children, size;
+    Py_ssize_t collector, node, owner, ops, observe, pending, flops_cache, child_frames, size;
     Py_ssize_t calls, key;
 } Layout;
 
@@ -49,10 +49,10 @@ static PyObject *s_FRAME, *s_op_replay, *s_op_switch, *s_exit_observer, *s_obser
     *s_all_threads,
     *s_call_key, *s_grad_mode, *s_structure, *s_training, *s_QUIET_READS, *s_quiet_reads,
     *s_dtype, *s_first_entry, *s_FLUSH_EVERY,
-    *s_frame, *s_plain_clock, *s_record_failure, *s_time, *s_flush, *s_unfolded, *s_touch,
+    *s_plain_clock, *s_record_failure, *s_time, *s_flush, *s_touch,
     *s_shape, *s_flush_backward,
-    *s_Frame, *s_ENTRY_FIELDS, *s_fields, *s_collector, *s_owner, *s_ops, *s_observe,
-    *s_pending, *s_flops_cache, *s_children, *s_calls, *s_key;
+    *s_Frame, *s_ENTRY_FIELDS, *s_fields, *s_collector, *s_node, *s_owner, *s_ops, *s_observe,
+    *s_pending, *s_flops_cache, *s_child_frames, *s_calls, *s_key;
 static PyObject *one;
 
 static int guard_form_ok(PyObject *guard);
@@ -77,12 +77,13 @@ set_layout(Layout *at, PyObject *ns)
     if (frame == NULL)
         return -1;
     int ok = (at->collector = PySequence_Index(frame, s_collector)) >= 0
+             && (at->node = PySequence_Index(frame, s_node)) >= 0
              && (at->owner = PySequence_Index(frame, s_owner)) >= 0
              && (at->ops = PySequence_Index(frame, s_ops)) >= 0
              && (at->observe = PySequence_Index(frame, s_observe)) >= 0
              && (at->pending = PySequence_Index(frame, s_pending)) >= 0
              && (at->flops_cache = PySequence_Index(frame, s_flops_cache)) >= 0
-             && (at->children = PySequence_Index(frame, s_children)) >= 0
+             && (at->child_frames = PySequence_Index(frame, s_child_frames)) >= 0
              && (at->size = PySequence_Size(frame)) >= 0
              && (at->calls = PySequence_Index(entry, s_calls)) >= 0
              && (at->key = PySequence_Index(entry, s_key)) >= 0;
@@ -268,39 +269,21 @@ read_clock(PyObject *clock)
 }
 
 /* A call's duration appended to its node's pending time batch (TimeStats.add, inlined as the
- * Python wrapper does); the node is touched at its first call since the last fold. */
+ * Python wrapper does). */
 static int
-add_plain_time(PyObject *collector, PyObject *node, PyObject *pending, PyObject *elapsed,
-               Py_ssize_t flush_every)
+add_plain_time(PyObject *node, PyObject *pending, PyObject *elapsed, Py_ssize_t flush_every)
 {
-    int status = -1;
-    PyObject *time = NULL, *unfolded = NULL;
     if (PyList_Append(pending, elapsed) < 0)  /* (an error if ``pending`` is no list) */
-        goto done;
-    if (PyList_GET_SIZE(pending) >= flush_every) {
-        if ((time = PyObject_GetAttr(node, s_time)) == NULL)
-            goto done;
-        PyObject *r = PyObject_CallMethodNoArgs(time, s_flush);
-        if (r == NULL)
-            goto done;
-        Py_DECREF(r);
-    }
-    if ((unfolded = PyObject_GetAttr(node, s_unfolded)) == NULL)
-        goto done;
-    int is_unfolded = PyObject_IsTrue(unfolded);
-    if (is_unfolded < 0)
-        goto done;
-    if (!is_unfolded) {
-        PyObject *r = PyObject_CallMethodOneArg(collector, s_touch, node);
-        if (r == NULL)
-            goto done;
-        Py_DECREF(r);
-    }
-    status = 0;
-done:
-    Py_XDECREF(time);
-    Py_XDECREF(unfolded);
-    return status;
+        return -1;
+    if (PyList_GET_SIZE(pending) < flush_every)
+        return 0;
+    PyObject *time = PyObject_GetAttr(node, s_time);
+    if (time == NULL)
+        return -1;
+    PyObject *r = PyObject_CallMethodNoArgs(time, s_flush);
+    Py_DECREF(time);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
 }
 
 /* getattr(value, name, None) as a new reference; NULL with an error set on any other error. */
@@ -477,18 +460,27 @@ done:
     return entry;
 }
 
-/* entry[CALLS] += 1 */
+/* hotpath.count_call: entry[CALLS] += 1, and the counter's first call since the last fold
+ * has the next fold fold the node (Collector.touch). */
 static int
-count_call(Py_ssize_t calls_at, PyObject *entry)
+count_call(Py_ssize_t calls_at, PyObject *collector, PyObject *node, PyObject *entry)
 {
     if (!PyList_Check(entry) || PyList_GET_SIZE(entry) <= calls_at) {
         PyErr_SetString(PyExc_TypeError, "a per-shape entry must be a list of ENTRY_FIELDS");
         return -1;
     }
-    PyObject *calls = PyNumber_Add(PyList_GET_ITEM(entry, calls_at), one);
-    if (calls == NULL)
+    PyObject *before = PyList_GET_ITEM(entry, calls_at);  /* borrowed */
+    int first = PyObject_Not(before);
+    if (first < 0)
         return -1;
-    return PyList_SetItem(entry, calls_at, calls);  /* steals calls */
+    PyObject *calls = PyNumber_Add(before, one);
+    if (calls == NULL || PyList_SetItem(entry, calls_at, calls) < 0)  /* steals calls */
+        return -1;
+    if (!first)
+        return 0;
+    PyObject *r = PyObject_CallMethodOneArg(collector, s_touch, node);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
 }
 
 static PyObject *
@@ -560,18 +552,20 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
         if (key == NULL)
             goto out;
         /* borrowed */
-        node = PyDict_GetItemWithError(PyTuple_GET_ITEM(frame, self->at.children), key);
+        inner = PyDict_GetItemWithError(PyTuple_GET_ITEM(frame, self->at.child_frames), key);
         Py_DECREF(key);
-        if (node == NULL && PyErr_Occurred())
+        if (inner == NULL && PyErr_Occurred())
             goto out;
-        Py_XINCREF(node);
+        Py_XINCREF(inner);
     }
-    if (node == NULL) {  /* its first call here: Python makes the node */
+    if (inner == NULL) {  /* its first call here: Python makes the node */
         result = PyObject_Call(self->fallback, call_args, call_kwargs);
         goto out;
     }
-    if ((inner = PyObject_GetAttr(node, s_frame)) == NULL || !is_frame(&self->at, inner))
+    if (!is_frame(&self->at, inner))
         goto out;
+    node = PyTuple_GET_ITEM(inner, self->at.node);
+    Py_INCREF(node);
     int inner_ops = PyObject_IsTrue(PyTuple_GET_ITEM(inner, self->at.ops));
     int observe = PyObject_IsTrue(PyTuple_GET_ITEM(inner, self->at.observe));
     if (inner_ops < 0 || observe < 0)
@@ -638,7 +632,7 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
     }
     if ((elapsed = PyNumber_Subtract(end, start)) == NULL)
         goto out;
-    if (add_plain_time(collector, node, PyTuple_GET_ITEM(inner, self->at.pending), elapsed,
+    if (add_plain_time(node, PyTuple_GET_ITEM(inner, self->at.pending), elapsed,
                        self->flush_every) < 0)
         goto out;
     /* The grad mode, a part of the call's key (see hotpath.call_key) */
@@ -655,7 +649,7 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
     if ((entry = shape_entry(self, collector, node, PyTuple_GET_ITEM(inner, self->at.flops_cache),
                              owner, args, kwargs, output, grad)) == NULL)
         goto out;
-    if (count_call(self->at.calls, entry) < 0)
+    if (count_call(self->at.calls, collector, node, entry) < 0)
         goto out;
     if (observe) {
         PyObject *observer = global(self, s_exit_observer);
@@ -755,12 +749,10 @@ PyInit__hotpath(void)
     INTERN(s_dtype, "dtype");
     INTERN(s_first_entry, "_first_entry");
     INTERN(s_FLUSH_EVERY, "FLUSH_EVERY");
-    INTERN(s_frame, "frame");
     INTERN(s_plain_clock, "plain_clock");
     INTERN(s_record_failure, "record_failure");
     INTERN(s_time, "time");
     INTERN(s_flush, "flush");
-    INTERN(s_unfolded, "unfolded");
     INTERN(s_touch, "touch");
     INTERN(s_shape, "shape");
     INTERN(s_flush_backward, "flush_backward");
@@ -768,12 +760,13 @@ PyInit__hotpath(void)
     INTERN(s_ENTRY_FIELDS, "_ENTRY_FIELDS");
     INTERN(s_fields, "_fields");
     INTERN(s_collector, "collector");
+    INTERN(s_node, "node");
     INTERN(s_owner, "owner");
     INTERN(s_ops, "ops");
     INTERN(s_observe, "observe");
     INTERN(s_pending, "pending");
     INTERN(s_flops_cache, "flops_cache");
-    INTERN(s_children, "children");
+    INTERN(s_child_frames, "child_frames");
     INTERN(s_calls, "calls");
     INTERN(s_key, "key");
     if ((one = PyLong_FromLong(1)) == NULL)

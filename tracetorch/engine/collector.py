@@ -139,19 +139,20 @@ class Collector(CallTiming):
             return None
         thread = threading.current_thread()
         target = self.root_frame.node
-        node = target.children_by_owner.get(id(thread))
-        if node is None:
+        threads = target.engine.child_frames
+        frame = threads.get(id(thread))
+        if frame is None:
             with self._lock:
-                node = target.children_by_owner.get(id(thread))
-                if node is None:
+                frame = threads.get(id(thread))
+                if frame is None:
                     node = target.child(f"thread {thread.name}", "thread",
                                         self.module_key(thread), kind="thread")
                     # No function mode is on this thread's stack: layers that count their
                     # operations push it themselves.
-                    self._install_frame(node, Frame.of(self, node, thread, False))
-                    target.children_by_owner[id(thread)] = node
+                    frame = self._install_frame(node, Frame.of(self, node, thread, False))
+                    threads[id(thread)] = frame
         self._other_threads = True
-        return node.frame
+        return frame
 
     def pause(self) -> None:
         """Stop taking calls from other threads until the next :meth:`start`."""
@@ -167,19 +168,19 @@ class Collector(CallTiming):
             fold_tree(self.root)
         self.touched.clear()
         # Only the nodes this opening adopted hold frames (and so the user's objects).
-        self.root.children_by_owner.clear()
+        self.root.engine.child_frames.clear()
         warm, generation = self._warm, self.registry.generation
         # A layer's structure changed while this opening ran: the counters made for the
         # generations before it are never found again (their counts are folded above).
         stale = structure_generation() != self._generation
         for node in self._adopted:
-            frame = node.frame
+            state = node.engine
+            frame = state.frame
             if (frame is not None and node.parent is not None
                     and not warm.remember(node, frame, generation)) or stale:
-                node.flops_cache.clear()
-            node.children_by_owner.clear()
-            node.frame = None
-            node.unfolded = False
+                state.flops_cache.clear()
+            state.child_frames.clear()
+            state.frame = None
         self._adopted.clear()
         self._uncounted.clear()
         self._originals.clear()
@@ -205,8 +206,9 @@ class Collector(CallTiming):
 
     # ------------------------------------------------------------------ tree building
     def new_child(self, frame: Frame, owner: Any, kind: NodeKind, label: str | None,
-                  flops_fn: Callable[..., int] | None) -> CallNode:
-        """Name and create the node for the first call of ``owner`` under ``frame``."""
+                  flops_fn: Callable[..., int] | None) -> Frame:
+        """Name and create the node for the first call of ``owner`` under ``frame``; return the
+        frame of its calls (listed in ``frame.child_frames``, where later calls find it)."""
         parent_node, parent_owner = frame.node, frame.owner
         taken = (self._warm.take(parent_node, owner, flops_fn, self.registry.generation)
                  if self._warm.nodes else None)
@@ -214,9 +216,9 @@ class Collector(CallTiming):
             node, ops, observe = taken
             if observe:  # a torch module
                 self._check_parameters(node, owner)
-            self._install_frame(node, Frame.of(self, node, owner, ops, observe))
-            parent_node.children_by_owner[id(owner)] = node
-            return node
+            child = self._install_frame(node, Frame.of(self, node, owner, ops, observe))
+            frame.child_frames[id(owner)] = child
+            return child
         type_name = _type_name(owner, kind, label)
         default = label or (_DEFAULT_NAMES[kind].format(type_name) if kind in _DEFAULT_NAMES
                             else type_name)
@@ -249,9 +251,9 @@ class Collector(CallTiming):
             # A layer made afresh at each call, with nothing of its own (transformers builds a
             # new CrossEntropyLoss per step): one node for all of them, and no reference kept
             # to each (nor a node per step). Each call finds it here again.
-            if existing.frame is None:
-                self.adopt(existing, owner, kind, flops_fn, frame.ops)
-            return existing
+            found = existing.engine.frame
+            return found if found is not None else self.adopt(existing, owner, kind, flops_fn,
+                                                              frame.ops)
         key = self.ids.module_key(owner)
         if existing is not None and existing.module_key != key:
             if kind == "module":
@@ -271,13 +273,13 @@ class Collector(CallTiming):
         if depth > self._deepest:  # the profiler's frames per level must fit on the stack
             self._deepest = depth
             STACK_ROOM.make_room(depth)
-        self.adopt(node, owner, kind, flops_fn, frame.ops)
+        child = self.adopt(node, owner, kind, flops_fn, frame.ops)
         if recompute:
             original = self._originals.get(key)
             if original is not None:
                 self.recompute_of[node] = original
-        parent_node.children_by_owner[id(owner)] = node
-        return node
+        frame.child_frames[id(owner)] = child
+        return child
 
     def _scope_of(self, optimizer: Any) -> str:
         # Several optimizers of one class (a GAN's) are told apart by what they update: the
@@ -300,17 +302,19 @@ class Collector(CallTiming):
             self._parameter_ids[node] = ids
             structure_changed()
 
-    def _install_frame(self, node: CallNode, frame: Frame) -> None:
+    def _install_frame(self, node: CallNode, frame: Frame) -> Frame:
         # Every node given a frame is listed for stop() to drop it again; a forward module node
         # is the one its module's recomputation (activation checkpointing) charges.
-        node.frame = frame
+        node.engine.frame = frame
         self._adopted.append(node)
         if node.kind == "module":
             self._originals.setdefault(node.module_key, node)
+        return frame
 
     def adopt(self, node: CallNode, owner: Any, kind: NodeKind,
-              flops_fn: Callable[..., int] | None, parent_ops: bool) -> None:
-        """Make ``node`` ready to record calls of ``owner``: its rule, parameters and frame.
+              flops_fn: Callable[..., int] | None, parent_ops: bool) -> Frame:
+        """Make ``node`` ready to record calls of ``owner``: its rule, parameters and frame
+        (returned).
 
         Only a torch module changes whether operations are counted inside it (off under a rule,
         where they would be dropped): torch's function mode costs per operation, so it is
@@ -322,25 +326,26 @@ class Collector(CallTiming):
             if params is None:
                 self._uncounted[node] = owner  # counted after its first call
             node.params, node.memory.param_bytes = params or (0, 0)
+        state = node.engine
         if flops_fn is not None:
-            node.rule_state = "user"
+            state.rule_state = "user"
             self._user_rules[node] = flops_fn
         elif kind in _RULED_KINDS:
             rule = self.registry.lookup(type(owner))
-            node.rule_state = "none" if rule is NO_RULE else ("free" if rule is None else "rule")
+            state.rule_state = "none" if rule is NO_RULE else ("free" if rule is None else "rule")
         counts_ops = parent_ops
         torch_module = is_torch_module(owner)
         if torch_module:
             self._parameter_ids[node] = parameter_ids(owner)
             # A plain nn.Sequential runs no operation of its own: counting off inside it spares
             # switching torch's function mode around each of its (ruled) children.
-            counts_ops = (self.count_ops and node.rule_state not in _RULED_STATES
+            counts_ops = (self.count_ops and state.rule_state not in _RULED_STATES
                           and not only_calls_children(owner))
         elif kind == "optimizer":
             # An update is elementwise maths over every parameter, no product to count, and
             # torch's function mode would cost each of its operations microseconds.
             counts_ops = False
-        self._install_frame(node, Frame.of(self, node, owner, counts_ops, torch_module))
+        return self._install_frame(node, Frame.of(self, node, owner, counts_ops, torch_module))
 
     def module_key(self, owner: Any) -> str:
         """The key naming ``owner`` in this profile (stable across entries of the profile)."""
@@ -368,7 +373,8 @@ class Collector(CallTiming):
             entry[OUTPUT_BYTES] = tensor_bytes(output)
             # Measured once per input shape, like FLOPs: the graph a call builds depends on them.
             entry[SAVED_BYTES] = saved_by_call(args, kwargs, output, self._saved_storages, node)
-        state = node.rule_state
+        engine = node.engine
+        state = engine.rule_state
         if state == "user":
             entry[FLOPS] = int(self._user_rules[node](*args, **kwargs))
         elif state == "rule":
@@ -381,9 +387,9 @@ class Collector(CallTiming):
                     int(result.flops), int(result.gemm), int(macs))
             else:
                 entry[FLOPS] = int(result)
-        elif (state == "none" and node.kind == "module" and not node.op_flops
+        elif (state == "none" and node.kind == "module" and not engine.op_flops
               and not node.children and node.flops_source == "none"):
-            if (not node.ops and node.frame is not None and node.frame.ops
+            if (not node.ops and engine.frame is not None and engine.frame.ops
                     and is_torch_module(owner) and _returns_an_input(args, kwargs, output)):
                 # A torch module whose operations were counted ran none and handed back what
                 # it was given (a DropPath in eval): it costs a known 0.

@@ -70,7 +70,7 @@ def fold_touched(nodes: Iterable[CallNode]) -> None:
     Example:
         >>> root = CallNode.root()
         >>> fc = root.child("block", "Block", "m0").child("fc", "Linear", "m1")
-        >>> fc.op_flops = 8
+        >>> fc.engine.op_flops = 8
         >>> fold_touched([fc])
         >>> fc.flops, fc.parent.flops, fc.parent.subtree_flops
         (8, 0, 8)
@@ -122,16 +122,18 @@ def _fold(node: CallNode, ran: dict[CallNode, list[CallNode] | None] | None
 def _fold_node(node: CallNode, flops: int, gemm: int, macs: int) -> tuple[int, int, int]:
     """Fold one node whose children reported inclusive ``flops``, ``gemm`` and ``macs``; return
     its own inclusive counts (every fold goes through here, once per node folded)."""
-    node.unfolded = False
-    state = node.rule_state
+    engine = node.engine
+    state = engine.rule_state
     ruled = state == "rule" or state == "user"
     inclusive = inclusive_gemm = inclusive_macs = 0
     read = written = saved = 0
-    for entry in node.flops_cache.values():
+    for entry in engine.flops_cache.values():
         calls = entry[0]  # CALLS (the slots by number: see the check at the top)
         if not calls:
             continue
-        entry[0] -= calls  # not "= 0": another thread may have counted a call meanwhile
+        # Not "= 0": another thread may have counted a call meanwhile (folded at the latest
+        # when the profile stops: Collector.stop folds the whole tree after other threads).
+        entry[0] -= calls
         read += calls * entry[4]  # INPUT_BYTES
         written += calls * entry[5]  # OUTPUT_BYTES
         saved += calls * entry[6]  # SAVED_BYTES
@@ -152,13 +154,13 @@ def _fold_node(node: CallNode, flops: int, gemm: int, macs: int) -> tuple[int, i
         inclusive, inclusive_gemm, inclusive_macs = flops, gemm, macs
         node.flops_source = "rule"  # its rule says it costs nothing: known, not unsupported
     else:
-        op_flops = node.op_flops
+        op_flops = engine.op_flops
         inclusive = op_flops + flops
-        inclusive_gemm = node.op_gemm + gemm
-        inclusive_macs = node.op_gemm // 2 + macs
+        inclusive_gemm = engine.op_gemm + gemm
+        inclusive_macs = engine.op_gemm // 2 + macs
         if op_flops:
             node.flops_source = "ops"
-    node.op_flops = node.op_gemm = 0
+    engine.op_flops = engine.op_gemm = 0
     # A rule smaller than its children's rules (or a call that raised) must not go negative
     # (compared, not max(0, ...): the builtin parses keywords on every call).
     own = inclusive - flops
@@ -263,8 +265,8 @@ def merge_below(source: CallNode, target: CallNode,
         for child in theirs.children.values():
             merged = (counterpart or _same_name)(mine, child, taken)
             taken.add(merged.name)
-            if merged.rule_state == "none":
-                merged.rule_state = child.rule_state
+            if merged.engine.rule_state == "none":
+                merged.engine.rule_state = child.engine.rule_state
             add_recorded(child, merged)
             pairs.append((child, merged))
             stack.append((child, merged))
@@ -293,8 +295,8 @@ def graft(source: CallNode, owners: dict[str, Any], frame: Frame) -> NodeMap:
             target = parent.child(child.name, child.type_name, child.module_key, child.kind)
         else:
             label = child.type_name if child.kind == "function" else None
-            target = parent.children_by_owner.get(id(owner)) or outer.new_child(
-                frame, owner, child.kind, label, None)
+            target = (frame.child_frames.get(id(owner))
+                      or outer.new_child(frame, owner, child.kind, label, None)).node
         _graft_subtree(child, target, owners, mapping, outer)
     return mapping
 
@@ -308,7 +310,8 @@ def _graft_subtree(source: CallNode, target: CallNode, owners: dict[str, Any], m
         key = outer.module_key(owner) if owner is not None else child.module_key
         grafted = target.child(name, child.type_name, key, child.kind)
         if owner is not None:
-            target.children_by_owner[id(owner)] = grafted
-            if grafted.frame is None:
-                outer.adopt(grafted, owner, child.kind, None, target.frame.ops)
+            frame = grafted.engine.frame
+            if frame is None:
+                frame = outer.adopt(grafted, owner, child.kind, None, target.engine.frame.ops)
+            target.engine.child_frames[id(owner)] = frame
         _graft_subtree(child, grafted, owners, mapping, outer)

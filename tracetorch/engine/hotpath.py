@@ -2,13 +2,13 @@
 
 The innermost open call lives in a :class:`~contextvars.ContextVar`, so threads and asyncio
 tasks keep separate stacks and a profile never sees another thread's calls. An open call is a
-:class:`Frame`, made once per node when the node is created (``node.frame``), so a call costs no
-allocation. Only the innermost profile of a context records; a nested profile hands what it saw
-to the enclosing one when it exits (see :mod:`tracetorch.engine.fold`), so each sees its own
-calls and the hot path handles exactly one frame.
+:class:`Frame`, made once per node when a profile takes the node up (``node.engine.frame``),
+so a call costs no allocation. Only the innermost profile of a context records; a nested
+profile hands what it saw to the enclosing one when it exits (see :mod:`tracetorch.engine.fold`),
+so each sees its own calls and the hot path handles exactly one frame.
 
-Per call the wrapper finds the child node (created once per caller and callee), reads the clock
-twice, appends the duration and bumps the counter of the call's key (:func:`call_key`: its
+Per call the wrapper finds the child's frame (created once per caller and callee), reads the
+clock twice, appends the duration and bumps the counter of the call's key (:func:`call_key`: its
 inputs' shapes and dtypes, the grad mode, the generation of layer structures). Everything else —
 rules, naming, folding FLOPs into the tree — happens once per key, per node or per step.
 
@@ -32,6 +32,7 @@ from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from tracetorch.engine.native import native_type
+from tracetorch.engine.node_state import NodeState
 from tracetorch.models.tensors import QUIET_READS, quiet_reads, typed_signature
 from tracetorch.records.stats import FLUSH_EVERY
 from tracetorch.records.tree import CALLS, ENTRY_FIELDS, KEY, CallNode, NodeKind
@@ -39,8 +40,8 @@ from tracetorch.records.tree import CALLS, ENTRY_FIELDS, KEY, CallNode, NodeKind
 if TYPE_CHECKING:
     from tracetorch.engine.collector import Collector
 
-__all__ = ("BackwardPassOwner", "Frame", "make_wrapper", "current_frame", "innermost_frame",
-           "open_root", "close_root",
+__all__ = ("BackwardPassOwner", "Frame", "make_wrapper", "count_call", "current_frame",
+           "innermost_frame", "open_root", "close_root",
            "OpCounter", "set_exit_observer", "set_op_switch", "set_op_replay", "record_all_threads",
            "all_threads_collector", "call_key", "training_flag", "set_grad_mode",
            "structure_changed", "structure_generation")
@@ -57,9 +58,9 @@ class Frame(NamedTuple):
     cost per operation (torch's function mode) turns it off there through :func:`set_op_switch`.
 
     The last three fields are the node's own containers that every call touches
-    (``node.time.pending``, ``node.flops_cache``, ``node.children_by_owner``; none is ever
-    replaced while the node records): a tuple's item costs the hot path less than two attribute
-    reads. :meth:`of` fills them in.
+    (``node.time.pending``, and its engine state's ``flops_cache`` and ``child_frames``; none is
+    ever replaced while the node records): a tuple's item costs the hot path less than two
+    attribute reads. :meth:`of` fills them in.
     """
 
     collector: Collector
@@ -69,7 +70,7 @@ class Frame(NamedTuple):
     observe: bool
     pending: list[int]
     flops_cache: dict[Any, list[Any]]
-    children: dict[int, CallNode]
+    child_frames: dict[int, Frame]
 
     @classmethod
     def of(cls, collector: Collector, node: CallNode, owner: Any, ops: bool,
@@ -77,8 +78,9 @@ class Frame(NamedTuple):
         """The frame of ``node``'s calls."""
         # tuple.__new__ directly: NamedTuple's own __new__ is a Python function, a frame more
         # on every node's first call.
+        state: NodeState = node.engine
         return _new_tuple(cls, (collector, node, owner, ops, observe, node.time.pending,
-                                node.flops_cache, node.children_by_owner))
+                                state.flops_cache, state.child_frames))
 
 
 _new_tuple = tuple.__new__
@@ -219,7 +221,7 @@ def training_flag(owner: Any) -> bool | None:
 
 def call_key(args: tuple[Any, ...], kwargs: dict[str, Any], owner: Any = None
              ) -> tuple[Any, ...]:
-    """The key of a call's counter in ``node.flops_cache``: everything its cached figures
+    """The key of a call's counter in ``node.engine.flops_cache``: everything its cached figures
     depend on besides the layer's type: its tensors' shapes and dtypes, then its context — the
     grad mode, the generation of layer structures and the owner's :func:`training_flag` — as
     one tuple (so that no key is a tuple of ints only, as a shape is: see :func:`make_wrapper`).
@@ -310,9 +312,10 @@ class OpCounter:
         if frame is None or not frame.collector.active:
             return None
         node = frame.node
-        node.op_flops += flops
+        state = node.engine
+        state.op_flops += flops
         if gemm:
-            node.op_gemm += flops
+            state.op_gemm += flops
         node.note_op(name, calls, flops)
         return frame
 
@@ -379,10 +382,10 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
             # super().forward() or a layer calling itself is the same call, not a new level; a
             # frame left by a profile that ended elsewhere (another thread) records nothing.
             return wrapped(*args, **kwargs)
-        node = frame.children.get(id(owner))
-        if node is None:
-            node = collector.new_child(frame, owner, kind, label, flops_fn)
-        inner = node.frame
+        inner = frame.child_frames.get(id(owner))
+        if inner is None:
+            inner = collector.new_child(frame, owner, kind, label, flops_fn)
+        node = inner.node
         if inner.ops and _op_replay is not None:  # its counts learned: a frame with ops off
             inner = _op_replay(inner, args, kwargs, owner)
         switched = ops is not inner.ops and _op_switch is not None and _op_switch(inner.ops)
@@ -419,8 +422,6 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
             pending.append(end - start)
             if len(pending) >= FLUSH_EVERY:
                 node.time.flush()
-            if not node.unfolded:  # its first call since the last fold: the next step folds it
-                collector.touch(node)
         else:
             collector.add_duration(node, start, end)
         # The call's counter, by its key (call_key). A one-tensor call's first key is kept under
@@ -463,7 +464,10 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
             entry = cache.get(key)
             if entry is None:
                 entry = _first_entry(collector, node, owner, key, shape, args, kwargs, output)
-        entry[CALLS] += 1
+        calls = entry[CALLS]  # count_call, inlined
+        entry[CALLS] = calls + 1
+        if not calls:
+            collector.touch(node)
         # (torch's gate is its grad mode, read above already)
         if (inner.observe and _exit_observer is not None
                 and (grad if _observe_now is _grad_mode else _observe_now())):
@@ -488,6 +492,25 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
 _NATIVE_WRAPPER = native_type("tracetorch.engine._hotpath", "Wrapper")
 
 
+def count_call(collector: Collector, node: CallNode, entry: list[Any]) -> None:
+    """Count one call of ``node`` in its counter ``entry``; the counter's first call since the
+    last fold has the next fold fold the node (the only call of a step that needs to).
+
+    Example:
+        >>> from tracetorch.engine.collector import Collector
+        >>> from tracetorch.records.tree import new_entry
+        >>> collector = Collector(CallNode.root(), model=None)
+        >>> node, entry = collector.root.child("fc", "Linear", "m0"), new_entry()
+        >>> count_call(collector, node, entry); count_call(collector, node, entry)
+        >>> entry[CALLS], collector.touched == [node]
+        (2, True)
+    """
+    calls = entry[CALLS]
+    entry[CALLS] = calls + 1
+    if not calls:
+        collector.touch(node)
+
+
 def _first_entry(collector: Collector, node: CallNode, owner: Any, key: Any, shape: Any,
                  args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> list[Any]:
     """The counter of a call with a key ``node`` has not seen: its rule's FLOPs, its sizes.
@@ -497,6 +520,6 @@ def _first_entry(collector: Collector, node: CallNode, owner: Any, key: Any, sha
     """
     entry = collector.first_call(node, owner, args, kwargs, output)
     entry[KEY] = key
-    cache = node.flops_cache
+    cache = node.engine.flops_cache
     cache[shape if shape is not None and shape not in cache else key] = entry
     return entry

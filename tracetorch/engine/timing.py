@@ -5,17 +5,18 @@ timeline, no call hooks: ``plain_timing``; the C wrapper reads ``plain_clock``),
 duration itself. Everything else goes through :meth:`CallTiming.add_duration`: a device clock's
 readings are handles resolved at the next fold (one synchronisation, see
 :mod:`tracetorch.adapters.torch.cuda`), and a timeline keeps one capped event per call for the
-Chrome trace. Either way a node's first call since the last fold
-puts it in :attr:`CallTiming.touched` (:meth:`CallTiming.touch`), so that a step folds the nodes
-that ran and no others.
+Chrome trace. Either way the call's counter is bumped after (see
+:func:`tracetorch.engine.hotpath.count_call`), which lists the node in
+:attr:`CallTiming.touched` at its key's first call since the last fold, so that a step folds the
+nodes that ran and no others.
 
 Example:
     >>> from tracetorch.records.tree import CallNode
     >>> timing = CallTiming(clock=lambda: 0, timeline=True, max_events=1)
     >>> node = CallNode.root().child("fc", "Linear", "m0")
     >>> timing.add_duration(node, 10, 25); timing.add_duration(node, 30, 40)
-    >>> node.time.count, len(timing.events), timing.dropped_events, timing.touched == [node]
-    (2, 1, 1, True)
+    >>> node.time.count, len(timing.events), timing.dropped_events
+    (2, 1, 1)
 """
 from __future__ import annotations
 
@@ -164,11 +165,10 @@ class CallTiming:
 
     def touch(self, node: CallNode) -> None:
         """Have the next fold fold ``node`` (and its ancestors): it ran, or was charged work,
-        since the last one. Each node is listed once; the hot path tests ``node.unfolded``
-        itself to spare the call."""
-        if not node.unfolded:
-            node.unfolded = True
-            self.touched.append(node)
+        since the last one. The hot path touches a node at the first call of each of its keys
+        since the last fold (its counter leaves 0), so a node may be listed more than once:
+        the fold takes each once."""
+        self.touched.append(node)
 
     def take_touched(self) -> list[CallNode]:
         """The nodes touched since the last call, and a fresh list for the next ones."""
@@ -178,7 +178,6 @@ class CallTiming:
     def add_duration(self, node: CallNode, start: int, end: int) -> None:
         """Time one call: a device clock's readings wait for the next fold, a timeline keeps
         the event. (Without either, the wrapper inlines the plain case: ``plain_timing``.)"""
-        self.touch(node)
         if self.deferred is not None:
             self.deferred.append((node, start, end))
             return
@@ -190,6 +189,7 @@ class CallTiming:
         """A call that raised: it counts with its time and the operations it completed (no rule
         runs without an output)."""
         node.errors += 1
+        self.touch(node)  # (no counter of a call that raised is bumped)
         self.add_duration(node, start, end)
 
 

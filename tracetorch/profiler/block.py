@@ -237,7 +237,7 @@ class profile(ProfileResult):
                         record_all_threads(None)
                     self._collector.stop()
                     for scratch in self._scratches:  # its nodes' frames are gone with the stop
-                        scratch.children_by_owner.clear()
+                        scratch.engine.child_frames.clear()
                     self.unsupported = self._collector.unsupported()
                     add_notes(self.root, self.meta)  # the adapters' facts (compiled regions)
                     self.dropped_events = self._collector.dropped_events

@@ -55,13 +55,13 @@ def work_dtype(root: CallNode) -> tuple[str, str] | None:
         >>> for name, dtype, flops in (("a", np.float64, 10), ("b", np.float32, 99)):
         ...     key = ((2, 2), np.dtype(dtype), (True, 0, None))
         ...     entry = new_entry(); entry[FLOPS] = entry[GEMM_FLOPS] = flops; entry[KEY] = key
-        ...     root.child(name, "Linear", name).flops_cache[key] = entry
+        ...     root.child(name, "Linear", name).engine.flops_cache[key] = entry
         >>> work_dtype(root), work_dtype(CallNode.root())
         (('numpy', 'float32'), None)
     """
     weights: Counter[tuple[str, str]] = Counter()
     for node in root.walk():
-        for entry in node.flops_cache.values():
+        for entry in node.engine.flops_cache.values():
             key = entry[KEY]
             if not isinstance(key, tuple):
                 continue

@@ -19,7 +19,7 @@ from tracetorch.records.memory import MemoryStats
 from tracetorch.records.stats import TimeStats
 
 __all__ = ("CallNode", "Completeness", "ENTRY_FIELDS", "MAX_SHAPES", "NodeKind", "OpRow",
-           "RuleState", "Shape", "SubtreeSums", "new_entry",
+           "RuleState", "Shape", "SubtreeSums", "new_entry", "set_engine_state",
            "ShapeSignature", "TimelineEvent",
            "CALLS", "FLOPS", "GEMM_FLOPS", "MACS", "INPUT_BYTES", "OUTPUT_BYTES", "SAVED_BYTES",
            "KEY")
@@ -36,11 +36,11 @@ RuleState = Literal["rule", "user", "free", "none"]
 #: with no FLOP rule and no counted operation); or nothing (this layer itself is such a layer).
 Completeness = Literal["complete", "partial", "unknown"]
 
-#: The slots of a per-shape counter in ``CallNode.flops_cache``: calls since the last fold, the
-#: rule's inclusive FLOPs (``None``: the node's FLOPs come from counted operations), its GEMM
-#: FLOPs and MACs, one call's input, output and saved-for-backward bytes, and the call key they
-#: were measured for (:func:`tracetorch.engine.hotpath.call_key`). An adapter may keep what it
-#: derives once per key after these (torch: the call's gradient parts).
+#: The slots of a per-shape counter in a node's ``engine.flops_cache``: calls since the last
+#: fold, the rule's inclusive FLOPs (``None``: the node's FLOPs come from counted operations),
+#: its GEMM FLOPs and MACs, one call's input, output and saved-for-backward bytes, and the call
+#: key they were measured for (:func:`tracetorch.engine.hotpath.call_key`). An adapter may keep
+#: what it derives once per key after these (torch: the call's gradient parts).
 #:
 #: A list rather than an object with attributes: the hot path bumps ``calls`` on every layer
 #: call, in C as well (``engine/_hotpath.c``), where a list's item is one memory read. Code
@@ -80,6 +80,28 @@ ShapeSignature = tuple[Optional[Shape], ...]
 
 
 _Field = TypeVar("_Field")
+
+
+def _no_engine_state() -> None:
+    return None
+
+
+# Makes each new node's engine state (CallNode.engine); the engine sets its own when it loads
+# (set_engine_state), so this layer never names the engine's types.
+_make_engine_state: Callable[[], Any] = _no_engine_state
+
+
+def set_engine_state(make: Callable[[], Any]) -> None:
+    """Have every node made from now on carry ``make()`` as its :attr:`CallNode.engine` (the
+    recording engine registers its per-node state here when it is imported).
+
+    Example:
+        >>> import tracetorch.engine.node_state  # registers the engine's
+        >>> type(CallNode.root().engine).__name__
+        'NodeState'
+    """
+    global _make_engine_state
+    _make_engine_state = make
 
 
 class _MadeOnFirstUse(Generic[_Field]):
@@ -143,14 +165,16 @@ class CallNode:
         ops: the tensor operations run directly in this node's calls (not in layers below):
             ``{name: [calls, FLOPs, time ns]}`` (time with ``profile(op_timing=True)``); see
             :meth:`op_table`.
+        engine: the recording engine's working state for this node
+            (:class:`tracetorch.engine.node_state.NodeState`: per-key counters, children by
+            caller, the open-call record); only the engine and its adapters read it.
     """
 
     __slots__ = (
         "name", "type_name", "kind", "module_key", "parent", "children", "time",
         "flops", "gemm_flops", "macs", "flops_source", "params", "input_shapes",
         "output_shapes", "_backward_time", "backward_flops", "backward_gemm_flops", "errors",
-        "flops_cache", "children_by_owner", "rule_state", "op_flops", "op_gemm", "frame",
-        "unfolded", "_memory", "ops",
+        "_memory", "ops", "engine",
     )
 
     def __init__(self, name: str, type_name: str, module_key: str, kind: NodeKind = "module",
@@ -176,25 +200,9 @@ class CallNode:
         self.errors = 0
         self._memory: MemoryStats | None = None
         self.ops: dict[str, list[int]] = {}
-        # Transient, while recording (folded into the fields above by Collector.fold):
-        # per call key (tracetorch.engine.hotpath.call_key: input shapes and dtypes, grad mode,
-        # layer structures; a one-tensor call's first key is kept under its shape alone), a
-        # counter laid out as ENTRY_FIELDS (the rule's FLOPs, the call's sizes), so a rule runs
-        # once per distinct key and a call costs one increment;
-        self.flops_cache: dict[Any, list[Any]] = {}
-        # id(instance) -> child node, so naming runs once per child;
-        self.children_by_owner: dict[int, CallNode] = {}
-        # "rule", "user", "free" (a rule of None) or "none", and tensor operations run directly
-        # in this node's calls since the last fold.
-        self.rule_state: RuleState = "none"
-        self.op_flops = 0
-        self.op_gemm = 0
-        # The open-call record the hot path installs for this node's calls, made once when the
-        # node is created (see tracetorch.engine.hotpath.Frame); None on the root and after stop.
-        self.frame: Any = None
-        # Whether the node ran since the last fold and waits in its profile's list of nodes to
-        # fold (see tracetorch.engine.timing.CallTiming.touch): a step folds only those.
-        self.unfolded = False
+        # What the engine keeps for this node while a profile records it (its per-key
+        # counters, children by caller, open-call record...): the engine's own type, opaque here.
+        self.engine = _make_engine_state()
 
     # (the forward-only nodes of count_flops never use them)
     backward_time = _MadeOnFirstUse(TimeStats)

@@ -191,7 +191,7 @@ class BackwardPass:
                     self._charge(frame, innermost, parts)
         self.boundaries += (innermost, now)
         if self.timer is not None and innermost is not None:
-            self.timer.mark(innermost.frame if _opens(innermost) else self.frame)
+            self.timer.mark(innermost.engine.frame if _opens(innermost) else self.frame)
 
     def _charge(self, frame: Frame, node: CallNode, parts: Sequence[ResolvedPart]) -> None:
         # Each part's FLOPs count if this pass computes a gradient of one of its tensors.
@@ -266,7 +266,7 @@ def _exclude_descendants(flops: dict[CallNode, int]) -> None:
     does with forward FLOPs, each such layer keeps what its subtree was not charged in this pass
     (never less than 0), innermost layers first. Only a layer with a FLOP rule charges inclusive
     parts; one without charges its own products, which are no child's."""
-    composite = [node for node in flops if node.children and node.rule_state == "rule"]
+    composite = [node for node in flops if node.children and node.engine.rule_state == "rule"]
     if not composite:
         return
     depth = {node: node.depth for node in composite}
@@ -417,11 +417,11 @@ def implicit_pass(mark: Mark) -> BackwardPass | None:
     if parent is None or parent.collector is not collector:
         parent = collector.root_frame
     owner = _PASS_OWNERS[None]
-    node = parent.node.children_by_owner.get(id(owner))
-    if node is None:
-        node = collector.new_child(parent, owner, "backward", None, None)
-    assert node.frame is not None  # a node of an active profile has its frame
-    state = BackwardPass(node.frame, ASK_AUTOGRAD)
+    frame = parent.child_frames.get(id(owner))
+    if frame is None:
+        frame = collector.new_child(parent, owner, "backward", None, None)
+    node = frame.node
+    state = BackwardPass(frame, ASK_AUTOGRAD)
     key = _thread_id()
     _PASSES[key] = state
     start = collector.clock()
@@ -431,6 +431,7 @@ def implicit_pass(mark: Mark) -> BackwardPass | None:
             del _PASSES[key]
         state.finish()
         if collector.active:
+            collector.touch(node)  # (a pass counts no call key)
             collector.add_duration(node, start, collector.clock())
             collector.flush_backward(node)
 

@@ -232,8 +232,8 @@ class _Session:
                    else layer.type_name)
             node = parent.child(layer.name, layer.type_name, key, layer.kind)
             node.params = max(node.params, layer.params)
-            if node.rule_state == "none":
-                node.rule_state = layer.rule_state
+            if node.engine.rule_state == "none":
+                node.engine.rule_state = layer.rule_state
             for inputs, output in zip(layer.input_shapes, layer.output_shapes):
                 node.note_shapes(inputs, output)
             nodes.append(node)

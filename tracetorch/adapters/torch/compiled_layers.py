@@ -153,7 +153,7 @@ def _flatten(root: CallNode, owners: dict[str, Any]) -> list[Layer]:
             parent, node.name, node.type_name, node.kind, owners.get(node.module_key),
             node.calls,
             node.flops, node.gemm_flops, node.macs, node.backward_flops,
-            node.backward_gemm_flops, node.params, node.flops_source, node.rule_state,
+            node.backward_gemm_flops, node.params, node.flops_source, node.engine.rule_state,
             list(node.input_shapes), list(node.output_shapes), node.memory))
         stack.extend((index, child) for child in reversed(node.children.values()))
     return layers

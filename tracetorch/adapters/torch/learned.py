@@ -225,8 +225,9 @@ class OpLearner:
             if depth and not self._comes_off(depth):
                 return frame
             flops, gemm, rows = learned
-            node.op_flops += flops
-            node.op_gemm += gemm
+            counted = node.engine
+            counted.op_flops += flops
+            counted.op_gemm += gemm
             ops = node.ops
             for name, calls, op_flops in rows:
                 row = ops.get(name)
@@ -247,7 +248,7 @@ class OpLearner:
         if len(states) >= self._pruned_at:
             # Nodes of profiles stopped meanwhile (no frame) are not called again: a profile
             # opened in a loop inside a long one leaves no growing table.
-            for stopped in [known for known in list(states) if known.frame is None]:
+            for stopped in [known for known in list(states) if known.engine.frame is None]:
                 states.pop(stopped, None)  # (list(): another thread may add a node meanwhile)
             self._pruned_at = 2 * max(len(states), 32)
         state = states[node] = _NodeState()

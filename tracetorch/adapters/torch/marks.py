@@ -126,7 +126,7 @@ def _symbolic_parts(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any],
     # A call's symbolic parts, once per input shape, kept in its per-shape counter (``()``: its
     # gradient is no product, or its type has no formula).
     symbolic = None
-    if frame.node.rule_state == "rule":
+    if frame.node.engine.rule_state == "rule":
         try:
             symbolic = layer_gradient_parts(
                 frame.owner, bound_inputs(frame.owner, args, kwargs), output)

@@ -65,6 +65,7 @@ from tracetorch.engine.hotpath import (
     Frame,
     all_threads_collector,
     close_root,
+    count_call,
     current_frame,
     open_root,
 )
@@ -72,7 +73,7 @@ from tracetorch.engine.unsupported import warn_unsupported
 from tracetorch.flops.optimizers import register_torch_optimizer_rules
 from tracetorch.flops.registry import FlopCount
 from tracetorch.models.tensors import signature, tensor_bytes
-from tracetorch.records.tree import CALLS, FLOPS, GEMM_FLOPS, INPUT_BYTES, MACS, CallNode, new_entry
+from tracetorch.records.tree import FLOPS, GEMM_FLOPS, INPUT_BYTES, MACS, CallNode, new_entry
 
 __all__ = ("quiet_zero_grad", "start_step_hooks")
 
@@ -103,20 +104,21 @@ class _OpenStep:
              kwargs: dict[str, Any]) -> None:
         """Open the optimizer's node under ``parent``, the innermost open call, and count the
         step's FLOPs before it runs."""
-        collector, parent_node = parent.collector, parent.node
-        node = parent_node.children_by_owner.get(id(optimizer))
-        if node is None:
-            node = collector.new_child(parent, optimizer, "optimizer", None, None)
-        if node.rule_state == "rule":
+        collector = parent.collector
+        frame = parent.child_frames.get(id(optimizer))
+        if frame is None:
+            frame = collector.new_child(parent, optimizer, "optimizer", None, None)
+        rule_state = frame.node.engine.rule_state
+        if rule_state == "rule":
             rule = collector.registry.lookup(type(optimizer))
             # Outside the profile's function mode: each p.grad it reads would go through it
             # (~2 µs a parameter), and a rule's own operations are no operations of the step.
             with DisableTorchFunction():
                 self.counted = rule(optimizer, args + tuple(kwargs.values()), None)
-        elif node.rule_state == "free":
+        elif rule_state == "free":
             self.counted = 0
-        self.frame = node.frame
-        self.opened = open_root(node.frame)
+        self.frame = frame
+        self.opened = open_root(frame)
         self.start = collector.clock()
 
     def close(self, args: tuple[Any, ...], kwargs: dict[str, Any], failed: bool) -> None:
@@ -137,11 +139,11 @@ class _OpenStep:
         # Per count as well as per shape: a step's FLOPs change with the gradients present and
         # the branch it took, and each distinct count is one counter.
         key = (signature(args, kwargs), self.counted)
-        entry = node.flops_cache.get(key)
+        entry = frame.flops_cache.get(key)
         if entry is None:
-            entry = node.flops_cache[key] = _first_entry(collector, node, args, kwargs,
-                                                         self.counted)
-        entry[CALLS] += 1
+            entry = frame.flops_cache[key] = _first_entry(collector, node, args, kwargs,
+                                                          self.counted)
+        count_call(collector, node, entry)
 
 
 def _first_entry(collector: Any, node: CallNode, args: tuple[Any, ...],
@@ -159,7 +161,7 @@ def _first_entry(collector: Any, node: CallNode, args: tuple[Any, ...],
             int(counted.flops), int(counted.gemm), int(macs))
     elif counted is not None:
         entry[FLOPS] = int(counted)
-    elif node.rule_state == "none" and collector.warn_unsupported:
+    elif node.engine.rule_state == "none" and collector.warn_unsupported:
         warn_unsupported(node.type_name, False, stacklevel=_USER_FRAME)
     return entry
 

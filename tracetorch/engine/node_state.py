@@ -1,0 +1,59 @@
+"""What the engine keeps for one node of the call tree while profiles record it.
+
+A :class:`~tracetorch.records.tree.CallNode` is the record a user reads; the working state
+the engine needs to record into it — the per-key counters the hot path bumps, each child's
+open-call record by caller, the FLOP rule's standing, the tensor operations charged since the
+last fold — is this object, the node's ``engine``. Importing this module registers it with the
+tree (:func:`tracetorch.records.tree.set_engine_state`), so every node made once the engine is
+loaded carries one.
+
+Example:
+    >>> from tracetorch.records.tree import CallNode
+    >>> state = CallNode.root().engine
+    >>> state.rule_state, state.op_flops, state.frame is None
+    ('none', 0, True)
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tracetorch.records.tree import RuleState, set_engine_state
+
+if TYPE_CHECKING:
+    from tracetorch.engine.hotpath import Frame
+
+__all__ = ("NodeState",)
+
+
+class NodeState:
+    """The engine's working state for one node (folded into the node by
+    :class:`~tracetorch.engine.collector.Collector.fold`).
+
+    Attributes:
+        flops_cache: per call key (:func:`tracetorch.engine.hotpath.call_key`: input shapes and
+            dtypes, grad mode, layer structures; a one-tensor call's first key is kept under its
+            shape alone) a counter laid out as :data:`~tracetorch.records.tree.ENTRY_FIELDS`
+            (the rule's FLOPs, the call's sizes), so a rule runs once per distinct key and a
+            call costs one increment. Kept between openings of a profile.
+        child_frames: ``id(owner) -> the child's Frame``, for each object this node's calls
+            called, so naming runs once per child and a call finds its record in one lookup.
+        rule_state: ``"rule"``, ``"user"``, ``"free"`` (a rule of ``None``) or ``"none"``.
+        op_flops / op_gemm: FLOPs (and their matmul part) of the tensor operations run directly
+            in this node's calls since the last fold.
+        frame: the open-call record of this node's calls (:class:`~tracetorch.engine.hotpath.
+            Frame`), made when a profile takes the node up; ``None`` on the root and between
+            openings.
+    """
+
+    __slots__ = ("flops_cache", "child_frames", "rule_state", "op_flops", "op_gemm", "frame")
+
+    def __init__(self) -> None:
+        self.flops_cache: dict[Any, list[Any]] = {}
+        self.child_frames: dict[int, Frame] = {}
+        self.rule_state: RuleState = "none"
+        self.op_flops = 0
+        self.op_gemm = 0
+        self.frame: Frame | None = None
+
+
+set_engine_state(NodeState)
