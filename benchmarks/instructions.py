@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import functools
+import gc
 import json
 import os
 import re
@@ -80,7 +81,15 @@ def run_child(work: Work, steps: int, columns: list[str]) -> dict[str, Any]:
                     for _ in range(WARMUP_STEPS):
                         step()
                     dumped.append(name)
-                    functools.reduce(lambda _, __: step(), range(steps), None)
+                    # The collector off, as peers.py times steps: a collection landing in one
+                    # variant's counted steps and not another's (it follows allocation counts
+                    # since start-up) moved a row by thousands of instructions per call.
+                    gc.collect()
+                    gc.disable()
+                    try:
+                        functools.reduce(lambda _, __: step(), range(steps), None)
+                    finally:
+                        gc.enable()
                 outcome[name] = "ran"
             except Exception as error:  # a peer that cannot run this model: a blank cell
                 outcome[name] = failure_reason(error)
