@@ -235,3 +235,29 @@ def test_a_multi_argument_key_is_each_arguments_shape_and_dtype_in_order(torch):
     # the tensor, None, four plain values, numpy's scalar (a shape, ()) ... the nested tensor
     assert key[:9] == ((2, 3), torch.float32, None, None, None, None, None, (), np.float32)
     assert key[key.index((4,)) + 7] is None
+
+
+def test_each_multi_argument_call_counts_under_call_keys_key(torch):
+    # The C wrapper makes the key of a call of plain arguments (tensors, None, flags, numbers,
+    # strings) itself and leaves any other to call_key: both must be call_key's, or a call
+    # would be counted under a key of its own (measured again, its figures split).
+    from tracetorch.engine.hotpath import call_key
+    from tracetorch.records.tree import CALLS
+
+    class Mix(torch.nn.Module):
+        def forward(self, x, mask=None, scale=1.0, flag=False, name="a", extra=None):
+            return x * scale
+
+    layer = Mix()
+    calls = [((torch.ones(4, 3), None), {"scale": 2.0, "flag": True, "name": "b"}),
+             ((torch.ones(4, 3, dtype=torch.float64),), {"mask": torch.ones(4, dtype=torch.bool)}),
+             ((torch.nn.Parameter(torch.ones(5, 3)), None, 3), {}),
+             ((torch.ones(4, 3),), {"extra": [torch.ones(1)]})]  # a list: call_key's own walk
+    with torch.no_grad(), tracetorch.profile(layer) as prof:
+        layer(torch.ones(2, 3))  # the node's first call
+        cache = prof.find("").engine.flops_cache
+        for args, kwargs in calls:
+            for _ in range(3):
+                layer(*args, **kwargs)
+            assert cache[call_key(args, kwargs, layer)][CALLS] == 3
+        assert len(cache) == 1 + len(calls)

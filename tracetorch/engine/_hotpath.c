@@ -48,6 +48,7 @@ typedef struct {
 static PyObject *s_FRAME, *s_op_replay, *s_op_switch, *s_exit_observer, *s_observe_now,
     *s_all_threads,
     *s_call_key, *s_grad_mode, *s_structure, *s_training, *s_QUIET_READS, *s_quiet_reads,
+    *s_SHAPELESS, *s_INT_SHAPED,
     *s_dtype, *s_first_entry, *s_FLUSH_EVERY,
     *s_plain_clock, *s_record_failure, *s_time, *s_flush, *s_touch,
     *s_shape, *s_flush_backward,
@@ -366,6 +367,77 @@ shaped_key(PyObject *shape, PyObject *dtype, PyObject *grad, PyObject *structure
     return key;
 }
 
+/* One argument of a call into its key's ``items``, as tensors._collect_shapes enters it (with
+ * dtypes): None for a value of a class in tensors.SHAPELESS, its shape as a tuple and its
+ * dtype for one of a class in tensors.INT_SHAPED read directly. 1: entered; 0: any other
+ * value, or a shape that cannot be read (hotpath.call_key then makes the whole key); -1 with
+ * an error set. */
+static int
+enter_argument(Wrapper *self, PyObject *value, PyObject *items, PyObject *shapeless,
+               PyObject *int_shaped)
+{
+    PyObject *cls = (PyObject *)Py_TYPE(value);
+    int found = PySet_Contains(shapeless, cls);
+    if (found)
+        return found < 0 ? -1 : (PyList_Append(items, Py_None) < 0 ? -1 : 1);
+    if ((found = PySet_Contains(int_shaped, cls)) <= 0)
+        return found;
+    int direct = reads_directly(self, value);
+    if (direct <= 0)
+        return direct;
+    PyObject *shape = PyObject_GetAttr(value, s_shape);
+    PyObject *dims = shape != NULL ? PySequence_Tuple(shape) : NULL;
+    Py_XDECREF(shape);
+    if (dims == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *dtype = attr_or_none(value, s_dtype);
+    int entered = dtype != NULL && PyList_Append(items, dims) == 0
+                  && PyList_Append(items, dtype) == 0;
+    Py_DECREF(dims);
+    Py_XDECREF(dtype);
+    return entered ? 1 : -1;
+}
+
+/* The key of a call of plain arguments (tensors of int-shaped classes, and None, flags,
+ * numbers, strings), as hotpath.call_key makes it: each argument entered as enter_argument
+ * does, positional ones then keyword values, then (grad, structure, training). 1 with ``*key``
+ * set; 0 where an argument is of any other kind (call_key makes the key); -1 on error. */
+static int
+plain_key(Wrapper *self, PyObject *args, PyObject *kwargs, PyObject *grad, PyObject *structure,
+          PyObject *training, PyObject **key)
+{
+    PyObject *shapeless = global(self, s_SHAPELESS);
+    PyObject *int_shaped = shapeless != NULL ? global(self, s_INT_SHAPED) : NULL;
+    if (int_shaped == NULL)
+        return -1;
+    if (!PyAnySet_Check(shapeless) || !PyAnySet_Check(int_shaped)) {
+        PyErr_SetString(PyExc_TypeError, "_SHAPELESS and _INT_SHAPED must be sets of classes");
+        return -1;
+    }
+    PyObject *items = PyList_New(0);
+    if (items == NULL)
+        return -1;
+    int made = 1;
+    for (Py_ssize_t i = 0; made == 1 && i < PyTuple_GET_SIZE(args); i++)
+        made = enter_argument(self, PyTuple_GET_ITEM(args, i), items, shapeless, int_shaped);
+    PyObject *name, *value;
+    Py_ssize_t at = 0;
+    while (made == 1 && PyDict_Next(kwargs, &at, &name, &value))
+        made = enter_argument(self, value, items, shapeless, int_shaped);
+    if (made == 1) {
+        PyObject *context = PyTuple_Pack(3, grad, structure, training);
+        made = context != NULL && PyList_Append(items, context) == 0
+               && (*key = PyList_AsTuple(items)) != NULL ? 1 : -1;
+        Py_XDECREF(context);
+    }
+    Py_DECREF(items);
+    return made;
+}
+
 /* The counter of this call (a new reference), by its key (hotpath.call_key), through the
  * Python helpers for a key or a first call. As the Python wrapper does: a one-tensor call's
  * first key is kept under its shape alone, and the rest of it checked by identity, then by
@@ -430,10 +502,15 @@ shape_entry(Wrapper *self, PyObject *collector, PyObject *node, PyObject *cache,
             key = shaped_key(shape, dtype, grad, structure, training);
         }
         else if (key == NULL) {
-            PyObject *call_key = global(self, s_call_key);
-            if (call_key == NULL)
+            int made = plain_key(self, args, kwargs, grad, structure, training, &key);
+            if (made < 0)
                 goto done;
-            key = PyObject_CallFunctionObjArgs(call_key, args, kwargs, owner, NULL);
+            if (made == 0) {
+                PyObject *call_key = global(self, s_call_key);
+                if (call_key == NULL)
+                    goto done;
+                key = PyObject_CallFunctionObjArgs(call_key, args, kwargs, owner, NULL);
+            }
         }
         if (key == NULL)
             goto done;
@@ -746,6 +823,8 @@ PyInit__hotpath(void)
     INTERN(s_training, "training");
     INTERN(s_QUIET_READS, "_QUIET_READS");
     INTERN(s_quiet_reads, "quiet_reads");
+    INTERN(s_SHAPELESS, "_SHAPELESS");
+    INTERN(s_INT_SHAPED, "_INT_SHAPED");
     INTERN(s_dtype, "dtype");
     INTERN(s_first_entry, "_first_entry");
     INTERN(s_FLUSH_EVERY, "FLUSH_EVERY");

@@ -33,7 +33,13 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from tracetorch.engine.native import native_type
 from tracetorch.engine.node_state import NodeState
-from tracetorch.models.tensors import QUIET_READS, quiet_reads, typed_signature
+from tracetorch.models.tensors import (
+    INT_SHAPED,
+    QUIET_READS,
+    SHAPELESS,
+    quiet_reads,
+    typed_signature,
+)
 from tracetorch.records.stats import FLUSH_EVERY
 from tracetorch.records.tree import CALLS, ENTRY_FIELDS, KEY, CallNode, NodeKind
 
@@ -237,7 +243,10 @@ def call_key(args: tuple[Any, ...], kwargs: dict[str, Any], owner: Any = None
                                            _structure, training_flag(owner)),))
 
 
-_QUIET_READS = QUIET_READS  # (the C wrapper reads it by this name: see tracetorch.models.tensors)
+# (the C wrapper reads these by these names; what they hold: see tracetorch.models.tensors)
+_QUIET_READS = QUIET_READS
+_INT_SHAPED = INT_SHAPED
+_SHAPELESS = SHAPELESS
 #: Where the C wrapper finds a per-shape counter's slots by name, as it finds a frame's in
 #: :class:`Frame` (every name it reads: :data:`tracetorch.engine.native.C_NAMES`).
 _ENTRY_FIELDS = ENTRY_FIELDS

@@ -49,7 +49,8 @@ C_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     "tracetorch.engine._hotpath": {
         "hotpath": ("_FRAME", "_op_switch", "_op_replay", "_exit_observer", "_observe_now",
                     "_all_threads", "call_key", "_grad_mode", "_structure", "_QUIET_READS",
-                    "quiet_reads", "_first_entry", "FLUSH_EVERY", "Frame", "_ENTRY_FIELDS"),
+                    "quiet_reads", "_SHAPELESS", "_INT_SHAPED", "_first_entry", "FLUSH_EVERY",
+                    "Frame", "_ENTRY_FIELDS"),
         "Frame": ("collector", "node", "owner", "ops", "observe", "pending", "flops_cache",
                   "child_frames"),
         "ENTRY_FIELDS": ("calls", "key"),

@@ -24,16 +24,16 @@ from tracetorch.models.introspect import is_torch_module
 from tracetorch.records.tree import ShapeSignature
 
 __all__ = ("shape_of", "register_int_shaped", "register_quiet_reads", "quiet_reads",
-           "QUIET_READS", "dtype_of", "signature", "typed_signature", "parameter_ids",
-           "numel", "ndarray_of", "nbytes", "tensors_in", "tensor_bytes", "check_shape",
-           "dummy_input")
+           "INT_SHAPED", "SHAPELESS", "QUIET_READS", "dtype_of", "signature", "typed_signature",
+           "parameter_ids", "numel", "ndarray_of", "nbytes", "tensors_in", "tensor_bytes",
+           "check_shape", "dummy_input")
 
 
-# Array classes whose ``.shape`` always holds plain ints, copied as it is instead of converted
-# dimension by dimension: the conversion is most of what reading a shape costs, and a layer's
-# first call reads several. Only exact classes: a subclass (torch's FakeTensor) may hold
-# symbolic sizes.
-_INT_SHAPED: set[type] = {np.ndarray}
+#: Array classes whose ``.shape`` always holds plain ints, copied as it is instead of converted
+#: dimension by dimension: the conversion is most of what reading a shape costs, and a layer's
+#: first call reads several. Only exact classes: a subclass (torch's FakeTensor) may hold
+#: symbolic sizes. (The engine's C wrapper reads it by name too.)
+INT_SHAPED: set[type] = {np.ndarray}
 
 
 def register_int_shaped(cls: type) -> None:
@@ -45,7 +45,7 @@ def register_int_shaped(cls: type) -> None:
         >>> shape_of(np.zeros((2, 3)))
         (2, 3)
     """
-    _INT_SHAPED.add(cls)
+    INT_SHAPED.add(cls)
 
 
 #: Per class seen: the context under which the profiler reads its instances' attributes, or
@@ -98,7 +98,7 @@ def shape_of(value: Any) -> tuple[int, ...] | None:
     """The shape of a tensor-like value as a plain tuple, or ``None`` for anything else."""
     cls: type = value.__class__  # (a local: testing value.__class__ itself narrows value)
     try:
-        if cls in _INT_SHAPED:
+        if cls in INT_SHAPED:
             return tuple(value.shape)
         quiet = quiet_reads(cls)
         if quiet is not None:
@@ -182,17 +182,18 @@ def _collect_arguments(args: tuple[Any, ...], kwargs: dict[str, Any] | None, out
 
 #: Classes whose instances have no ``.shape`` (``shape_of`` gives ``None``) and hold nothing: a
 #: multi-argument call passes many (``None`` for an optional mask, flags, sizes), each entered
-#: as ``None`` without the reads that find no shape (the same key, a fraction of the cost).
-_SHAPELESS = frozenset({type(None), bool, int, float, str})
+#: as ``None`` without the reads that find no shape (the same key, a fraction of the cost; the
+#: engine's C wrapper reads it by name too).
+SHAPELESS = frozenset({type(None), bool, int, float, str})
 
 
 def _collect_shapes(value: Any, out: list[Any], dtypes: bool) -> None:
     # (The flat list reads back one way: a shape is a tuple, followed by its dtype when asked.)
     cls = type(value)
-    if cls in _SHAPELESS:
+    if cls in SHAPELESS:
         out.append(None)
         return
-    if cls in _INT_SHAPED and QUIET_READS.get(cls, False) is None:
+    if cls in INT_SHAPED and QUIET_READS.get(cls, False) is None:
         # A plain array, read as it is: shape_of and dtype_of, inlined
         try:
             dims = tuple(value.shape)
