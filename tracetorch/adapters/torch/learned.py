@@ -51,6 +51,7 @@ Example:
 """
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -151,6 +152,7 @@ _new_tuple = tuple.__new__
 _OPS = Frame._fields.index("ops")
 
 
+@functools.cache  # (the formulas are built once: a profile opened in a loop reads these again)
 def _gemm_names() -> tuple[frozenset[str], frozenset[str]]:
     # The names the mode charges FLOPs under (a counted function's formula name), those of
     # products, and those used by both a product and another function (not learned: which
