@@ -4,8 +4,9 @@ Three C files are built by ``pip install`` where a C compiler is there (see ``se
 ``engine/_hotpath.c`` does what :func:`tracetorch.engine.hotpath.make_wrapper`'s Python wrapper
 does on a recorded call, and ``adapters/torch/_marks.c`` what the torch exit observer
 (:func:`tracetorch.adapters.torch.marks.tag_call`) does for a one-tensor output
-(``engine/_binding.c``, a third, binds a layer's recording method: see
-:class:`tracetorch.engine.patches.LayerMethod`). Each hands
+(``engine/_binding.c``, a third, binds a layer's recording method to the layer and calls it:
+see :class:`tracetorch.engine.patches.LayerMethod` and
+:class:`~tracetorch.engine.patches.BoundLayerMethod`). Each hands
 the uncommon cases back to the Python function it stands for, so without a compiler nothing is
 lost but speed. ``TRACETORCH_PURE_PYTHON=1`` in the environment (read at import) runs the
 Python functions even where the accelerators are built: the tests run both.
@@ -44,7 +45,8 @@ _PURE = os.environ.get(PURE_PYTHON_ENV) == "1"
 #: ``NamedTuple``, an attribute of those records' classes; ``NodeKind``, a value of
 #: :data:`tracetorch.records.tree.NodeKind`; the others, an attribute of such an object (a
 #: ``Collector``, a ``CallNode``, its ``TimeStats``, a ``BackwardPass``, a tensor, a tensor's
-#: autograd node, a torch module, the wrapt wrapper of a layer method).
+#: autograd node, a torch module, the wrapt wrapper of a layer method: ``__doc__``, ``__module__``
+#: and ``__reduce__`` are read from the method bound from it, which has them too).
 C_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     "tracetorch.engine._hotpath": {
         "hotpath": ("_FRAME", "_op_switch", "_op_replay", "_exit_observer", "_observe_now",
@@ -62,7 +64,7 @@ C_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
         "torch module": ("training",),
     },
     "tracetorch.engine._binding": {
-        "layer method": ("__wrapped__",),
+        "layer method": ("__wrapped__", "_self_wrapper", "__doc__", "__module__", "__reduce__"),
     },
     "tracetorch.adapters.torch._marks": {
         "marks": ("_Tensor", "_Parameter", "_PARTS", "MARKS", "MARKED_NODE_HOOK", "_HOOK_KEY",

@@ -32,7 +32,7 @@ import contextlib
 import threading
 import weakref
 from collections.abc import Iterable, Iterator
-from types import FunctionType
+from types import FunctionType, MethodType
 from typing import Any, Callable, NamedTuple
 
 import wrapt
@@ -41,8 +41,9 @@ from tracetorch.engine.hotpath import make_wrapper
 from tracetorch.engine.native import native_type
 from tracetorch.records.tree import NodeKind
 
-__all__ = ("BOARD", "LayerMethod", "Patch", "PatchTarget", "PatchBoard", "defining_class",
-           "is_instrumented", "recording_wrapper", "reusable_wrapper", "subclass_watcher")
+__all__ = ("BOARD", "BoundLayerMethod", "LayerMethod", "Patch", "PatchTarget", "PatchBoard",
+           "defining_class", "is_instrumented", "recording_wrapper", "reusable_wrapper",
+           "subclass_watcher")
 
 Guard = Callable[[], bool]
 
@@ -150,21 +151,118 @@ def is_instrumented(value: Any) -> bool:
     return isinstance(value, wrapt.FunctionWrapper) and getattr(value, "_self_tracetorch", False)
 
 
-_bind = wrapt.FunctionWrapper.__get__
+class _Answered:
+    """An attribute that a :class:`BoundLayerMethod` answers with its bound method's (every
+    class holds its own ``__doc__`` and ``__module__``, which would shadow the method's), and
+    its class with its own value."""
+
+    __slots__ = ("name", "own")
+
+    def __init__(self, name: str, own: Any) -> None:
+        self.name = name
+        self.own = own
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        return self.own if instance is None else getattr(instance.__wrapped__, self.name)
+
+
+class _BoundClass(type):
+    """The class of :class:`BoundLayerMethod`: ``type.__module__`` hands back what the class
+    holds as is, here an :class:`_Answered`; this gives its value instead."""
+
+    @property
+    def __module__(cls) -> str:  # type: ignore[override]
+        return vars(cls)["__module__"].own
+
+
+class BoundLayerMethod(metaclass=_BoundClass):
+    """A layer's recording method bound to one layer: what ``layer.forward`` is in a block.
+
+    Calling it calls the method's per-call wrapper as wrapt's own bound wrapper does for a
+    function bound to an instance, ``wrapper(bound, layer, args, kwargs)``, with ``bound`` the
+    layer's plain bound method (``__wrapped__``); everything else it answers as that bound method
+    does (``__self__``, ``__func__``, ``__name__``, ``__doc__``, ``__module__``, equality and
+    hash, pickling, ``isinstance(..., types.MethodType)`` through ``__class__``), and wrapt's
+    ``_self_`` names as the recording method (``_self_tracetorch``), as wrapt's bound wrapper
+    does. It is made at every read, as a bound method is; ``tracetorch/engine/_binding.c`` makes
+    its C twin, without wrapt's proxy and keyword parsing.
+
+    Example:
+        >>> class Layer:
+        ...     def forward(self, x):
+        ...         return x
+        >>> Layer.forward = recording_wrapper(vars(Layer)["forward"], "module")
+        >>> layer = Layer()
+        >>> method = BoundLayerMethod(vars(Layer)["forward"], layer)
+        >>> method(3), method.__self__ is layer, method == layer.forward
+        (3, True, True)
+    """
+
+    __slots__ = ("_self_parent", "_self_instance", "_self_wrapper", "__wrapped__",
+                 "__weakref__")
+    __doc__ = _Answered("__doc__", __doc__)
+    __module__ = _Answered("__module__", __module__)
+
+    def __init__(self, method: wrapt.FunctionWrapper, instance: Any) -> None:
+        # (typed here, not in the class body: class annotations would be the method's)
+        self._self_parent: Any = method
+        self._self_instance: Any = instance
+        self._self_wrapper: Callable[..., Any] = method._self_wrapper
+        self.__wrapped__: MethodType = MethodType(method.__wrapped__, instance)
+
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
+        return self._self_wrapper(self.__wrapped__, self._self_instance, args, kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only for what the class does not define. A field is unset only in the object Dynamo
+        # traces __init__ on (it records the stores, never makes them), which it hashes and
+        # asks for its class: None, as if there were no method yet.
+        if name in BoundLayerMethod.__slots__:
+            return None
+        try:
+            return getattr(self.__wrapped__, name)
+        except AttributeError:
+            if not name.startswith("_self_"):
+                raise
+        return getattr(self._self_parent, name)  # wrapt's own names: _self_tracetorch
+
+    @property
+    def __self__(self) -> Any:
+        return self._self_instance
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        return type(self.__wrapped__)
+
+    def __eq__(self, other: object) -> bool:
+        return self.__wrapped__ == (other.__wrapped__ if type(other) is BoundLayerMethod
+                                    else other)
+
+    def __hash__(self) -> int:
+        return hash(self.__wrapped__)
+
+    def __repr__(self) -> str:
+        return f"<recording {self.__wrapped__!r}>"
+
+    def __reduce__(self) -> Any:
+        return self.__wrapped__.__reduce__()
+
+    def __dir__(self) -> list[str]:
+        return dir(self.__wrapped__)
 
 
 class _LayerBinding(wrapt.FunctionWrapper):
     """How a layer's method binds: read from a class, the function itself; from an instance,
-    wrapt's binding (in C where ``tracetorch/engine/_binding.c`` is built: see below)."""
+    a :class:`BoundLayerMethod` (in C where ``tracetorch/engine/_binding.c`` is built)."""
 
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         if instance is None:
             return self.__wrapped__
-        return _bind(self, instance, owner)
+        return BoundLayerMethod(self, instance)
 
 
-# The same binding as a C slot: no Python frame on each read of a layer's method (``_call_impl``
-# reads ``self.forward`` at every call).
+# The same binding as a C slot and a C bound object: no Python frame on each read of a layer's
+# method (``_call_impl`` reads ``self.forward`` at every call) nor on its call.
 _native_binding = native_type("tracetorch.engine._binding", "layer_binding")
 _Binding: type[wrapt.FunctionWrapper] = (
     _LayerBinding if _native_binding is None else _native_binding(wrapt.FunctionWrapper))
@@ -179,13 +277,10 @@ class LayerMethod(_Binding):  # type: ignore[valid-type,misc]
     forward_with_checkpointing`` to decide whether to checkpoint), and Dynamo, which guards on
     the object such a read returns, finds the same one at each check: wrapt binds a new object
     at each read. An unbound call (``Base.forward(self, x)``) is the call of the function, as
-    ``super().forward(x)`` made inside the layer's own call is anyway. The binding is a C slot
-    where the accelerators are built (``_LayerBinding.__get__`` otherwise: a Python frame per
-    bound read, about 0.2 µs per layer call).
-
-    ``__bound_function_wrapper__`` names the class of the bound wrapper, wrapt's own: wrapt
-    looks it up on every binding through a subclass, and without it each binding raised and
-    cleared an ``AttributeError`` (more than the ``__get__`` itself).
+    ``super().forward(x)`` made inside the layer's own call is anyway. Read from an instance it
+    is a :class:`BoundLayerMethod`, made by a C slot where the accelerators are built
+    (``_LayerBinding.__get__`` otherwise, then ``BoundLayerMethod``'s own ``__init__`` and
+    ``__call__``: three Python frames per layer call).
 
     Example:
         >>> class Layer:
@@ -196,8 +291,6 @@ class LayerMethod(_Binding):  # type: ignore[valid-type,misc]
         >>> Layer.forward is original, Layer().forward(3)
         (True, 3)
     """
-
-    __bound_function_wrapper__ = wrapt.BoundFunctionWrapper
 
     @property  # type: ignore[misc]
     def __class__(self) -> type:
