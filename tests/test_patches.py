@@ -268,21 +268,22 @@ def test_an_exception_in_the_block_restores_everything():
     assert not BOARD.active
 
 
-def test_a_layer_method_binds_as_wrapts_own_wrapper_does():
-    # wrapt asks a subclass of its FunctionWrapper for __bound_function_wrapper__ at every
-    # binding; the layer's method names wrapt's own bound class, so the binding finds it at
-    # once (without it, each bound read raised and cleared an AttributeError) and makes what
-    # wrapt makes for its own wrapper.
-    import wrapt
+def test_a_layer_method_binds_to_tracetorchs_own_bound_method():
+    # Read from a layer, the recording method is tracetorch's light bound object (C where the
+    # accelerator is built): it stands for the bound original forward and calls the wrapper.
+    from types import MethodType
+
+    from tracetorch.engine.native import native_type
+    from tracetorch.engine.patches import BoundLayerMethod
 
     original = vars(Layer)["forward"]
-    plain = wrapt.FunctionWrapper(original, lambda wrapped, instance, args, kwargs: 0)
     patch = Patch.apply(Layer, "forward", recording_wrapper(original, "module"))
     try:
-        method = vars(Layer)["forward"]
-        assert "__bound_function_wrapper__" in vars(type(method))
         layer = Layer()
-        assert type(layer.forward) is type(plain.__get__(layer, Layer))
+        built = native_type("tracetorch.engine._binding", "BoundLayerMethod")
+        assert type(layer.forward) is (built or BoundLayerMethod)
+        assert isinstance(layer.forward, MethodType)
+        assert layer.forward.__wrapped__ == MethodType(original, layer)
         assert layer.forward(1) == 2 and Layer.forward is original
     finally:
         patch.restore()
