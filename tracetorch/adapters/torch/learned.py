@@ -172,7 +172,7 @@ class _NodeState:
     """What is learned of one node: per key, the counts of the first call seen (``seen``), the
     counts learned, the keys never learned; the call being observed; its frame with ops off."""
 
-    __slots__ = ("seen", "learned", "never", "pending")
+    __slots__ = ("seen", "learned", "never", "pending", "quiet")
 
     def __init__(self) -> None:
         self.seen: dict[Any, tuple[tuple[str, int, int], ...]] = {}
@@ -180,6 +180,10 @@ class _NodeState:
         self.never: set[Any] = set()
         # (key, the op table before the call, _DISTURBED then)
         self.pending: tuple[Any, dict[str, tuple[int, int]], int] | None = None
+        # The node's frame and its copy with ops off, made at its first replayed call: a node
+        # keeps its frame while its profile records it (dropped with the state: forget(), or
+        # pruned once that profile stopped).
+        self.quiet: tuple[Frame, Frame] | None = None
 
 
 class OpLearner:
@@ -238,8 +242,11 @@ class OpLearner:
                 else:
                     row[0] += calls
                     row[1] += op_flops
-            # (a Frame with ops off; none is kept: it holds the layer called)
-            return _new_tuple(Frame, frame[:_OPS] + (False,) + frame[_OPS + 1:])
+            quiet = state.quiet
+            if quiet is None or quiet[0] is not frame:
+                quiet = state.quiet = (
+                    frame, _new_tuple(Frame, frame[:_OPS] + (False,) + frame[_OPS + 1:]))
+            return quiet[1]
         if not never:
             before = {name: (row[0], row[1]) for name, row in node.ops.items()}
             state.pending = (key, before, _DISTURBED[0])
