@@ -37,7 +37,7 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from peers import COLUMNS, VARIANTS, Work, failure_reason, select_work
@@ -93,16 +93,23 @@ def run_child(work: Work, steps: int, columns: list[str]) -> dict[str, Any]:
                     # The collector off, as peers.py times steps: a collection landing in one
                     # variant's counted steps and not another's (it follows allocation counts
                     # since start-up) moved a row by thousands of instructions per call.
-                    gc.collect()
-                    gc.disable()
-                    try:
-                        functools.reduce(lambda _, __: step(), range(steps), None)
-                    finally:
-                        gc.enable()
+                    run_counted(step, steps, collector_off=True)
                 outcome[name] = "ran"
             except Exception as error:  # a peer that cannot run this model: a blank cell
                 outcome[name] = failure_reason(error)
     return {"calls": calls, "outcome": outcome, "dumped": dumped}
+
+
+def run_counted(run: Callable[[], object], times: int, collector_off: bool) -> None:
+    """Run ``run`` ``times`` times inside one call of the function callgrind counts and dumps
+    after (:data:`MEASURED`), with the garbage collector off if asked (collected first)."""
+    if collector_off:
+        gc.collect()
+        gc.disable()
+    try:
+        functools.reduce(lambda _, __: run(), range(times), None)
+    finally:
+        gc.enable()
 
 
 def count_row(work: Work, steps: int, columns: list[str], valgrind: str) -> dict[str, Any]:

@@ -21,8 +21,6 @@ Valgrind).
 from __future__ import annotations
 
 import argparse
-import functools
-import gc
 import json
 import shutil
 import sys
@@ -31,7 +29,7 @@ from typing import Callable
 
 import torch
 from enter_exit import one_shot_ways, resnet, synthetic_classes, transformer
-from instructions import run_under_callgrind
+from instructions import run_counted, run_under_callgrind
 from torch import nn
 from torch_peers import module_calls
 
@@ -87,13 +85,7 @@ def run_child(models: list[str], counts: int, classes: int) -> dict[str, object]
                 fn()
                 fn()
                 dumped.append(f"{label}/{way}")
-                if way in BREAKDOWN:
-                    gc.collect()
-                    gc.disable()
-                try:
-                    functools.reduce(lambda _, __: fn(), range(counts), None)
-                finally:
-                    gc.enable()
+                run_counted(fn, counts, collector_off=way in BREAKDOWN)
     return {"dumped": dumped, "calls": calls}
 
 
