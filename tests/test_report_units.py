@@ -192,3 +192,12 @@ def test_format_rate_is_flops_per_second(flops: int, ns: int) -> None:
     assert text.endswith("FLOP/s")
     value = _parse_count(text[: -len("FLOP/s")].rstrip())
     assert math.isclose(value, flops * 1e9 / ns, rel_tol=5e-3, abs_tol=0.5)
+
+
+def test_a_tie_at_the_third_figure_rounds_up_as_the_html_page_does():
+    # JavaScript's toPrecision (the HTML report) rounds an exact tie up; the text must agree.
+    from tracetorch.text.units import format_bytes, format_time_ns
+
+    assert format_time_ns(398_500) == "399 us" and format_time_ns(398_499) == "398 us"
+    assert format_time_ns(2_125) == "2.13 us"  # 2.125 is exact in binary: a tie
+    assert format_bytes(int(1.125 * 1024)) == "1.13 KiB"

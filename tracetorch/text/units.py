@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 __all__ = (
@@ -49,6 +50,23 @@ BYTE_UNITS: tuple[str, ...] = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 MISSING = "-"
 
 
+def _three_figures(magnitude: float) -> float:
+    """``magnitude`` (not negative) to three significant figures, from its exact value, a tie
+    rounded up: as JavaScript's ``toPrecision(3)`` rounds, which the HTML report uses in the
+    browser for the same cells (Python's own formatting rounds a tie to even: 398,500 ns was
+    "398 us" in the text and "399 us" on the page).
+
+    Example:
+        >>> _three_figures(398.5), _three_figures(2.675), _three_figures(0.0)
+        (399.0, 2.67, 0.0)
+    """
+    exact = Decimal(magnitude)  # (2.675 is 2.67499999999999982236431605997495353221893310546875)
+    if not exact:
+        return 0.0
+    unit = Decimal(1).scaleb(exact.adjusted() - 2)
+    return float(exact.quantize(unit, rounding=ROUND_HALF_UP))
+
+
 def _split(value: float, steps: int, base: int = 1000) -> tuple[str, int]:
     """``value`` as three significant figures and the index of the power of ``base`` it was
     scaled by.
@@ -66,9 +84,9 @@ def _split(value: float, steps: int, base: int = 1000) -> tuple[str, int]:
     while magnitude >= base and index < steps - 1:
         magnitude /= base
         index += 1
-    rounded = float(f"{magnitude:.3g}")
+    rounded = _three_figures(magnitude)
     if rounded >= 1000 and index < steps - 1:  # four digits: the next unit reads better
-        rounded, index = float(f"{magnitude / base:.3g}"), index + 1
+        rounded, index = _three_figures(magnitude / base), index + 1
     if rounded >= 1000:
         # Past the largest prefix (hours in seconds, zettaFLOPs): whole units, every digit.
         return sign + f"{magnitude:.0f}", index
