@@ -1,7 +1,7 @@
-"""A step folds the nodes that ran, not the whole tree; a layer's first call does not walk its
-model again. Work is counted, never timed: every node folded goes through
-``fold._fold_node``, and the walks that name layers and count parameters are wrapped to count
-what they visit.
+"""A step folds nothing: reading the tree folds the nodes that ran since the last read, not the
+whole tree; a layer's first call does not walk its model again. Work is counted, never timed:
+every node folded goes through ``fold._fold_node``, and the walks that name layers and count
+parameters are wrapped to count what they visit.
 """
 from __future__ import annotations
 
@@ -45,25 +45,72 @@ def wide(leaves: int = 20) -> Sequential:
 
 
 # ----------------------------------------------------------------------------- steps
-def test_a_step_folds_the_nodes_that_ran_and_their_callers_only(folded):
+def test_reading_the_tree_folds_the_nodes_that_ran_since_and_their_callers_only(folded):
     model = wide()
     x = Tensor(np.ones((1, 2)))
     with tracetorch.profile(model) as prof:
         model(x)
         prof.step()
+        assert folded == []  # a step leaves its counters to whoever reads the tree
+        assert prof.find("layers.0").flops == LINEAR_FLOPS
         assert len(folded) == 20 + 2  # every leaf, the model, the root
         folded.clear()
         model.layers[3](x)  # on its own: a top-level node beside the model's, the same path
         prof.step()
+        model.layers[3](x)
+        prof.step()
+        assert prof.root.children["layers.3"].flops == 2 * LINEAR_FLOPS  # both steps at once
         assert paths(folded) == ["<root>", "layers.3"]
         folded.clear()
-        prof.step()  # nothing ran
-        assert paths(folded) == ["<root>"]
+        prof.step()  # nothing ran: nothing to fold
+        assert prof.root is not None and folded == []
         model(x)
         model.layers[3](x)
     assert prof.find("layers.3").flops == 2 * LINEAR_FLOPS
-    assert prof.root.children["layers.3"].flops == 2 * LINEAR_FLOPS
-    assert prof.forward_flops == 2 * 20 * LINEAR_FLOPS + 2 * LINEAR_FLOPS
+    assert prof.root.children["layers.3"].flops == 3 * LINEAR_FLOPS
+    assert prof.forward_flops == 2 * 20 * LINEAR_FLOPS + 3 * LINEAR_FLOPS
+
+
+def test_steps_read_at_once_or_one_by_one_give_the_same_figures():
+    # Counters only add up: the tree read after every step and read once after all of them
+    # hold the same numbers, in and after the block.
+    x = Tensor(np.ones((3, 2)))
+
+    def run(read_each_step: bool) -> list[tuple[Any, ...]]:
+        model = Sequential(Linear(2, 4), ReLU(), Linear(4, 2))
+        with tracetorch.profile(model) as prof:
+            for step in range(5):
+                model(x if step % 2 else Tensor(np.ones((step + 1, 2))))
+                prof.step()
+                if read_each_step:
+                    prof.nodes()
+            inside = [(n.path, n.calls, n.flops, n.memory.input_bytes) for n in prof.nodes()]
+        after = [(n.path, n.calls, n.flops, n.memory.input_bytes) for n in prof.nodes()]
+        assert inside == after
+        return after
+
+    assert run(read_each_step=True) == run(read_each_step=False)
+
+
+def test_touched_nodes_left_by_steps_stay_bounded(monkeypatch: pytest.MonkeyPatch):
+    # A failed call touches its node each time: a long run of them is folded by the steps once
+    # the list passes its bound, and every call is still counted.
+    from tracetorch.profiler import block
+
+    monkeypatch.setattr(block, "FOLD_EVERY_TOUCHED", 8)
+
+    class Boom(Module):
+        def forward(self, x):
+            raise RuntimeError("boom")
+
+    boom = Boom()
+    with tracetorch.profile(boom) as prof:
+        for _ in range(100):
+            with pytest.raises(RuntimeError):
+                boom(Tensor(np.ones((1, 2))))
+            prof.step()
+            assert len(prof._collector.touched) <= 8 + 1
+    assert prof.find("").errors == 100 and prof.find("").calls == 100
 
 
 def test_untouched_nodes_are_not_visited():
@@ -114,7 +161,7 @@ def test_folding_the_touched_nodes_equals_folding_the_tree():
     assert whole.subtree_flops == 3 * 100 + 50 + 7 + 2 * 9 + 1
 
 
-def test_a_node_touched_without_running_is_folded_at_the_next_step(folded):
+def test_a_node_touched_without_running_is_folded_at_the_next_read(folded):
     """What backward attribution does: it charges nodes whose forward ran steps ago."""
     model = wide(3)
     x = Tensor(np.ones((1, 2)))
@@ -126,6 +173,7 @@ def test_a_node_touched_without_running_is_folded_at_the_next_step(folded):
         prof._collector.touch(node)
         folded.clear()
         prof.step()
+        prof.nodes()  # a read of the tree
         assert paths(folded) == ["<model>", "<root>", "layers.1"]
     assert node.flops == 2 * LINEAR_FLOPS
 
@@ -141,27 +189,31 @@ def test_timeline_and_failed_calls_are_folded_too(folded):
     with tracetorch.profile(model, timeline=True) as prof:
         model(x)
         prof.step()
+        prof.nodes()  # a read of the tree
         folded.clear()
         model.layers[0](x)
         with pytest.raises(RuntimeError):
             boom(x)
         prof.step()
+        prof.nodes()  # a read of the tree
         assert paths(folded) == ["<root>", "Boom", "layers.0"]
     assert prof.find("Boom").flops >= 8 and prof.find("Boom").errors == 1
     assert prof.root.children["layers.0"].flops == LINEAR_FLOPS
 
 
-def test_calls_of_another_thread_are_folded_at_the_step(folded):
+def test_calls_of_another_thread_are_folded_at_the_next_read(folded):
     model = wide(2)
     x = Tensor(np.ones((1, 2)))
     with tracetorch.profile(model, all_threads=True) as prof:
         model(x)
         prof.step()
+        prof.nodes()  # a read of the tree
         folded.clear()
         worker = threading.Thread(target=model.layers[1], args=(x,), name="w")
         worker.start()
         worker.join()
         prof.step()
+        prof.nodes()  # a read of the tree
         assert paths(folded) == ["<root>", "thread w", "thread w.layers.1"]
     assert prof.forward_flops == 3 * LINEAR_FLOPS
 

@@ -405,12 +405,33 @@ class Collector(CallTiming):
         recording ``root`` (the profile's tree by default), whose frame counts the operations
         run outside every layer: a step costs the nodes that ran, not the whole tree.
         """
+        self.end_step()
+        self.fold_counts(root)
+
+    def end_step(self) -> None:
+        """What a step's end settles whether or not the counters are folded now: the
+        device-timed calls, the backward pass's per-layer samples, the saved tensors seen."""
         self.resolve_times()
         self.flush_backward()
         self._saved_storages.clear()  # a later step's tensors may reuse the addresses
+
+    def fold_counts(self, root: CallNode | None = None) -> None:
+        """Fold the counters of the nodes touched since the last fold (and the recording
+        ``root``'s operations, the profile's tree by default) into their FLOPs and bytes.
+
+        Counters only add up, so folding many steps at once gives each node what folding
+        them one by one would have.
+        """
         touched = self.take_touched()
         touched.append(self.root if root is None else root)
         fold_touched(touched)
+
+    @property
+    def counts_pending(self) -> bool:
+        """Whether calls were counted into the tree since its last fold (its nodes' FLOPs and
+        bytes then lag behind until :meth:`fold_counts`)."""
+        engine = self.root.engine
+        return bool(self.touched or engine.op_flops or engine.op_gemm)
 
     def unsupported(self) -> dict[str, int]:
         """Calls of leaf layers with no FLOP rule whose FLOPs nothing counted, by type."""

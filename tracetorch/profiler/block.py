@@ -47,6 +47,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 # One set of adapters for the one patch board of the process.
 _ADAPTERS = AdapterSet(BOARD)
 
+#: Touched nodes a step may leave unfolded: past this many (a list grown by failed calls or
+#: backward passes, which touch their node each time) the step folds them.
+FOLD_EVERY_TOUCHED = 4096
+
 
 class profile(ProfileResult):
     """Record every layer call made inside the block: calls, FLOPs and time, as a tree.
@@ -286,7 +290,7 @@ class profile(ProfileResult):
         # else into the entry's scratch tree, emptied after each step (_close_segment), whose
         # nodes are found again step after step: a run of any length holds one step's tree.
         if entry.active and entry.enclosing is None:
-            entry.target = self.root
+            entry.target = self._tree
         else:
             if entry.scratch is None:
                 entry.scratch = self._scratches.pop() if self._scratches else CallNode.root()
@@ -305,10 +309,17 @@ class profile(ProfileResult):
         if not close_root(self._collector, opened):
             self._stale = True  # exited in another context: its frames must never record again
         collector = self._collector
-        collector.fold(target)
-        if target is self.root:
+        if target is self._tree:
+            # The tree's own counters are folded when it is read (``root``) or at the block's
+            # end: folding every layer at every step costs ~1.7 µs per node, more than the
+            # step's calls of a small layer (a list of touched nodes grown past
+            # FOLD_EVERY_TOUCHED, by failures or backward passes, is folded here).
+            collector.end_step()
+            if len(collector.touched) > FOLD_EVERY_TOUCHED:
+                collector.fold_counts()
             return
-        mapping = merge_tree(target, self.root) if entry.active else None
+        collector.fold(target)
+        mapping = merge_tree(target, self._tree) if entry.active else None
         enclosing = entry.enclosing
         if enclosing is not None and enclosing.collector.active:
             collector.graft_into(target, enclosing)
@@ -328,6 +339,9 @@ class profile(ProfileResult):
         """Mark the end of a training step: the time since the previous mark is one step.
 
         With a ``schedule``, only active steps count, and the next step's phase starts here.
+        The step's FLOPs and bytes are added to its nodes when the tree is next read
+        (:attr:`root`, and everything reading through it) or the block ends: a step costs the
+        same whatever the model's size.
         """
         now = self._collector.host_clock()
         duration = None
@@ -342,9 +356,9 @@ class profile(ProfileResult):
         else:
             self._collector.fold()
         if duration is not None:
-            self._phases.close_step(self.root, duration)
+            self._phases.close_step(self._tree, duration)
         else:
-            self._phases.skip_step(self.root)
+            self._phases.skip_step(self._tree)
         self.step_count += 1
         if entry is not None:
             self._open_segment(entry)
@@ -410,6 +424,34 @@ class profile(ProfileResult):
             raise RuntimeError("another profile already records all threads; only one "
                                "profile(all_threads=True) may be open at a time")
         record_all_threads(self._collector)
+
+    @property
+    def root(self) -> CallNode:
+        """The call tree, its figures up to date.
+
+        A step's end leaves the counters of its calls to whoever reads the tree: read here
+        while the block runs, they are folded into the nodes' FLOPs and bytes first. (A node
+        kept from an earlier read shows its figures as of that read until the tree is read
+        again or the block ends.)
+
+        Example:
+            >>> import numpy as np
+            >>> import tracetorch
+            >>> from tracetorch.core import Linear, Tensor
+            >>> layer = Linear(4, 3)
+            >>> with tracetorch.profile(layer) as prof:
+            ...     _ = layer(Tensor(np.ones((2, 4)))); prof.step()
+            ...     prof.root.subtree_flops
+            48
+        """
+        collector = getattr(self, "_collector", None)  # (None while __init__ sets the tree)
+        if collector is not None and collector.active and collector.counts_pending:
+            collector.fold_counts()
+        return self._tree
+
+    @root.setter
+    def root(self, tree: CallNode) -> None:
+        self._tree = tree
 
     @property
     def running(self) -> bool:
