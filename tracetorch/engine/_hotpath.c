@@ -51,7 +51,7 @@ static PyObject *s_FRAME, *s_op_replay, *s_op_switch, *s_exit_observer, *s_obser
     *s_SHAPELESS, *s_INT_SHAPED,
     *s_dtype, *s_first_entry, *s_FLUSH_EVERY,
     *s_plain_clock, *s_record_failure, *s_time, *s_flush, *s_touch,
-    *s_shape, *s_flush_backward,
+    *s_shape, *s_flush_backward, *s_backward_on,
     *s_Frame, *s_ENTRY_FIELDS, *s_fields, *s_collector, *s_node, *s_owner, *s_ops, *s_observe,
     *s_pending, *s_flops_cache, *s_child_frames, *s_calls, *s_key;
 static PyObject *one;
@@ -732,7 +732,18 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
         PyObject *observer = global(self, s_exit_observer);
         if (observer == NULL)
             goto out;
+        int attributing = 0;
         if (observer != Py_None) {
+            /* a profile between the steps it samples (backward_every) marks nothing */
+            PyObject *on = PyObject_GetAttr(collector, s_backward_on);
+            if (on == NULL)
+                goto out;
+            attributing = PyObject_IsTrue(on);
+            Py_DECREF(on);
+            if (attributing < 0)
+                goto out;
+        }
+        if (attributing) {
             PyObject *now = global(self, s_observe_now);
             if (now == NULL)
                 goto out;
@@ -835,6 +846,7 @@ PyInit__hotpath(void)
     INTERN(s_touch, "touch");
     INTERN(s_shape, "shape");
     INTERN(s_flush_backward, "flush_backward");
+    INTERN(s_backward_on, "backward_on");
     INTERN(s_Frame, "Frame");
     INTERN(s_ENTRY_FIELDS, "_ENTRY_FIELDS");
     INTERN(s_fields, "_fields");

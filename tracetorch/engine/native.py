@@ -57,7 +57,7 @@ C_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
                   "child_frames"),
         "ENTRY_FIELDS": ("calls", "key"),
         "NamedTuple": ("_fields",),
-        "Collector": ("plain_clock", "record_failure", "touch", "flush_backward"),
+        "Collector": ("plain_clock", "record_failure", "touch", "flush_backward", "backward_on"),
         "CallNode": ("time",),
         "TimeStats": ("flush",),
         "tensor": ("shape", "dtype"),
