@@ -33,15 +33,28 @@ from tracetorch.version import __version__
 __all__ = ("run_facts", "work_dtype")
 
 
+#: Per class of a call key's items, whether it is a dtype class (numpy's or torch's), and per
+#: dtype seen, what :func:`_framework_dtype` made of it: a profile's exit reads every counter's
+#: key, and the same few dtypes come back in each.
+_IS_DTYPE_CLASS: dict[type, bool] = {}
+_KINDS: dict[Any, tuple[str, str] | None] = {}
+
+
 def _framework_dtype(item: Any) -> tuple[str, str] | None:
     # A call key's dtype, as (framework, name) when a calibration can be made in it.
-    if isinstance(item, np.dtype):
-        found = ("numpy", item.name)
-    elif type(item).__name__ == "dtype" and type(item).__module__ == "torch":
-        found = ("torch", str(item).replace("torch.", ""))
-    else:
+    cls = type(item)
+    is_dtype = _IS_DTYPE_CLASS.get(cls)
+    if is_dtype is None:
+        is_dtype = _IS_DTYPE_CLASS[cls] = issubclass(cls, np.dtype) or (
+            cls.__name__ == "dtype" and cls.__module__ == "torch")
+    if not is_dtype:
         return None
-    return found if found[1] in DTYPES[found[0]] else None
+    if item in _KINDS:
+        return _KINDS[item]
+    found = (("numpy", item.name) if isinstance(item, np.dtype)
+             else ("torch", str(item).replace("torch.", "")))
+    kind = _KINDS[item] = found if found[1] in DTYPES[found[0]] else None
+    return kind
 
 
 def work_dtype(root: CallNode) -> tuple[str, str] | None:
@@ -60,16 +73,24 @@ def work_dtype(root: CallNode) -> tuple[str, str] | None:
         (('numpy', 'float32'), None)
     """
     weights: Counter[tuple[str, str]] = Counter()
+    is_dtype_class = _IS_DTYPE_CLASS
     for node in root.walk():
         for entry in node.engine.flops_cache.values():
             key = entry[KEY]
             if not isinstance(key, tuple):
                 continue
-            found = {kind for item in key if (kind := _framework_dtype(item)) is not None}
-            # GEMM FLOPs decide (the peak is a matmul's); any FLOPs, then a call, break ties.
-            weight = (entry[GEMM_FLOPS] or 0) * 2**32 + (entry[FLOPS] or 0) + 1
-            for kind in found:
-                weights[kind] += weight
+            found = set()
+            for item in key:
+                # (shapes, flags and contexts are most of a key: told apart by class at once)
+                if is_dtype_class.get(type(item)) is not False:
+                    kind = _framework_dtype(item)
+                    if kind is not None:
+                        found.add(kind)
+            if found:
+                # GEMM FLOPs decide (the peak is a matmul's); any FLOPs, then a call, break ties.
+                weight = (entry[GEMM_FLOPS] or 0) * 2**32 + (entry[FLOPS] or 0) + 1
+                for kind in found:
+                    weights[kind] += weight
     return max(weights, key=weights.__getitem__) if weights else None
 
 
