@@ -39,6 +39,8 @@ typedef struct {
     PyObject *ns;         /* the hotpath module's globals */
     PyObject *guard;      /* None, a callable or (flags, calls): see guarded() */
     PyObject *owner;      /* the shared owner of every call, or None */
+    PyObject *child;      /* (kind, label, flops_fn): what Collector.new_child makes a node of at
+                           * a first call here; None: the Python wrapper makes it */
     int backward;         /* kind == "backward": flush the pass's samples after each call */
     int data;             /* kind == "data": StopIteration is the loop's end, not a failure */
     Py_ssize_t flush_every;  /* FLUSH_EVERY, a constant: read once */
@@ -51,7 +53,7 @@ static PyObject *s_FRAME, *s_op_replay, *s_op_switch, *s_exit_observer, *s_obser
     *s_SHAPELESS, *s_INT_SHAPED,
     *s_dtype, *s_first_entry, *s_FLUSH_EVERY,
     *s_plain_clock, *s_record_failure, *s_time, *s_flush, *s_touch,
-    *s_shape, *s_flush_backward, *s_backward_on,
+    *s_shape, *s_flush_backward, *s_backward_on, *s_new_child,
     *s_Frame, *s_ENTRY_FIELDS, *s_fields, *s_collector, *s_node, *s_owner, *s_ops, *s_observe,
     *s_pending, *s_flops_cache, *s_child_frames, *s_calls, *s_key;
 static PyObject *one;
@@ -103,6 +105,7 @@ Wrapper_traverse(Wrapper *self, visitproc visit, void *arg)
     Py_VISIT(self->ns);
     Py_VISIT(self->guard);
     Py_VISIT(self->owner);
+    Py_VISIT(self->child);
     Py_VISIT(self->at.frame_type);
     return 0;
 }
@@ -114,6 +117,7 @@ Wrapper_clear(Wrapper *self)
     Py_CLEAR(self->ns);
     Py_CLEAR(self->guard);
     Py_CLEAR(self->owner);
+    Py_CLEAR(self->child);
     Py_CLEAR(self->at.frame_type);
     return 0;
 }
@@ -129,11 +133,17 @@ Wrapper_dealloc(Wrapper *self)
 static int
 Wrapper_init(Wrapper *self, PyObject *args, PyObject *kwds)
 {
-    PyObject *fallback, *ns, *guard, *owner;
+    PyObject *fallback, *ns, *guard, *owner, *child = Py_None;
     int backward, data;
-    if (!PyArg_ParseTuple(args, "OO!OOpp:Wrapper", &fallback, &PyDict_Type, &ns, &guard, &owner,
-                          &backward, &data))
+    if (!PyArg_ParseTuple(args, "OO!OOpp|O:Wrapper", &fallback, &PyDict_Type, &ns, &guard, &owner,
+                          &backward, &data, &child))
         return -1;
+    if (child != Py_None && (!PyTuple_Check(child) || PyTuple_GET_SIZE(child) != 3)) {
+        PyErr_SetString(PyExc_TypeError, "Wrapper: child must be (kind, label, flops_fn) or None");
+        return -1;
+    }
+    Py_INCREF(child);
+    Py_XSETREF(self->child, child);
     Py_INCREF(fallback);
     Py_XSETREF(self->fallback, fallback);
     Py_INCREF(ns);
@@ -635,9 +645,17 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
             goto out;
         Py_XINCREF(inner);
     }
-    if (inner == NULL) {  /* its first call here: Python makes the node */
-        result = PyObject_Call(self->fallback, call_args, call_kwargs);
-        goto out;
+    if (inner == NULL) {  /* its first call here: the collector names and makes the node */
+        if (self->child == Py_None) {
+            result = PyObject_Call(self->fallback, call_args, call_kwargs);
+            goto out;
+        }
+        inner = PyObject_CallMethodObjArgs(collector, s_new_child, frame, owner,
+                                           PyTuple_GET_ITEM(self->child, 0),
+                                           PyTuple_GET_ITEM(self->child, 1),
+                                           PyTuple_GET_ITEM(self->child, 2), NULL);
+        if (inner == NULL)
+            goto out;
     }
     if (!is_frame(&self->at, inner))
         goto out;
@@ -847,6 +865,7 @@ PyInit__hotpath(void)
     INTERN(s_shape, "shape");
     INTERN(s_flush_backward, "flush_backward");
     INTERN(s_backward_on, "backward_on");
+    INTERN(s_new_child, "new_child");
     INTERN(s_Frame, "Frame");
     INTERN(s_ENTRY_FIELDS, "_ENTRY_FIELDS");
     INTERN(s_fields, "_fields");

@@ -492,10 +492,11 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
     if native is None:
         return wrapper
     # The same steps in C (tracetorch/engine/_hotpath.c), reading this module's settings on
-    # each call; a node's first call and the other uncommon cases run ``wrapper`` above.
+    # each call; the collector makes a node at its first call (new_child, with these three),
+    # and the uncommon cases run ``wrapper`` above.
     native_guard = getattr(guard, "native_guard", None) or guard
     return native(wrapper, globals(), native_guard, shared_owner, kind == "backward",
-                  kind == "data")
+                  kind == "data", (kind, label, flops_fn))
 
 
 #: The C version of ``make_wrapper``'s wrapper, where it is built (see tracetorch.engine.native).
