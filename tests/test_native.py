@@ -175,6 +175,34 @@ def test_the_c_finds_the_fields_it_reads_by_name_when_it_is_made(torch):
     assert len(handed) == 1
 
 
+def test_the_c_wrapper_makes_a_first_call_node_itself_given_what_names_it():
+    from tracetorch.engine import hotpath
+
+    wrapper_type = _built("tracetorch.engine._hotpath", "Wrapper")
+    handed: list[object] = []
+
+    def python_wrapper(*arguments: object) -> None:
+        handed.append(arguments)
+
+    def rule(x: int) -> int:
+        return 3 * x
+
+    named = wrapper_type(python_wrapper, vars(hotpath), None, None, 0, 0,
+                         ("function", "scaled", rule))
+    unnamed = wrapper_type(python_wrapper, vars(hotpath), None, None, 0, 0)
+    def double(x: int) -> int:
+        return 2 * x
+
+    with tracetorch.profile() as prof:
+        assert [named(double, None, (x,), {}) for x in (1, 2, 2)] == [2, 4, 4]
+        unnamed(lambda: None, None, (), {})  # without them: the Python wrapper's call
+    node = prof.find("scaled")
+    assert (node.kind, node.calls, node.flops, node.flops_source) == ("function", 3, 15, "user")
+    assert len(handed) == 1
+    with pytest.raises(TypeError, match="child must be"):
+        wrapper_type(python_wrapper, vars(hotpath), None, None, 0, 0, ("function",))
+
+
 def _native_guard_holds(native_guard: object):
     """``holds()``: whether the C wrapper, given ``native_guard``, lets a call through
     unrecorded (its Python guard always says no, so only the C test can hold)."""
