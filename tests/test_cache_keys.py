@@ -196,11 +196,14 @@ def test_the_registration_hooks_leave_with_the_block(torch):
 # ----------------------------------------------------------------------------- the key itself
 def _leaf_reference(value, out):
     """A call key's argument part as its rule says, one value at a time (shape_of, then
-    dtype_of; lists, tuples and dicts walked; ``None`` for anything else)."""
-    from tracetorch.models.tensors import dtype_of, shape_of
+    dtype_of; a plain value itself; lists, tuples and dicts walked; ``None`` for anything
+    else)."""
+    from tracetorch.models.tensors import SHAPELESS, dtype_of, shape_of
 
     shape = shape_of(value)
-    if shape is not None:
+    if type(value) in SHAPELESS:
+        out.append(value)
+    elif shape is not None:
         out += [shape, dtype_of(value)]
     elif isinstance(value, (list, tuple)):
         for item in value:
@@ -229,11 +232,14 @@ def test_a_multi_argument_key_is_each_arguments_shape_and_dtype_in_order(torch):
     with tracetorch.profile():  # the torch classes registered as a profile registers them
         key = typed_signature(args, kwargs, ("tail",))
     reference: list = []
-    for value in (*args, *kwargs.values()):
+    for value in args:
+        _leaf_reference(value, reference)
+    for name, value in kwargs.items():
+        reference.append(name)
         _leaf_reference(value, reference)
     assert key == (*reference, "tail")
     # the tensor, None, four plain values, numpy's scalar (a shape, ()) ... the nested tensor
-    assert key[:9] == ((2, 3), torch.float32, None, None, None, None, None, (), np.float32)
+    assert key[:9] == ((2, 3), torch.float32, None, True, 7, 0.5, "mode", (), np.float32)
     assert key[key.index((4,)) + 7] is None
 
 
@@ -261,3 +267,52 @@ def test_each_multi_argument_call_counts_under_call_keys_key(torch):
                 layer(*args, **kwargs)
             assert cache[call_key(args, kwargs, layer)][CALLS] == 3
         assert len(cache) == 1 + len(calls)
+
+
+# ----------------------------------------------------------------------------- plain arguments
+def test_a_rule_reading_a_plain_argument_is_run_for_each_value():
+    # Numbers, flags and strings are part of the key as themselves: a rule that reads one (a
+    # count of steps, a flag) is run again for each value, never replayed from another's.
+    @tracetorch.instrument(flops=lambda n, *, scale=1.0, wide=False, mode="a":
+                           int(n * scale) * (2 if wide else 1) * (3 if mode == "b" else 1))
+    def work(n, *, scale=1.0, wide=False, mode="a"):
+        return n
+
+    calls = [((1,), {}), ((2,), {}), ((2,), {}), ((2,), {"scale": 2.5}), ((2,), {"wide": True}),
+             ((2,), {"mode": "b"}), ((4,), {"scale": 0.5})]
+    with tracetorch.profile() as prof:
+        for args, kwargs in calls:
+            work(*args, **kwargs)
+    assert prof.nodes()[0].flops == 1 + 2 + 2 + 5 + 4 + 6 + 2
+
+
+def test_keyword_names_are_part_of_the_key(torch):
+    # f(x, a=1, b=2) and f(x, b=1, a=2) bind differently: two keys, each measured.
+    class Weighted(torch.nn.Module):
+        def forward(self, x, a=0, b=0):
+            return x
+
+    def rule(layer, inputs, output):
+        x, a, b = inputs
+        return x.numel() * (10 * a + b)
+
+    layer, x = Weighted(), torch.ones(2, 3)
+    with torch.no_grad(), tracetorch.profile(layer, flop_rules={Weighted: rule}) as prof:
+        layer(x, a=1, b=2)
+        layer(x, b=1, a=2)
+        layer(x, 3, 4)
+    assert prof.find("").flops == 6 * (12 + 21 + 34)
+
+
+def test_a_nan_argument_keeps_one_key(torch):
+    # A NaN is never equal to itself: kept as itself, each call would be a new key (measured
+    # again, a counter more).
+    class Scaled(torch.nn.Module):
+        def forward(self, x, scale):
+            return x
+
+    layer = Scaled()
+    with torch.no_grad(), tracetorch.profile(layer) as prof:
+        for _ in range(5):
+            layer(torch.ones(2), float("nan"))
+    assert len(prof.find("").engine.flops_cache) == 1 and prof.find("").calls == 5

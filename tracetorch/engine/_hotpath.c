@@ -377,9 +377,9 @@ shaped_key(PyObject *shape, PyObject *dtype, PyObject *grad, PyObject *structure
     return key;
 }
 
-/* One argument of a call into its key's ``items``, as tensors._collect_shapes enters it (with
- * dtypes): None for a value of a class in tensors.SHAPELESS, its shape as a tuple and its
- * dtype for one of a class in tensors.INT_SHAPED read directly. 1: entered; 0: any other
+/* One argument of a call into its key's ``items``, as tensors._collect_shapes enters it (for a
+ * key): a value of a class in tensors.SHAPELESS as itself (a NaN as None), its shape as a
+ * tuple and its dtype for one of a class in tensors.INT_SHAPED read directly. 1: entered; 0: any other
  * value, or a shape that cannot be read (hotpath.call_key then makes the whole key); -1 with
  * an error set. */
 static int
@@ -388,8 +388,15 @@ enter_argument(Wrapper *self, PyObject *value, PyObject *items, PyObject *shapel
 {
     PyObject *cls = (PyObject *)Py_TYPE(value);
     int found = PySet_Contains(shapeless, cls);
-    if (found)
-        return found < 0 ? -1 : (PyList_Append(items, Py_None) < 0 ? -1 : 1);
+    if (found) {
+        if (found < 0)
+            return -1;
+        /* a NaN, never equal to itself, would make a new key at each call */
+        PyObject *entered = value;
+        if (PyFloat_Check(value) && Py_IS_NAN(PyFloat_AS_DOUBLE(value)))
+            entered = Py_None;
+        return PyList_Append(items, entered) < 0 ? -1 : 1;
+    }
     if ((found = PySet_Contains(int_shaped, cls)) <= 0)
         return found;
     int direct = reads_directly(self, value);
@@ -414,7 +421,7 @@ enter_argument(Wrapper *self, PyObject *value, PyObject *items, PyObject *shapel
 
 /* The key of a call of plain arguments (tensors of int-shaped classes, and None, flags,
  * numbers, strings), as hotpath.call_key makes it: each argument entered as enter_argument
- * does, positional ones then keyword values, then (grad, structure, training). 1 with ``*key``
+ * does, positional ones then each keyword's name and value, then (grad, structure, training). 1 with ``*key``
  * set; 0 where an argument is of any other kind (call_key makes the key); -1 on error. */
 static int
 plain_key(Wrapper *self, PyObject *args, PyObject *kwargs, PyObject *grad, PyObject *structure,
@@ -436,8 +443,11 @@ plain_key(Wrapper *self, PyObject *args, PyObject *kwargs, PyObject *grad, PyObj
         made = enter_argument(self, PyTuple_GET_ITEM(args, i), items, shapeless, int_shaped);
     PyObject *name, *value;
     Py_ssize_t at = 0;
-    while (made == 1 && PyDict_Next(kwargs, &at, &name, &value))
-        made = enter_argument(self, value, items, shapeless, int_shaped);
+    while (made == 1 && PyDict_Next(kwargs, &at, &name, &value)) {
+        made = PyList_Append(items, name) < 0 ? -1 : 1;
+        if (made == 1)
+            made = enter_argument(self, value, items, shapeless, int_shaped);
+    }
     if (made == 1) {
         PyObject *context = PyTuple_Pack(3, grad, structure, training);
         made = context != NULL && PyList_Append(items, context) == 0

@@ -151,14 +151,16 @@ def signature(args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Sh
 def typed_signature(args: tuple[Any, ...], kwargs: dict[str, Any] | None = None,
                     tail: tuple[Any, ...] = ()) -> tuple[Any, ...]:
     """:func:`signature` with each tensor's dtype after its shape, flat, then ``tail`` (what
-    else the caller's key holds): what a call's sizes depend on in its arguments. A one-tensor
+    else the caller's key holds): what a call's sizes and a rule's FLOPs depend on in its
+    arguments. A plain value (a number, a flag, a string) is itself, not ``None`` (a rule may
+    read a count: 3 steps and 5 differ), a keyword argument's name comes before it. A one-tensor
     call gives ``(shape, dtype, *tail)``, what reading the tensor's ``.shape`` and ``.dtype``
     gives (the engine's hot path builds that key itself). A tensor without a ``.dtype`` has
     ``None`` there.
 
     Example:
         >>> typed_signature((np.zeros((2, 3)), 5), {"mask": np.zeros(4, np.int8)}, ("tail",))
-        ((2, 3), dtype('float64'), None, (4,), dtype('int8'), 'tail')
+        ((2, 3), dtype('float64'), 5, 'mask', (4,), dtype('int8'), 'tail')
     """
     if len(args) == 1 and not kwargs:  # one tensor, as most layers are called: no walk
         value = args[0]
@@ -172,26 +174,29 @@ def typed_signature(args: tuple[Any, ...], kwargs: dict[str, Any] | None = None,
 
 
 def _collect_arguments(args: tuple[Any, ...], kwargs: dict[str, Any] | None, out: list[Any],
-                       dtypes: bool) -> None:
+                       for_key: bool) -> None:
     for value in args:
-        _collect_shapes(value, out, dtypes)
+        _collect_shapes(value, out, for_key)
     if kwargs:
-        for value in kwargs.values():
-            _collect_shapes(value, out, dtypes)
+        for name, value in kwargs.items():
+            if for_key:  # f(a=1, b=2) and f(b=1, a=2) are two calls
+                out.append(name)
+            _collect_shapes(value, out, for_key)
 
 
-#: Classes whose instances have no ``.shape`` (``shape_of`` gives ``None``) and hold nothing: a
-#: multi-argument call passes many (``None`` for an optional mask, flags, sizes), each entered
-#: as ``None`` without the reads that find no shape (the same key, a fraction of the cost; the
+#: Classes whose instances have no ``.shape`` (``shape_of`` gives ``None``) and are plain values:
+#: a multi-argument call passes many (``None`` for an optional mask, flags, sizes), each entered
+#: as itself in a key (``None`` in a list of shapes) without the reads that find no shape (the
 #: engine's C wrapper reads it by name too).
 SHAPELESS = frozenset({type(None), bool, int, float, str})
 
 
-def _collect_shapes(value: Any, out: list[Any], dtypes: bool) -> None:
-    # (The flat list reads back one way: a shape is a tuple, followed by its dtype when asked.)
+def _collect_shapes(value: Any, out: list[Any], for_key: bool) -> None:
+    # (The flat list reads back one way: a shape is a tuple, followed by its dtype in a key.)
     cls = type(value)
     if cls in SHAPELESS:
-        out.append(None)
+        # (a NaN, never equal to itself, would make a new key at each call: None)
+        out.append(value if for_key and value == value else None)
         return
     if cls in INT_SHAPED and QUIET_READS.get(cls, False) is None:
         # A plain array, read as it is: shape_of and dtype_of, inlined
@@ -201,20 +206,20 @@ def _collect_shapes(value: Any, out: list[Any], dtypes: bool) -> None:
             out.append(None)
             return
         out.append(dims)
-        if dtypes:
+        if for_key:
             out.append(getattr(value, "dtype", None))
         return
     shape = shape_of(value)
     if shape is not None:
         out.append(shape)
-        if dtypes:
+        if for_key:
             out.append(dtype_of(value))
     elif isinstance(value, (list, tuple)):
         for item in value:
-            _collect_shapes(item, out, dtypes)
+            _collect_shapes(item, out, for_key)
     elif isinstance(value, dict):
         for item in value.values():
-            _collect_shapes(item, out, dtypes)
+            _collect_shapes(item, out, for_key)
     else:
         out.append(None)
 
