@@ -198,10 +198,12 @@ def _leaf_reference(value, out):
     """A call key's argument part as its rule says, one value at a time (shape_of, then
     dtype_of; a plain value itself; lists, tuples and dicts walked; ``None`` for anything
     else)."""
+    from enum import Enum
+
     from tracetorch.models.tensors import SHAPELESS, dtype_of, shape_of
 
     shape = shape_of(value)
-    if type(value) in SHAPELESS:
+    if type(value) in SHAPELESS or isinstance(value, Enum):
         out.append(value)
     elif shape is not None:
         out += [shape, dtype_of(value)]
@@ -238,8 +240,8 @@ def test_a_multi_argument_key_is_each_arguments_shape_and_dtype_in_order(torch):
         reference.append(name)
         _leaf_reference(value, reference)
     assert key == (*reference, "tail")
-    # the tensor, None, four plain values, numpy's scalar (a shape, ()) ... the nested tensor
-    assert key[:9] == ((2, 3), torch.float32, None, True, 7, 0.5, "mode", (), np.float32)
+    # the tensor, None, four plain values, numpy's scalar ... the nested tensor
+    assert key[:8] == ((2, 3), torch.float32, None, True, 7, 0.5, "mode", 2.0)
     assert key[key.index((4,)) + 7] is None
 
 
@@ -274,16 +276,26 @@ def test_a_rule_reading_a_plain_argument_is_run_for_each_value():
     # Numbers, flags and strings are part of the key as themselves: a rule that reads one (a
     # count of steps, a flag) is run again for each value, never replayed from another's.
     @tracetorch.instrument(flops=lambda n, *, scale=1.0, wide=False, mode="a":
-                           int(n * scale) * (2 if wide else 1) * (3 if mode == "b" else 1))
+                           int(n * scale) * (2 if wide else 1)
+                           * (3 if getattr(mode, "value", mode) == "b" else 1))
     def work(n, *, scale=1.0, wide=False, mode="a"):
         return n
 
+    import enum
+
+    import numpy as np
+
+    class Mode(enum.Enum):
+        A = "a"
+        B = "b"
+
     calls = [((1,), {}), ((2,), {}), ((2,), {}), ((2,), {"scale": 2.5}), ((2,), {"wide": True}),
-             ((2,), {"mode": "b"}), ((4,), {"scale": 0.5})]
+             ((2,), {"mode": "b"}), ((4,), {"scale": 0.5}), ((np.int64(3),), {}),
+             ((np.int64(5),), {}), ((2,), {"mode": Mode.B}), ((2,), {"mode": Mode.A})]
     with tracetorch.profile() as prof:
         for args, kwargs in calls:
             work(*args, **kwargs)
-    assert prof.nodes()[0].flops == 1 + 2 + 2 + 5 + 4 + 6 + 2
+    assert prof.nodes()[0].flops == 1 + 2 + 2 + 5 + 4 + 6 + 2 + 3 + 5 + 6 + 2
 
 
 def test_keyword_names_are_part_of_the_key(torch):

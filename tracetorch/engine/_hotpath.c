@@ -760,18 +760,7 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
         PyObject *observer = global(self, s_exit_observer);
         if (observer == NULL)
             goto out;
-        int attributing = 0;
         if (observer != Py_None) {
-            /* a profile between the steps it samples (backward_every) marks nothing */
-            PyObject *on = PyObject_GetAttr(collector, s_backward_on);
-            if (on == NULL)
-                goto out;
-            attributing = PyObject_IsTrue(on);
-            Py_DECREF(on);
-            if (attributing < 0)
-                goto out;
-        }
-        if (attributing) {
             PyObject *now = global(self, s_observe_now);
             if (now == NULL)
                 goto out;
@@ -783,6 +772,14 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
                 goto out;
             int yes = PyObject_IsTrue(asked);
             Py_DECREF(asked);
+            if (yes > 0) {
+                /* a profile between the steps it samples (backward_every) marks nothing */
+                PyObject *on = PyObject_GetAttr(collector, s_backward_on);
+                if (on == NULL)
+                    goto out;
+                yes = PyObject_IsTrue(on);
+                Py_DECREF(on);
+            }
             if (yes < 0)
                 goto out;
             if (yes) {

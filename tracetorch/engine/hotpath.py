@@ -479,8 +479,9 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
             collector.touch(node)
         # (torch's gate is its grad mode, read above already; a profile between the steps it
         # samples, backward_every, marks nothing)
-        if (inner.observe and _exit_observer is not None and collector.backward_on
-                and (grad if _observe_now is _grad_mode else _observe_now())):
+        if (inner.observe and _exit_observer is not None
+                and (grad if _observe_now is _grad_mode else _observe_now())
+                and collector.backward_on):
             _exit_observer(inner, args, kwargs, output, entry)
         if kind == "backward":
             collector.flush_backward(node)

@@ -16,6 +16,8 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import nullcontext
+from enum import Enum
 from typing import Any, Callable
 
 import numpy as np
@@ -75,21 +77,28 @@ def register_quiet_reads(classify: Callable[[type], Any]) -> None:
 
 def quiet_reads(cls: type) -> Any:
     """The context factory under which ``cls``'s attributes are read quietly, or ``None`` where
-    they are read as they are (see :data:`QUIET_READS`).
+    they are read as they are (see :data:`QUIET_READS`). A plain value's class
+    (:data:`SHAPELESS`) gets a context that changes nothing: never ``None``, so that the hot
+    path's one-tensor shortcut (``None`` only) leaves it alone.
 
     Example:
-        >>> quiet_reads(int) is None
-        True
+        >>> quiet_reads(np.ndarray) is None, quiet_reads(int) is None
+        (True, False)
     """
     try:
         return QUIET_READS[cls]
     except KeyError:
         pass
     quiet = None
-    for classify in _CLASSIFIERS:
-        quiet = classify(cls)
-        if quiet is not None:
-            break
+    if cls in SHAPELESS:
+        # Never read as a tensor: the hot path keys a one-argument call of it by value, not
+        # by the shape a numpy scalar has (the context changes nothing).
+        quiet = nullcontext
+    else:
+        for classify in _CLASSIFIERS:
+            quiet = classify(cls)
+            if quiet is not None:
+                break
     QUIET_READS[cls] = quiet
     return quiet
 
@@ -152,8 +161,9 @@ def typed_signature(args: tuple[Any, ...], kwargs: dict[str, Any] | None = None,
                     tail: tuple[Any, ...] = ()) -> tuple[Any, ...]:
     """:func:`signature` with each tensor's dtype after its shape, flat, then ``tail`` (what
     else the caller's key holds): what a call's sizes and a rule's FLOPs depend on in its
-    arguments. A plain value (a number, a flag, a string) is itself, not ``None`` (a rule may
-    read a count: 3 steps and 5 differ), a keyword argument's name comes before it. A one-tensor
+    arguments. A plain value (a number, numpy's too, a flag, a string, an enum member) is
+    itself, not ``None`` (a rule may read a count: 3 steps and 5 differ); a keyword argument's
+    name comes before its value. A one-tensor
     call gives ``(shape, dtype, *tail)``, what reading the tensor's ``.shape`` and ``.dtype``
     gives (the engine's hot path builds that key itself). A tensor without a ``.dtype`` has
     ``None`` there.
@@ -162,8 +172,8 @@ def typed_signature(args: tuple[Any, ...], kwargs: dict[str, Any] | None = None,
         >>> typed_signature((np.zeros((2, 3)), 5), {"mask": np.zeros(4, np.int8)}, ("tail",))
         ((2, 3), dtype('float64'), 5, 'mask', (4,), dtype('int8'), 'tail')
     """
-    if len(args) == 1 and not kwargs:  # one tensor, as most layers are called: no walk
-        value = args[0]
+    if len(args) == 1 and not kwargs and type(args[0]) not in SHAPELESS:
+        value = args[0]  # one tensor, as most layers are called: no walk
         shape = shape_of(value)
         if shape is not None:
             return (shape, dtype_of(value), *tail)
@@ -188,7 +198,10 @@ def _collect_arguments(args: tuple[Any, ...], kwargs: dict[str, Any] | None, out
 #: a multi-argument call passes many (``None`` for an optional mask, flags, sizes), each entered
 #: as itself in a key (``None`` in a list of shapes) without the reads that find no shape (the
 #: engine's C wrapper reads it by name too).
-SHAPELESS = frozenset({type(None), bool, int, float, str})
+#: numpy's scalar types (``np.int64(3)``, what a loop over an array hands out) among them: they
+#: have a ``.shape``, ``()``, but a rule reads them as numbers.
+SHAPELESS = frozenset({type(None), bool, int, float, str, *(
+    kind for kind in np.sctypeDict.values() if issubclass(kind, (np.number, np.bool_)))})
 
 
 def _collect_shapes(value: Any, out: list[Any], for_key: bool) -> None:
@@ -208,6 +221,9 @@ def _collect_shapes(value: Any, out: list[Any], for_key: bool) -> None:
         out.append(dims)
         if for_key:
             out.append(getattr(value, "dtype", None))
+        return
+    if for_key and isinstance(value, Enum):  # a plain value too
+        out.append(value)
         return
     shape = shape_of(value)
     if shape is not None:
