@@ -4,9 +4,8 @@ Two measurements on ``torch.nn`` modules, in one process:
 
 * **step**: a tree of ``N`` leaves (``nn.Sequential`` of ``N`` ``nn.Identity``), built once by a
   full forward. Then, per round, either the whole model runs (``all ran``) or one leaf is called
-  on its own (``1 ran``), and only the following ``prof.step()`` is timed. The fold at a step
-  should cost in proportion to the nodes that ran: ``1 ran`` flat in ``N``, ``all ran`` flat per
-  node.
+  on its own (``1 ran``), and only the following ``prof.step()`` is timed. A step folds no
+  counter (the tree's reader does): both should be flat in ``N``, ``all ran`` included.
 * **first call**: a chain ``Sequential(Sequential(...(Linear)))`` of depth ``D``. Per round a
   fresh profile is entered (patching is not timed) and another small chain runs in it first (what
   the first layer call of a profile costs, once, is not per module); then the model's first
