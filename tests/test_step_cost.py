@@ -363,3 +363,21 @@ def test_merging_a_tree_deeper_than_the_recursion_limit():
     deepest = mapping[node]
     assert deepest.depth == depth and deepest.calls == 1 and deepest.time.total_ns == depth
     assert [s.path for s, _ in fold.merge_below(source, CallNode.root())][:2] == ["l0", "l0.l1"]
+
+
+def test_a_read_from_another_thread_has_the_stop_fold_the_whole_tree():
+    # A reader beside the recording thread may take the touched list while a node is added to
+    # it: the block's end then folds every node, so nothing counted is left out.
+    model = wide(3)
+    x = Tensor(np.ones((1, 2)))
+    with tracetorch.profile(model) as prof:
+        for _ in range(3):
+            model(x)
+            prof.step()
+        reader = threading.Thread(target=prof.nodes)
+        reader.start()
+        reader.join()
+        assert prof._collector._other_threads
+        model(x)
+    assert prof.forward_flops == 4 * 3 * LINEAR_FLOPS
+    assert [node.calls for node in prof.nodes()] == [4, 4, 4, 4]

@@ -422,6 +422,11 @@ class Collector(CallTiming):
         Counters only add up, so folding many steps at once gives each node what folding
         them one by one would have.
         """
+        if threading.get_ident() != self.owner_thread:
+            # Read beside the recording thread: a node it touches while the list is taken may
+            # miss this fold and every later one (its counter never leaves 0 again), so the
+            # stop folds the whole tree, as after other threads' calls.
+            self._other_threads = True
         touched = self.take_touched()
         touched.append(self.root if root is None else root)
         fold_touched(touched)
