@@ -381,3 +381,38 @@ def test_a_read_from_another_thread_has_the_stop_fold_the_whole_tree():
         model(x)
     assert prof.forward_flops == 4 * 3 * LINEAR_FLOPS
     assert [node.calls for node in prof.nodes()] == [4, 4, 4, 4]
+
+
+def test_reads_from_another_thread_while_recording_keep_every_count():
+    # Two monitors reading the tree over and over while the loop records and steps: every call
+    # counted once, none twice (folds are taken one at a time).
+    model = wide(4)
+    x = Tensor(np.ones((1, 2)))
+    done = threading.Event()
+    failures: list[BaseException] = []
+
+    def monitor(prof: tracetorch.profile) -> None:
+        try:
+            while not done.is_set():
+                prof.nodes()
+        except BaseException as error:  # (a thread's exception would not reach the test)
+            failures.append(error)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # the threads take turns as often as they can
+    with tracetorch.profile(model) as prof:
+        readers = [threading.Thread(target=monitor, args=(prof,)) for _ in range(2)]
+        for reader in readers:
+            reader.start()
+        try:
+            for _ in range(300):
+                model(x)
+                prof.step()
+        finally:
+            done.set()
+            for reader in readers:
+                reader.join()
+            sys.setswitchinterval(interval)
+    assert failures == []
+    assert prof.forward_flops == 300 * 4 * LINEAR_FLOPS
+    assert [node.calls for node in prof.nodes()] == [300] * 5

@@ -116,6 +116,9 @@ class Collector(CallTiming):
         self._parameter_ids: dict[CallNode, tuple[int, ...]] = {}
         self._generation = structure_generation()
         self._other_threads = False
+        # Two folds at once (the tree read by another thread while a step or the stop folds)
+        # would each take a counter's calls: one at a time.
+        self._folding = threading.Lock()
         # The deepest node made so far: each opening makes room on the stack for its calls.
         self._deepest = 0
         # FLOPs of the backward pass in progress, for its Tensor.backward node's summary.
@@ -165,7 +168,8 @@ class Collector(CallTiming):
         # The whole tree once more: a call another thread counted while a step was folding its
         # node (after the node left the list of those to fold) is folded here at the latest.
         if self._other_threads:
-            fold_tree(self.root)
+            with self._folding:
+                fold_tree(self.root)
         self.touched.clear()
         # Only the nodes this opening adopted hold frames (and so the user's objects).
         self.root.engine.child_frames.clear()
@@ -427,9 +431,10 @@ class Collector(CallTiming):
             # miss this fold and every later one (its counter never leaves 0 again), so the
             # stop folds the whole tree, as after other threads' calls.
             self._other_threads = True
-        touched = self.take_touched()
-        touched.append(self.root if root is None else root)
-        fold_touched(touched)
+        with self._folding:
+            touched = self.take_touched()
+            touched.append(self.root if root is None else root)
+            fold_touched(touched)
 
     @property
     def counts_pending(self) -> bool:

@@ -331,7 +331,9 @@ class CallNode:
         while stack:
             node = stack.pop()
             yield node
-            stack.extend(reversed(node.children.values()))
+            # (the children copied in one step: another thread may add one meanwhile, a live
+            # profile read from a monitor thread)
+            stack.extend(reversed(tuple(node.children.values())))
 
     def unlink(self) -> None:
         """Drop the parent links of this subtree, which make every tree a reference cycle: a
