@@ -323,8 +323,11 @@ def test_a_nan_argument_keeps_one_key(torch):
         def forward(self, x, scale):
             return x
 
+    import numpy as np
+
     layer = Scaled()
-    with torch.no_grad(), tracetorch.profile(layer) as prof:
-        for _ in range(5):
-            layer(torch.ones(2), float("nan"))
-    assert len(prof.find("").engine.flops_cache) == 1 and prof.find("").calls == 5
+    for nan in (float("nan"), np.float32("nan"), np.float64("nan")):  # Python's, numpy's
+        with torch.no_grad(), tracetorch.profile(layer) as prof:
+            for _ in range(5):
+                layer(torch.ones(2), type(nan)("nan"))  # a new object each call
+        assert len(prof.find("").engine.flops_cache) == 1 and prof.find("").calls == 5

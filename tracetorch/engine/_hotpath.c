@@ -379,9 +379,9 @@ shaped_key(PyObject *shape, PyObject *dtype, PyObject *grad, PyObject *structure
 
 /* One argument of a call into its key's ``items``, as tensors._collect_shapes enters it (for a
  * key): a value of a class in tensors.SHAPELESS as itself (a NaN as None), its shape as a
- * tuple and its dtype for one of a class in tensors.INT_SHAPED read directly. 1: entered; 0: any other
- * value, or a shape that cannot be read (hotpath.call_key then makes the whole key); -1 with
- * an error set. */
+ * tuple and its dtype for one of a class in tensors.INT_SHAPED read directly. 1: entered; 0:
+ * any other value, or a shape that cannot be read (hotpath.call_key then makes the whole key);
+ * -1 with an error set. */
 static int
 enter_argument(Wrapper *self, PyObject *value, PyObject *items, PyObject *shapeless,
                PyObject *int_shaped)
@@ -391,10 +391,19 @@ enter_argument(Wrapper *self, PyObject *value, PyObject *items, PyObject *shapel
     if (found) {
         if (found < 0)
             return -1;
-        /* a NaN, never equal to itself, would make a new key at each call */
+        /* a NaN (Python's or numpy's), never equal to itself, would make a new key at each
+         * call: None, as _collect_shapes's ``value == value`` decides */
         PyObject *entered = value;
-        if (PyFloat_Check(value) && Py_IS_NAN(PyFloat_AS_DOUBLE(value)))
-            entered = Py_None;
+        if (value != Py_None && !PyLong_CheckExact(value) && !PyUnicode_CheckExact(value)
+                && !PyBool_Check(value)) {
+            PyObject *same = PyObject_RichCompare(value, value, Py_EQ);
+            int equal = same != NULL ? PyObject_IsTrue(same) : -1;
+            Py_XDECREF(same);
+            if (equal < 0)
+                return -1;
+            if (!equal)
+                entered = Py_None;
+        }
         return PyList_Append(items, entered) < 0 ? -1 : 1;
     }
     if ((found = PySet_Contains(int_shaped, cls)) <= 0)
@@ -421,8 +430,9 @@ enter_argument(Wrapper *self, PyObject *value, PyObject *items, PyObject *shapel
 
 /* The key of a call of plain arguments (tensors of int-shaped classes, and None, flags,
  * numbers, strings), as hotpath.call_key makes it: each argument entered as enter_argument
- * does, positional ones then each keyword's name and value, then (grad, structure, training). 1 with ``*key``
- * set; 0 where an argument is of any other kind (call_key makes the key); -1 on error. */
+ * does, positional ones then each keyword's name and value, then (grad, structure,
+ * training). 1 with ``*key`` set; 0 where an argument is of any other kind (call_key makes the
+ * key); -1 on error. */
 static int
 plain_key(Wrapper *self, PyObject *args, PyObject *kwargs, PyObject *grad, PyObject *structure,
           PyObject *training, PyObject **key)
