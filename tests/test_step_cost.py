@@ -95,9 +95,9 @@ def test_steps_read_at_once_or_one_by_one_give_the_same_figures():
 def test_touched_nodes_left_by_steps_stay_bounded(monkeypatch: pytest.MonkeyPatch):
     # A failed call touches its node each time: a long run of them is folded by the steps once
     # the list passes its bound, and every call is still counted.
-    from tracetorch.profiler import block
+    from tracetorch.engine import collector
 
-    monkeypatch.setattr(block, "FOLD_EVERY_TOUCHED", 8)
+    monkeypatch.setattr(collector, "FOLD_EVERY_TOUCHED", 8)
 
     class Boom(Module):
         def forward(self, x):

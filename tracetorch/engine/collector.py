@@ -51,7 +51,10 @@ from tracetorch.records.tree import (
     new_entry,
 )
 
-__all__ = ("Collector",)
+__all__ = ("Collector", "FOLD_EVERY_TOUCHED")
+
+#: Touched nodes a step may leave unfolded (see :meth:`Collector.end_step`).
+FOLD_EVERY_TOUCHED = 4096
 
 # Node kinds whose FLOPs may come from a registered rule (backward FLOPs are always counted).
 _RULED_KINDS = frozenset({"module", "optimizer"})
@@ -403,18 +406,23 @@ class Collector(CallTiming):
         return entry
 
     def fold(self, root: CallNode | None = None) -> None:
-        """Turn the counters collected since the last fold into each node's own FLOPs.
-
-        Only the nodes touched since (see :meth:`touch`) and their ancestors are folded, and the
-        recording ``root`` (the profile's tree by default), whose frame counts the operations
-        run outside every layer: a step costs the nodes that ran, not the whole tree.
-        """
-        self.end_step()
+        """End a step and fold its counters now (a scratch tree about to be merged, the stop):
+        see :meth:`fold_counts`."""
+        self._settle()
         self.fold_counts(root)
 
     def end_step(self) -> None:
-        """What a step's end settles whether or not the counters are folded now: the
-        device-timed calls, the backward pass's per-layer samples, the saved tensors seen."""
+        """End a step of the profile's own tree: its counters wait for whoever reads the tree
+        (:meth:`fold_counts`), unless the list of touched nodes grew past
+        :data:`FOLD_EVERY_TOUCHED` (failed calls and backward passes touch their node each
+        time): folded then, so that it stays bounded."""
+        self._settle()
+        if len(self.touched) > FOLD_EVERY_TOUCHED:
+            self.fold_counts()
+
+    def _settle(self) -> None:
+        # What every step's end settles, folded or not: the device-timed calls, the backward
+        # pass's per-layer samples, the saved tensors seen.
         self.resolve_times()
         self.flush_backward()
         self._saved_storages.clear()  # a later step's tensors may reuse the addresses
@@ -423,8 +431,9 @@ class Collector(CallTiming):
         """Fold the counters of the nodes touched since the last fold (and the recording
         ``root``'s operations, the profile's tree by default) into their FLOPs and bytes.
 
-        Counters only add up, so folding many steps at once gives each node what folding
-        them one by one would have.
+        Only the nodes touched since (see :meth:`touch`) and their ancestors are folded: a fold
+        costs the nodes that ran, not the whole tree. Counters only add up, so folding many
+        steps at once gives each node what folding them one by one would have.
         """
         if threading.get_ident() != self.owner_thread:
             # Read beside the recording thread: a node it touches while the list is taken may

@@ -47,10 +47,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 # One set of adapters for the one patch board of the process.
 _ADAPTERS = AdapterSet(BOARD)
 
-#: Touched nodes a step may leave unfolded: past this many (a list grown by failed calls or
-#: backward passes, which touch their node each time) the step folds them.
-FOLD_EVERY_TOUCHED = 4096
-
 
 class profile(ProfileResult):
     """Record every layer call made inside the block: calls, FLOPs and time, as a tree.
@@ -312,11 +308,8 @@ class profile(ProfileResult):
         if target is self._tree:
             # The tree's own counters are folded when it is read (``root``) or at the block's
             # end: folding every layer at every step costs ~1.7 µs per node, more than the
-            # step's calls of a small layer (a list of touched nodes grown past
-            # FOLD_EVERY_TOUCHED, by failures or backward passes, is folded here).
+            # step's calls of a small layer.
             collector.end_step()
-            if len(collector.touched) > FOLD_EVERY_TOUCHED:
-                collector.fold_counts()
             return
         collector.fold(target)
         mapping = merge_tree(target, self._tree) if entry.active else None
