@@ -73,19 +73,12 @@ def work_dtype(root: CallNode) -> tuple[str, str] | None:
         (('numpy', 'float32'), None)
     """
     weights: Counter[tuple[str, str]] = Counter()
-    is_dtype_class = _IS_DTYPE_CLASS
     for node in root.walk():
         for entry in node.engine.flops_cache.values():
             key = entry[KEY]
             if not isinstance(key, tuple):
                 continue
-            found = set()
-            for item in key:
-                # (shapes, flags and contexts are most of a key: told apart by class at once)
-                if is_dtype_class.get(type(item)) is not False:
-                    kind = _framework_dtype(item)
-                    if kind is not None:
-                        found.add(kind)
+            found = {kind for item in key if (kind := _framework_dtype(item)) is not None}
             if found:
                 # GEMM FLOPs decide (the peak is a matmul's); any FLOPs, then a call, break ties.
                 weight = (entry[GEMM_FLOPS] or 0) * 2**32 + (entry[FLOPS] or 0) + 1
