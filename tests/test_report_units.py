@@ -201,3 +201,8 @@ def test_a_tie_at_the_third_figure_rounds_up_as_the_html_page_does():
     assert format_time_ns(398_500) == "399 us" and format_time_ns(398_499) == "398 us"
     assert format_time_ns(2_125) == "2.13 us"  # 2.125 is exact in binary: a tie
     assert format_bytes(int(1.125 * 1024)) == "1.13 KiB"
+    # FLOPs per byte, both tables: three figures below 1000, whole from 1000, ties up
+    from tracetorch.text.units import format_intensity
+
+    assert [format_intensity(v) for v in (2.125, 0.5, 999.6, 1000.5, 0.015625, 4096.0)] == [
+        "2.13", "0.5", "1000", "1001", "0.0156", "4096"]

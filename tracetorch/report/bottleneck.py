@@ -34,6 +34,7 @@ from tracetorch.text.layout import Column, layout
 from tracetorch.text.units import (
     format_count,
     format_flops,
+    format_intensity,
     format_per_second,
     format_percent,
     format_time_ns,
@@ -54,7 +55,7 @@ _COLUMNS: list[Column[LayerBound]] = [
     Column("Layer", lambda b: b.label, right=False),
     Column("Bound", lambda b: b.bound, right=False),
     Column("Calls", lambda b: format_count(b.calls)),
-    Column("FLOP/B", lambda b: f"{b.intensity:.3g}" + ("" if b.complete else "+")),
+    Column("FLOP/B", lambda b: format_intensity(b.intensity) + ("" if b.complete else "+")),
     Column("Achieved", lambda b: format_per_second(b.achieved_flops, "FLOP")),
     Column("Bytes/s", lambda b: format_per_second(b.achieved_bytes, "B")),
     Column("% of ceiling", lambda b: f"{100.0 * b.fraction_of_ceiling:.1f}%"),

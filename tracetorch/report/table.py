@@ -44,6 +44,7 @@ from tracetorch.text.units import (
     format_bytes,
     format_count,
     format_flops,
+    format_intensity,
     format_macs,
     format_percent,
     format_rate,
@@ -272,11 +273,7 @@ def _bytes_or_missing(n: int) -> str:
 
 
 def _intensity(flops: int, moved: int) -> str:
-    # Three significant figures (whole from 1000, never an exponent), as the HTML report shows.
-    if not (moved and flops):
-        return MISSING
-    value = flops / moved
-    return f"{value:.3g}" if value < 1000 else f"{value:.0f}"
+    return format_intensity(flops / moved) if moved and flops else MISSING
 
 
 def dropped_note(headers: list[str], width: int) -> str:

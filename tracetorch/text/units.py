@@ -36,6 +36,8 @@ __all__ = (
     "format_percent",
     "format_shape",
     "format_bytes",
+    "format_intensity",
+    "round_half_up",
     "BYTE_UNITS",
     "printable",
 )
@@ -50,21 +52,36 @@ BYTE_UNITS: tuple[str, ...] = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 MISSING = "-"
 
 
-def _three_figures(magnitude: float) -> float:
-    """``magnitude`` (not negative) to three significant figures, from its exact value, a tie
-    rounded up: as JavaScript's ``toPrecision(3)`` rounds, which the HTML report uses in the
-    browser for the same cells (Python's own formatting rounds a tie to even: 398,500 ns was
+def round_half_up(value: float, exponent: int) -> float:
+    """``value`` rounded to a multiple of ``10**exponent`` from its exact value, a tie away from
+    zero: as JavaScript's ``toPrecision`` and ``toFixed`` round, which the HTML report uses in
+    the browser for the same cells (Python's own formatting rounds a tie to even: 398,500 ns was
     "398 us" in the text and "399 us" on the page).
 
     Example:
-        >>> _three_figures(398.5), _three_figures(2.675), _three_figures(0.0)
-        (399.0, 2.67, 0.0)
+        >>> round_half_up(398.5, 0), round_half_up(2.675, -2), round_half_up(1250.0, 1)
+        (399.0, 2.67, 1250.0)
     """
-    exact = Decimal(magnitude)  # (2.675 is 2.67499999999999982236431605997495353221893310546875)
-    if not exact:
-        return 0.0
-    unit = Decimal(1).scaleb(exact.adjusted() - 2)
-    return float(exact.quantize(unit, rounding=ROUND_HALF_UP))
+    exact = Decimal(value)  # (2.675 is 2.67499999999999982236431605997495353221893310546875)
+    return float(exact.quantize(Decimal(1).scaleb(exponent), rounding=ROUND_HALF_UP))
+
+
+def _three_figures(magnitude: float) -> float:
+    # ``magnitude`` (not negative) to three significant figures, as toPrecision(3) gives them.
+    return round_half_up(magnitude, Decimal(magnitude).adjusted() - 2) if magnitude else 0.0
+
+
+def format_intensity(value: float) -> str:
+    """FLOPs per byte: three significant figures, whole from 1000 (never an exponent there),
+    rounded as the HTML report rounds them.
+
+    Example:
+        >>> format_intensity(2.125), format_intensity(0.5), format_intensity(1000.5)
+        ('2.13', '0.5', '1001')
+    """
+    if value >= 1000:
+        return f"{round_half_up(value, 0):.0f}"
+    return f"{_three_figures(value):g}"
 
 
 def _split(value: float, steps: int, base: int = 1000) -> tuple[str, int]:
