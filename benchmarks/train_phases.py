@@ -1,10 +1,12 @@
 """Where tracetorch's cost in a training step goes, phase by phase.
 
 The training step of ``peers.py``'s ``mlp-train`` row (50 x (Linear(8, 8), ReLU), batch
-1, one thread, SGD) is run as five timed phases — forward, loss, backward, optimizer step,
-``zero_grad`` — plain, under ``tracetorch.profile(model)`` and under ``profile(model,
-ops=False)``, interleaved round by round; each cell is the median over rounds of (a phase's
-median over the round's steps - the plain one), per module call (101 per step).
+1, one thread, SGD) is run as six timed phases — forward, loss, backward, optimizer step,
+``zero_grad`` and the step's end, ``prof.step()`` (nothing in the plain run) — plain, under
+``tracetorch.profile(model)``, ``profile(model, ops=False)`` and ``profile(model,
+backward_every=8)``, interleaved round by round; each cell is the median over rounds of (a
+phase's median over the round's steps - the plain one), per module call (101 per step). With
+``backward_every=8`` the median step is one whose backward work is not attributed.
 
 Run: ``python benchmarks/train_phases.py [--rounds 15] [--steps 10]``
 """
@@ -23,13 +25,17 @@ from torch_peers import build_mlp, module_calls
 
 import tracetorch
 
-PHASES = ("forward", "loss", "backward", "step", "zero_grad")
+PHASES = ("forward", "loss", "backward", "step", "zero_grad", "prof.step")
 _clock = time.process_time_ns
 
 
+def _nothing() -> None:
+    """The plain run's step mark."""
+
+
 def phase_costs(rounds: int, steps: int) -> dict[str, dict[str, float]]:
-    """ns added per module call in each phase, by variant (``tracetorch``, ``ops=False``), and
-    the plain step's phases in µs."""
+    """ns added per module call in each phase, by variant (``tracetorch``, ``ops=False``,
+    ``backward_every=8``), and the plain step's phases in µs."""
     model, x = build_mlp(), torch.randn(1, 8)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     calls = module_calls(model, lambda: model(x))
@@ -41,30 +47,32 @@ def phase_costs(rounds: int, steps: int) -> dict[str, dict[str, float]]:
         samples.setdefault(phase, []).append(_clock() - start)
         return out
 
-    def step() -> None:
+    def step(prof: object) -> None:
         y = timed("forward", lambda: model(x))
         loss = timed("loss", lambda: y.square().mean())  # type: ignore[union-attr]
         timed("backward", loss.backward)  # type: ignore[union-attr]
         timed("step", optimizer.step)
         timed("zero_grad", optimizer.zero_grad)
+        timed("prof.step", prof.step if isinstance(prof, tracetorch.profile) else _nothing)
 
     variants: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
         "plain": contextlib.nullcontext,
         "tracetorch": lambda: tracetorch.profile(model),
         "ops=False": lambda: tracetorch.profile(model, ops=False),
+        "backward_every=8": lambda: tracetorch.profile(model, backward_every=8),
     }
     medians: dict[str, dict[str, list[float]]] = {name: {p: [] for p in PHASES}
                                                    for name in variants}
     for _ in range(rounds):
         for name, variant in variants.items():
-            with variant():
-                step()  # untimed: first calls
+            with variant() as prof:
+                step(prof)  # untimed: first calls
                 samples.clear()
                 gc.collect()
                 gc.disable()
                 try:
                     for _ in range(steps):
-                        step()
+                        step(prof)
                 finally:
                     gc.enable()
             for phase in PHASES:

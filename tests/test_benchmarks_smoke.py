@@ -97,7 +97,8 @@ def test_merge_ranks_prints_cost_per_rank_and_node() -> None:
 def test_train_phases_prints_a_row_per_phase() -> None:
     out = run_benchmark("train_phases.py", "--quick")
     rows = [line.split() for line in out.splitlines() if line.startswith("  ")]
-    assert [row[0] for row in rows[1:]] == ["forward", "loss", "backward", "step", "zero_grad"]
+    assert [row[0] for row in rows[1:]] == ["forward", "loss", "backward", "step", "zero_grad",
+                                          "prof.step"]
     assert all(re.fullmatch(r"-?[\d,]+\.\d", cell) for row in rows[1:] for cell in row[1:])
 
 
