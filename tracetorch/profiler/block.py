@@ -307,7 +307,7 @@ class profile(ProfileResult):
         collector = self._collector
         if target is self._tree:
             # The tree's own counters are folded when it is read (``root``) or at the block's
-            # end: folding every layer at every step costs ~1.7 µs per node, more than the
+            # end: folding every layer at every step costs ~2 µs per node, more than the
             # step's calls of a small layer.
             collector.end_step()
             return
