@@ -234,8 +234,11 @@ def make_switch(mode: OpCountingMode) -> Callable[[bool], bool]:
             return True
         if not on:
             return False
-        # A retired mode was left by a profile exited in another thread: drop it now.
-        drop_retired()
+        if depth:
+            # A retired mode was left by a profile exited in another thread: drop it now.
+            # (Asked only below something: the usual push is onto an empty stack, and this
+            # scan was two thirds of a switch's cost.)
+            drop_retired()
         _push(mode)
         return True
 
@@ -255,8 +258,10 @@ def drop_retired(mode: OpCountingMode | None = None) -> None:
         >>> drop_retired(), torch._C._len_torch_function_stack()
         (None, 0)
     """
-    depth = _stack_len()
-    if not any(_dropped(_stack_at(i), mode) for i in range(depth)):
+    for below in range(_stack_len()):  # (a loop, not any() over a generator: asked per push)
+        if _dropped(_stack_at(below), mode):
+            break
+    else:
         return  # the usual case: one pass of reads, nothing moved
     above: list[Any] = []
     while _stack_len():
