@@ -111,6 +111,7 @@ def _places(torch: Any) -> dict[str, Any]:
 
     from tracetorch.adapters.torch import backward, marks
     from tracetorch.engine.collector import Collector
+    from tracetorch.engine.node_state import NodeState
     from tracetorch.records.stats import TimeStats
 
     tensor = torch.ones(2, requires_grad=True) * 2  # a tensor with an autograd node
@@ -129,6 +130,7 @@ def _places(torch: Any) -> dict[str, Any]:
         "Collector": lambda name: _has(Collector, name),
         "CallNode": lambda name: _has(node, name),
         "TimeStats": lambda name: _has(TimeStats, name),
+        "NodeState": lambda name: _has(NodeState, name),
         "BackwardPass": lambda name: _has(backward.BackwardPass, name),
         "tensor": lambda name: hasattr(tensor, name) and (
             name not in ("shape", "dtype") or hasattr(np.zeros(1), name)),

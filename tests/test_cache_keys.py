@@ -196,8 +196,9 @@ def test_the_registration_hooks_leave_with_the_block(torch):
 # ----------------------------------------------------------------------------- the key itself
 def _leaf_reference(value, out):
     """A call key's argument part as its rule says, one value at a time (shape_of, then
-    dtype_of; a plain value itself; lists, tuples and dicts walked; ``None`` for anything
-    else)."""
+    dtype_of; a plain value itself; lists, tuples and dicts as their class and length, then
+    their items, a dict's with its keys; ``None`` for a tensor whose shape cannot be read; the
+    class of anything else)."""
     from enum import Enum
 
     from tracetorch.models.tensors import SHAPELESS, dtype_of, shape_of
@@ -208,13 +209,16 @@ def _leaf_reference(value, out):
     elif shape is not None:
         out += [shape, dtype_of(value)]
     elif isinstance(value, (list, tuple)):
+        out.append((type(value), len(value)))
         for item in value:
             _leaf_reference(item, out)
     elif isinstance(value, dict):
-        for item in value.values():
+        out.append((dict, len(value)))
+        for name, item in value.items():
+            out.append(name)
             _leaf_reference(item, out)
     else:
-        out.append(None)
+        out.append(None if hasattr(type(value), "shape") else type(value))
     return out
 
 
@@ -242,7 +246,7 @@ def test_a_multi_argument_key_is_each_arguments_shape_and_dtype_in_order(torch):
     assert key == (*reference, "tail")
     # the tensor, None, four plain values, numpy's scalar ... the nested tensor
     assert key[:8] == ((2, 3), torch.float32, None, True, 7, 0.5, "mode", 2.0)
-    assert key[key.index((4,)) + 7] is None
+    assert key[key.index((4,)) + 9] is None  # (after the list: its class and length, items)
 
 
 def test_each_multi_argument_call_counts_under_call_keys_key(torch):

@@ -232,6 +232,71 @@ def test_a_plain_argument_is_a_part_of_what_is_learned(monkeypatch):
     assert reference["layer"][-1] == [("add", 3 * 2 + 3 * 5, 3 * (3 * 2 + 3 * 5))]
 
 
+class Doubling:
+    """An argument object: which one a call gets decides what it runs."""
+
+    def apply(self, x):
+        return x * 2
+
+
+class Shifting:
+    def apply(self, x):
+        return x + 1
+
+
+class Applying(torch.nn.Module):
+    def forward(self, x, how):
+        return how.apply(x)
+
+
+def test_an_argument_objects_class_is_a_part_of_what_is_learned(monkeypatch):
+    layer = Applying()
+
+    class Caller(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer, self.call = layer, 0
+
+        def forward(self, x):
+            self.call += 1
+            return self.layer(x, Doubling() if self.call <= 3 else Shifting())
+
+    x = {"x": torch.ones(3)}
+    reference, _ = _run(monkeypatch, False, Caller(), x)
+    learned, _ = _run(monkeypatch, True, Caller(), x)
+    assert learned == reference
+    assert reference["layer"][-1] == [("add", 3, 9), ("mul", 3, 9)]
+
+
+def test_a_call_watched_beside_a_learned_key_keeps_exact_counts(monkeypatch):
+    # Key B is learned first; then calls of key A (watched while A is being learned) alternate
+    # with B's (replayed): what B adds must not be taken for what A's watched call counted.
+    layer = Repeated()
+
+    class Caller(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer, self.call = layer, 0
+
+        def forward(self, x):
+            self.call += 1  # (the same operations at every call: the caller's counts learned)
+            return self.layer(x[:3] if self.call <= 3 or self.call % 2 else x[:2], 2)
+
+    x = {"x": torch.ones(3)}
+    reference, _ = _run(monkeypatch, False, Caller(), x, steps=12)
+    learned, _ = _run(monkeypatch, True, Caller(), x, steps=12)
+    assert learned == reference
+
+
+def test_each_profile_learns_anew(monkeypatch):
+    # What one session learned stays in the counters, but a new session reads none of it: its
+    # first calls go through the mode again.
+    model, x = _small_model(), {"input": torch.randn(2, 4, 8)}
+    first, first_calls = _run(monkeypatch, True, model, x)
+    again, again_calls = _run(monkeypatch, True, model, x)
+    assert again == first and again_calls == first_calls and first_calls[0] > 0
+
+
 class BackwardInside(torch.nn.Module):
     """Runs a backward pass of its own under enable_grad: what it charges is no mode's count."""
 
@@ -263,7 +328,7 @@ def test_the_nodes_of_stopped_profiles_are_not_kept(monkeypatch, torch):
         for _ in range(300):
             with tracetorch.profile(layer):
                 layer(torch.ones(2), 1)
-        assert replay is not None and len(replay.__self__._states) < 200
+        assert replay is not None and len(replay.__self__.observing) < 200
 
 
 def test_a_torch_function_subclass_logs_the_same_calls_inside_and_outside():

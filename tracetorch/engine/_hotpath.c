@@ -30,7 +30,7 @@
 typedef struct {
     PyObject *frame_type;  /* hotpath.Frame itself: an open call is an instance of it */
     Py_ssize_t collector, node, owner, ops, observe, pending, flops_cache, child_frames, size;
-    Py_ssize_t calls, key;
+    Py_ssize_t calls, key, learned;
 } Layout;
 
 typedef struct {
@@ -47,7 +47,7 @@ typedef struct {
     Layout at;            /* where its namespace's records keep each field */
 } Wrapper;
 
-static PyObject *s_FRAME, *s_op_replay, *s_op_switch, *s_exit_observer, *s_observe_now,
+static PyObject *s_FRAME, *s_op_replay, *s_op_hold, *s_op_observing, *s_op_switch, *s_exit_observer, *s_observe_now,
     *s_all_threads,
     *s_call_key, *s_grad_mode, *s_structure, *s_training, *s_QUIET_READS, *s_quiet_reads,
     *s_SHAPELESS, *s_INT_SHAPED,
@@ -55,7 +55,8 @@ static PyObject *s_FRAME, *s_op_replay, *s_op_switch, *s_exit_observer, *s_obser
     *s_plain_clock, *s_record_failure, *s_time, *s_flush, *s_touch,
     *s_shape, *s_flush_backward, *s_backward_on, *s_new_child,
     *s_Frame, *s_ENTRY_FIELDS, *s_fields, *s_collector, *s_node, *s_owner, *s_ops, *s_observe,
-    *s_pending, *s_flops_cache, *s_child_frames, *s_calls, *s_key;
+    *s_pending, *s_flops_cache, *s_child_frames, *s_calls, *s_key, *s_learned, *s_engine,
+    *s_op_flops, *s_op_gemm;
 static PyObject *one;
 
 static int guard_form_ok(PyObject *guard);
@@ -89,7 +90,8 @@ set_layout(Layout *at, PyObject *ns)
              && (at->child_frames = PySequence_Index(frame, s_child_frames)) >= 0
              && (at->size = PySequence_Size(frame)) >= 0
              && (at->calls = PySequence_Index(entry, s_calls)) >= 0
-             && (at->key = PySequence_Index(entry, s_key)) >= 0;
+             && (at->key = PySequence_Index(entry, s_key)) >= 0
+             && (at->learned = PySequence_Index(entry, s_learned)) >= 0;
     Py_DECREF(frame);
     if (!ok)
         return -1;
@@ -468,19 +470,21 @@ plain_key(Wrapper *self, PyObject *args, PyObject *kwargs, PyObject *grad, PyObj
     return made;
 }
 
-/* The counter of this call (a new reference), by its key (hotpath.call_key), through the
- * Python helpers for a key or a first call. As the Python wrapper does: a one-tensor call's
- * first key is kept under its shape alone, and the rest of it checked by identity, then by
- * equality (``grad``: the grad mode, read already); another key of that shape is built here,
- * (shape, dtype, (grad, structure generation)). */
-static PyObject *
-shape_entry(Wrapper *self, PyObject *collector, PyObject *node, PyObject *cache,
-            PyObject *owner, PyObject *args, PyObject *kwargs, PyObject *output, PyObject *grad)
+/* The counter of this call, by its key (hotpath.call_key), as hotpath._lookup finds it: a
+ * one-tensor call's first key is kept under its shape alone, and the rest of it checked by
+ * identity, then by equality (``grad``: the grad mode, read already); another key of that
+ * shape is built here, (shape, dtype, (grad, structure generation, training)). Sets ``*entry``
+ * (NULL: none yet), ``*key`` (NULL where the shape found it; made where not found) and
+ * ``*shape`` (NULL: not a one-tensor call), each a new reference; 0, or -1 with an error set. */
+static int
+lookup_entry(Wrapper *self, PyObject *cache, PyObject *owner, PyObject *args, PyObject *kwargs,
+             PyObject *grad, PyObject **entry_out, PyObject **key_out, PyObject **shape_out)
 {
     PyObject *key = NULL, *entry = NULL, *shape = NULL, *dtype = NULL;
+    int status = -1;
     PyObject *structure = global(self, s_structure);
     if (structure == NULL)
-        return NULL;
+        return -1;
     Py_INCREF(structure);
     PyObject *training = training_flag(owner);
     int direct = 0;
@@ -548,23 +552,104 @@ shape_entry(Wrapper *self, PyObject *collector, PyObject *node, PyObject *cache,
         if (entry == NULL && PyErr_Occurred())
             goto done;
     }
-    if (entry != NULL) {
-        Py_INCREF(entry);
-    }
-    else {
-        PyObject *first = global(self, s_first_entry);
-        if (first == NULL)
-            goto done;
-        entry = PyObject_CallFunctionObjArgs(first, collector, node, owner, key,
-                                             shape != NULL ? shape : Py_None, args, kwargs,
-                                             output, NULL);
-    }
+    Py_XINCREF(entry);
+    *entry_out = entry;
+    *key_out = key;
+    *shape_out = shape;
+    key = shape = NULL;
+    status = 0;
 done:
     Py_XDECREF(key);
     Py_XDECREF(shape);
     Py_XDECREF(dtype);
     Py_DECREF(structure);
-    return entry;
+    return status;
+}
+
+/* Whether learned counts may not stand in for a call now: one of hotpath._op_hold's callables
+ * returned something true (1), none did (0); -1 with an error set. */
+static int
+replay_held(Wrapper *self)
+{
+    PyObject *hold = global(self, s_op_hold);
+    if (hold == NULL)
+        return -1;
+    if (!PyTuple_Check(hold)) {
+        PyErr_SetString(PyExc_TypeError, "_op_hold must be a tuple of callables");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(hold); i++) {
+        int yes = truth(PyObject_CallNoArgs(PyTuple_GET_ITEM(hold, i)));
+        if (yes != 0)
+            return yes;
+    }
+    return 0;
+}
+
+/* ``target[at] += amount`` for a list or an object's attribute ``name`` (at < 0); 0 or -1. */
+static int
+add_to(PyObject *target, PyObject *name, Py_ssize_t at, PyObject *amount)
+{
+    PyObject *before = at < 0 ? PyObject_GetAttr(target, name) : PyList_GetItem(target, at);
+    if (before == NULL)
+        return -1;
+    PyObject *after = PyNumber_Add(before, amount);
+    if (at < 0)
+        Py_DECREF(before);
+    if (after == NULL)
+        return -1;
+    if (at >= 0)
+        return PyList_SetItem(target, at, after);  /* steals after */
+    int status = PyObject_SetAttr(target, name, after);
+    Py_DECREF(after);
+    return status;
+}
+
+/* hotpath.replay_learned: one call's learned counts ``(op FLOPs, GEMM FLOPs, rows, ...)``
+ * added to ``node`` (its engine state's op_flops and op_gemm, its op table's rows). */
+static int
+replay_learned(PyObject *node, PyObject *learned)
+{
+    PyObject *rows = PyTuple_GET_ITEM(learned, 2);
+    PyObject *state = PyObject_GetAttr(node, s_engine);
+    if (state == NULL)
+        return -1;
+    int status = add_to(state, s_op_flops, -1, PyTuple_GET_ITEM(learned, 0)) < 0
+                 || add_to(state, s_op_gemm, -1, PyTuple_GET_ITEM(learned, 1)) < 0 ? -1 : 0;
+    Py_DECREF(state);
+    PyObject *ops = status == 0 ? PyObject_GetAttr(node, s_ops) : NULL;
+    if (ops == NULL)
+        return -1;
+    if (!PyDict_Check(ops) || !PyTuple_Check(rows)) {
+        PyErr_SetString(PyExc_TypeError, "learned rows must be a tuple, a node's ops a dict");
+        status = -1;
+    }
+    for (Py_ssize_t i = 0; status == 0 && i < PyTuple_GET_SIZE(rows); i++) {
+        PyObject *row = PyTuple_GET_ITEM(rows, i);
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 3) {
+            PyErr_SetString(PyExc_TypeError, "a learned row must be (name, calls, FLOPs)");
+            status = -1;
+            break;
+        }
+        PyObject *name = PyTuple_GET_ITEM(row, 0), *calls = PyTuple_GET_ITEM(row, 1);
+        PyObject *flops = PyTuple_GET_ITEM(row, 2);
+        PyObject *counted = PyDict_GetItemWithError(ops, name);  /* borrowed */
+        if (counted == NULL) {
+            PyObject *fresh = PyErr_Occurred() ? NULL : Py_BuildValue("[OOi]", calls, flops, 0);
+            status = fresh != NULL && PyDict_SetItem(ops, name, fresh) == 0 ? 0 : -1;
+            Py_XDECREF(fresh);
+        }
+        else if (!PyList_Check(counted) || PyList_GET_SIZE(counted) < 2) {
+            PyErr_SetString(PyExc_TypeError, "an op-table row must be a list [calls, FLOPs, ...]");
+            status = -1;
+        }
+        else {
+            status = add_to(counted, NULL, 0, calls) < 0 || add_to(counted, NULL, 1, flops) < 0
+                     ? -1 : 0;
+        }
+    }
+    Py_DECREF(ops);
+    return status;
 }
 
 /* hotpath.count_call: entry[CALLS] += 1, and the counter's first call since the last fold
@@ -630,8 +715,8 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
     /* From here ``frame`` is a new reference, released at ``out``. */
     PyObject *result = NULL, *node = NULL, *inner = NULL, *token = NULL, *start = NULL;
     PyObject *clock = NULL, *output = NULL, *end = NULL, *elapsed = NULL, *entry = NULL;
-    PyObject *sw = NULL, *grad_mode = NULL, *grad = NULL;
-    int switched = 0, quiet = 0;
+    PyObject *sw = NULL, *grad_mode = NULL, *grad = NULL, *key = NULL, *shape = NULL;
+    int switched = 0, quiet = 0, looked = 0;
     if (!is_frame(&self->at, frame))
         goto out;
     PyObject *collector = PyTuple_GET_ITEM(frame, self->at.collector);
@@ -685,18 +770,64 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
     int observe = PyObject_IsTrue(PyTuple_GET_ITEM(inner, self->at.observe));
     if (inner_ops < 0 || observe < 0)
         goto out;
-    if (inner_ops) {  /* its counts learned: a frame with ops off (hotpath._op_replay) */
+    /* The grad mode, a part of the call's key (see hotpath.call_key) */
+    if ((grad_mode = global(self, s_grad_mode)) == NULL)
+        goto out;
+    Py_INCREF(grad_mode);
+    if (grad_mode == Py_None) {
+        Py_INCREF(Py_None);
+        grad = Py_None;
+    }
+    else if ((grad = PyObject_CallNoArgs(grad_mode)) == NULL) {
+        goto out;
+    }
+    if (inner_ops) {  /* its counts learned: a frame with ops off (hotpath.set_op_replay) */
         PyObject *replay = global(self, s_op_replay);
         if (replay == NULL)
             goto out;
         if (replay != Py_None) {
-            PyObject *replayed = PyObject_CallFunctionObjArgs(replay, inner, args, kwargs, owner,
-                                                              NULL);
-            if (replayed == NULL || !is_frame(&self->at, replayed)) {
-                Py_XDECREF(replayed);
+            int held = replay_held(self);
+            if (held < 0)
                 goto out;
+            if (!held) {  /* (what makes the counter's key is read before the call here) */
+                looked = 1;
+                if (lookup_entry(self, PyTuple_GET_ITEM(inner, self->at.flops_cache), owner,
+                                 args, kwargs, grad, &entry, &key, &shape) < 0)
+                    goto out;
             }
-            Py_SETREF(inner, replayed);
+            PyObject *learned = entry != NULL && PyList_Check(entry)
+                                && PyList_GET_SIZE(entry) > self->at.learned
+                                ? PyList_GET_ITEM(entry, self->at.learned) : NULL;
+            int replayed_here = 0;
+            if (learned != NULL && PyTuple_CheckExact(learned) && PyTuple_GET_SIZE(learned) >= 5
+                    && PyTuple_GET_ITEM(learned, 3) == inner
+                    && is_frame(&self->at, PyTuple_GET_ITEM(learned, 4))) {
+                PyObject *observing = global(self, s_op_observing);
+                if (observing == NULL)
+                    goto out;
+                int watched = PySequence_Contains(observing, node);
+                if (watched < 0)
+                    goto out;
+                if (!watched) {
+                    Py_INCREF(learned);  /* (the slot may change while the counts are added) */
+                    int added = replay_learned(node, learned);
+                    if (added == 0)
+                        Py_SETREF(inner, Py_NewRef(PyTuple_GET_ITEM(learned, 4)));
+                    Py_DECREF(learned);
+                    if (added < 0)
+                        goto out;
+                    replayed_here = 1;
+                }
+            }
+            if (!replayed_here) {
+                PyObject *replayed = PyObject_CallFunctionObjArgs(
+                    replay, inner, args, kwargs, owner, entry != NULL ? entry : Py_None, NULL);
+                if (replayed == NULL || !is_frame(&self->at, replayed)) {
+                    Py_XDECREF(replayed);
+                    goto out;
+                }
+                Py_SETREF(inner, replayed);
+            }
             if ((inner_ops = PyObject_IsTrue(PyTuple_GET_ITEM(inner, self->at.ops))) < 0)
                 goto out;
         }
@@ -750,20 +881,20 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
     if (add_plain_time(node, PyTuple_GET_ITEM(inner, self->at.pending), elapsed,
                        self->flush_every) < 0)
         goto out;
-    /* The grad mode, a part of the call's key (see hotpath.call_key) */
-    if ((grad_mode = global(self, s_grad_mode)) == NULL)
+    /* The call's counter, by its key (hotpath.call_key), unless found before the call */
+    if (!looked && lookup_entry(self, PyTuple_GET_ITEM(inner, self->at.flops_cache), owner, args,
+                                kwargs, grad, &entry, &key, &shape) < 0)
         goto out;
-    Py_INCREF(grad_mode);
-    if (grad_mode == Py_None) {
-        Py_INCREF(Py_None);
-        grad = Py_None;
+    if (entry == NULL) {
+        PyObject *first = global(self, s_first_entry);
+        if (first == NULL)
+            goto out;
+        entry = PyObject_CallFunctionObjArgs(first, collector, node, owner, key,
+                                             shape != NULL ? shape : Py_None, args, kwargs,
+                                             output, NULL);
+        if (entry == NULL)
+            goto out;
     }
-    else if ((grad = PyObject_CallNoArgs(grad_mode)) == NULL) {
-        goto out;
-    }
-    if ((entry = shape_entry(self, collector, node, PyTuple_GET_ITEM(inner, self->at.flops_cache),
-                             owner, args, kwargs, output, grad)) == NULL)
-        goto out;
     if (count_call(self->at.calls, collector, node, entry) < 0)
         goto out;
     if (observe) {
@@ -824,6 +955,8 @@ out:
     Py_XDECREF(end);
     Py_XDECREF(elapsed);
     Py_XDECREF(entry);
+    Py_XDECREF(key);
+    Py_XDECREF(shape);
     Py_XDECREF(grad_mode);
     Py_XDECREF(grad);
     Py_XDECREF(output);
@@ -860,6 +993,8 @@ PyInit__hotpath(void)
     INTERN(s_FRAME, "_FRAME");
     INTERN(s_op_switch, "_op_switch");
     INTERN(s_op_replay, "_op_replay");
+    INTERN(s_op_hold, "_op_hold");
+    INTERN(s_op_observing, "_op_observing");
     INTERN(s_exit_observer, "_exit_observer");
     INTERN(s_observe_now, "_observe_now");
     INTERN(s_all_threads, "_all_threads");
@@ -896,6 +1031,10 @@ PyInit__hotpath(void)
     INTERN(s_child_frames, "child_frames");
     INTERN(s_calls, "calls");
     INTERN(s_key, "key");
+    INTERN(s_learned, "learned");
+    INTERN(s_engine, "engine");
+    INTERN(s_op_flops, "op_flops");
+    INTERN(s_op_gemm, "op_gemm");
     if ((one = PyLong_FromLong(1)) == NULL)
         return NULL;
     if (PyType_Ready(&WrapperType) < 0)

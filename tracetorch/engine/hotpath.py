@@ -28,6 +28,7 @@ Example:
 """
 from __future__ import annotations
 
+from collections.abc import Collection
 from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
@@ -41,14 +42,15 @@ from tracetorch.models.tensors import (
     typed_signature,
 )
 from tracetorch.records.stats import FLUSH_EVERY
-from tracetorch.records.tree import CALLS, ENTRY_FIELDS, KEY, CallNode, NodeKind
+from tracetorch.records.tree import CALLS, ENTRY_FIELDS, KEY, LEARNED, CallNode, NodeKind
 
 if TYPE_CHECKING:
     from tracetorch.engine.collector import Collector
 
 __all__ = ("BackwardPassOwner", "Frame", "make_wrapper", "count_call", "current_frame",
            "innermost_frame", "open_root", "close_root",
-           "OpCounter", "set_exit_observer", "set_op_switch", "set_op_replay", "record_all_threads",
+           "OpCounter", "set_exit_observer", "set_op_switch", "set_op_replay", "replay_learned",
+           "counter_of", "record_all_threads",
            "all_threads_collector", "call_key", "training_flag", "set_grad_mode",
            "structure_changed", "structure_generation")
 
@@ -114,10 +116,17 @@ _observe_now: Callable[[], bool] = _always
 #: returning whether it changed anything (then the wrapper switches back when the call ends).
 _op_switch: Callable[[bool], bool] | None = None
 
-#: ``replay(frame, args, kwargs, owner) -> frame``: asked before each call of a frame that counts
-#: operations; may hand back a copy of it with ``ops`` off, for a call whose operation counts it
-#: has learned and added already (see :func:`set_op_replay`).
-_op_replay: Callable[[Frame, tuple[Any, ...], dict[str, Any], Any], Frame] | None = None
+#: ``replay(frame, args, kwargs, owner, entry) -> frame``: asked before a call of a frame that
+#: counts operations (unless its counts are replayed from its counter); may hand back a copy of
+#: it with ``ops`` off, for a call whose operation counts it has added already (see
+#: :func:`set_op_replay`).
+OpReplay = Callable[[Frame, tuple[Any, ...], dict[str, Any], Any, "list[Any] | None"], Frame]
+_op_replay: OpReplay | None = None
+#: Callables of no arguments, each returning something false while learned counts may stand in
+#: for a call (see :func:`set_op_replay`).
+_op_hold: tuple[Callable[[], Any], ...] = ()
+#: The nodes whose current call is being watched by the replay: their calls all go to it.
+_op_observing: Collection[CallNode] = frozenset()
 
 #: Reads the grad mode of the frameworks in use (``None``: none has one), a part of every
 #: call's key: what a call saves for backward depends on it. See :func:`set_grad_mode`.
@@ -162,14 +171,57 @@ def set_op_switch(switch: Callable[[bool], bool] | None) -> Callable[[bool], boo
     return previous
 
 
-def set_op_replay(replay: Callable[[Frame, tuple[Any, ...], dict[str, Any], Any], Frame] | None
-                  ) -> Callable[[Frame, tuple[Any, ...], dict[str, Any], Any], Frame] | None:
-    """Install (or with ``None`` remove) the replay of learned operation counts, asked before
-    each call of a frame with ``ops`` (the torch adapter's: see
-    :mod:`tracetorch.adapters.torch.learned`); returns the previous."""
-    global _op_replay
-    previous, _op_replay = _op_replay, replay
+def set_op_replay(replay: OpReplay | None, hold: tuple[Callable[[], Any], ...] = (),
+                  observing: Collection[CallNode] = frozenset()
+                  ) -> tuple[OpReplay | None, tuple[Callable[[], Any], ...], Collection[CallNode]]:
+    """Install (or with ``None`` remove) the replay of learned operation counts (the torch
+    adapter's: see :mod:`tracetorch.adapters.torch.learned`); returns the previous
+    ``(replay, hold, observing)``, which ``set_op_replay(*previous)`` puts back.
+
+    Before each call of a frame with ``ops``, while every callable of ``hold`` returns
+    something false, the call's counter is looked up (as after the call: :func:`call_key`) and
+    where its ``learned`` slot holds ``(op FLOPs, GEMM FLOPs, rows, frame, quiet frame, ...)``
+    made for this very frame (and the node is not in ``observing``), those counts are added to
+    the node (:func:`replay_learned`) and the call runs with the quiet frame (``ops`` off);
+    otherwise ``replay(frame, args, kwargs, owner, counter or None)`` hands back the frame to
+    run the call with, having added what it replays itself. The replay decides what goes in
+    the slot; the engine only reads it.
+    """
+    global _op_replay, _op_hold, _op_observing
+    previous = (_op_replay, _op_hold, _op_observing)
+    _op_replay, _op_hold, _op_observing = replay, hold, observing
     return previous
+
+
+def replay_learned(node: CallNode, learned: tuple[Any, ...]) -> None:
+    """Add one call's learned operation counts, ``(op FLOPs, GEMM FLOPs, rows, ...)`` with
+    rows of ``(name, calls, FLOPs)``, to ``node``, as the operations' own counting would have.
+
+    Example:
+        >>> node = CallNode.root().child("att", "Attention", "m0")
+        >>> replay_learned(node, (12, 8, (("matmul", 1, 8), ("add", 1, 4))))
+        >>> node.engine.op_flops, node.engine.op_gemm, node.ops["matmul"][:2]
+        (12, 8, [1, 8])
+    """
+    counted = node.engine
+    counted.op_flops += learned[0]
+    counted.op_gemm += learned[1]
+    ops = node.ops
+    for name, calls, flops in learned[2]:
+        row = ops.get(name)
+        if row is None:
+            ops[name] = [calls, flops, 0]
+        else:
+            row[0] += calls
+            row[1] += flops
+
+
+def _held() -> bool:
+    # Whether learned counts may not stand in for a call now (set_op_replay's ``hold``).
+    for hold in _op_hold:
+        if hold():
+            return True
+    return False
 
 
 def set_grad_mode(reader: Callable[[], Any] | None) -> Callable[[], Any] | None:
@@ -395,8 +447,19 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
         if inner is None:
             inner = collector.new_child(frame, owner, kind, label, flops_fn)
         node = inner.node
+        found = None
+        grad = _grad_mode() if _grad_mode is not None else None
         if inner.ops and _op_replay is not None:  # its counts learned: a frame with ops off
-            inner = _op_replay(inner, args, kwargs, owner)
+            if not _held():  # (what makes the counter's key is read before the call here)
+                found = _lookup(inner.flops_cache, args, kwargs, owner, grad)
+            learned = found[0][LEARNED] if found is not None and found[0] is not None else None
+            if (learned.__class__ is tuple and learned[3] is inner
+                    and node not in _op_observing):
+                replay_learned(node, learned)
+                inner = learned[4]
+            else:
+                inner = _op_replay(inner, args, kwargs, owner,
+                                   found[0] if found is not None else None)
         switched = ops is not inner.ops and _op_switch is not None and _op_switch(inner.ops)
         token = _FRAME.set(inner)
         clock = collector.clock
@@ -433,46 +496,11 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
                 node.time.flush()
         else:
             collector.add_duration(node, start, end)
-        # The call's counter, by its key (call_key). A one-tensor call's first key is kept under
-        # its shape alone, and a call with that shape checks the rest of the key by identity
-        # first (dtypes, bools and small ints are singletons): the common call builds no key.
-        grad = _grad_mode() if _grad_mode is not None else None
-        training = getattr(owner, "training", None)  # training_flag, inlined
-        if training is not True and training is not False:
-            training = None
-        shape = None
-        if len(args) == 1 and not kwargs:
-            cls = args[0].__class__
-            # A class read quietly (a torch subclass with its own __torch_function__) goes
-            # through call_key, which reads it so; QUIET_READS is filled at a class's first sight.
-            if (_QUIET_READS[cls] if cls in _QUIET_READS else quiet_reads(cls)) is None:
-                try:
-                    shape = getattr(args[0], "shape", None)
-                except Exception:  # a shape that cannot be read (a strided nested tensor)
-                    shape = None
-        cache = inner.flops_cache
-        entry = key = None
-        if shape is not None:
-            dtype = getattr(args[0], "dtype", None)
-            try:
-                entry = cache.get(shape)
-            except TypeError:  # a ``.shape`` that cannot key a dict (a list...): call_key's can
-                shape = None
-            if entry is not None:
-                made = entry[KEY]
-                context = made[2]  # (grad, structure, training)
-                if (made[1] is not dtype or context[0] is not grad
-                        or context[1] is not _structure or context[2] is not training):
-                    key = (shape, dtype, (grad, _structure, training))
-                    if made != key:
-                        entry = None
+        # The call's counter, by its key (call_key), unless found before the call.
+        entry, key, shape = (found if found is not None
+                             else _lookup(inner.flops_cache, args, kwargs, owner, grad))
         if entry is None:
-            if key is None:
-                key = (call_key(args, kwargs, owner) if shape is None
-                       else (shape, dtype, (grad, _structure, training)))
-            entry = cache.get(key)
-            if entry is None:
-                entry = _first_entry(collector, node, owner, key, shape, args, kwargs, output)
+            entry = _first_entry(collector, node, owner, key, shape, args, kwargs, output)
         calls = entry[CALLS]  # count_call, inlined
         entry[CALLS] = calls + 1
         if not calls:
@@ -521,6 +549,71 @@ def count_call(collector: Collector, node: CallNode, entry: list[Any]) -> None:
     entry[CALLS] = calls + 1
     if not calls:
         collector.touch(node)
+
+
+def _lookup(cache: dict[Any, list[Any]], args: tuple[Any, ...], kwargs: dict[str, Any],
+            owner: Any, grad: Any) -> tuple[list[Any] | None, Any, Any]:
+    """A call's counter in ``cache`` (``None`` where there is none yet), the key it is (or is
+    to be) kept for, and its one tensor's shape (``None``: not a one-tensor call).
+
+    A one-tensor call's first key is kept under its shape alone, and a call with that shape
+    checks the rest of the key by identity first (dtypes, bools and small ints are
+    singletons): the common call builds no key (the key handed back is then ``None``).
+    """
+    training = getattr(owner, "training", None)  # training_flag, inlined
+    if training is not True and training is not False:
+        training = None
+    shape = None
+    if len(args) == 1 and not kwargs:
+        cls = args[0].__class__
+        # A class read quietly (a torch subclass with its own __torch_function__) goes
+        # through call_key, which reads it so; QUIET_READS is filled at a class's first sight.
+        if (_QUIET_READS[cls] if cls in _QUIET_READS else quiet_reads(cls)) is None:
+            try:
+                shape = getattr(args[0], "shape", None)
+            except Exception:  # a shape that cannot be read (a strided nested tensor)
+                shape = None
+    entry = key = None
+    if shape is not None:
+        dtype = getattr(args[0], "dtype", None)
+        try:
+            entry = cache.get(shape)
+        except TypeError:  # a ``.shape`` that cannot key a dict (a list...): call_key's can
+            shape = None
+        if entry is not None:
+            made = entry[KEY]
+            context = made[2]  # (grad, structure, training)
+            if (made[1] is not dtype or context[0] is not grad
+                    or context[1] is not _structure or context[2] is not training):
+                key = (shape, dtype, (grad, _structure, training))
+                if made != key:
+                    entry = None
+    if entry is None:
+        if key is None:
+            key = (call_key(args, kwargs, owner) if shape is None
+                   else (shape, dtype, (grad, _structure, training)))
+        entry = cache.get(key)
+    return entry, key, shape
+
+
+def counter_of(cache: dict[Any, list[Any]], key: Any) -> list[Any] | None:
+    """The counter kept for ``key`` (:func:`call_key`) in a node's ``cache``, if any: under the
+    key, or for a one-tensor call's key under its shape.
+
+    Example:
+        >>> import numpy as np
+        >>> from tracetorch.records.tree import new_entry
+        >>> key = call_key((np.zeros(3),), {})
+        >>> entry = new_entry(); entry[KEY] = key
+        >>> counter_of({(3,): entry}, key) is entry, counter_of({}, key)
+        (True, None)
+    """
+    entry = cache.get(key)
+    if entry is None and len(key) == 3:
+        entry = cache.get(key[0])
+        if entry is not None and entry[KEY] != key:
+            entry = None
+    return entry
 
 
 def _first_entry(collector: Collector, node: CallNode, owner: Any, key: Any, shape: Any,

@@ -44,22 +44,25 @@ _PURE = os.environ.get(PURE_PYTHON_ENV) == "1"
 #: per-shape counter, a backward pass's ``hot`` tuple: the C finds its position by this name);
 #: ``NamedTuple``, an attribute of those records' classes; ``NodeKind``, a value of
 #: :data:`tracetorch.records.tree.NodeKind`; the others, an attribute of such an object (a
-#: ``Collector``, a ``CallNode``, its ``TimeStats``, a ``BackwardPass``, a tensor, a tensor's
-#: autograd node, a torch module, the wrapt wrapper of a layer method: ``__doc__``, ``__module__``
-#: and ``__reduce__`` are read from the method bound from it, which has them too).
+#: ``Collector``, a ``CallNode``, its ``NodeState`` and ``TimeStats``, a ``BackwardPass``, a
+#: tensor, a tensor's autograd node, a torch module, the wrapt wrapper of a layer method:
+#: ``__doc__``, ``__module__`` and ``__reduce__`` are read from the method bound from it, which
+#: has them too).
 C_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     "tracetorch.engine._hotpath": {
-        "hotpath": ("_FRAME", "_op_switch", "_op_replay", "_exit_observer", "_observe_now",
+        "hotpath": ("_FRAME", "_op_switch", "_op_replay", "_op_hold", "_op_observing",
+                    "_exit_observer", "_observe_now",
                     "_all_threads", "call_key", "_grad_mode", "_structure", "_QUIET_READS",
                     "quiet_reads", "_SHAPELESS", "_INT_SHAPED", "_first_entry", "FLUSH_EVERY",
                     "Frame", "_ENTRY_FIELDS"),
         "Frame": ("collector", "node", "owner", "ops", "observe", "pending", "flops_cache",
                   "child_frames"),
-        "ENTRY_FIELDS": ("calls", "key"),
+        "ENTRY_FIELDS": ("calls", "key", "learned"),
         "NamedTuple": ("_fields",),
         "Collector": ("plain_clock", "record_failure", "touch", "flush_backward", "backward_on",
                       "new_child"),
-        "CallNode": ("time",),
+        "CallNode": ("time", "engine", "ops"),
+        "NodeState": ("op_flops", "op_gemm"),
         "TimeStats": ("flush",),
         "tensor": ("shape", "dtype"),
         "torch module": ("training",),

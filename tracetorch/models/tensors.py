@@ -163,7 +163,8 @@ def typed_signature(args: tuple[Any, ...], kwargs: dict[str, Any] | None = None,
     else the caller's key holds): what a call's sizes and a rule's FLOPs depend on in its
     arguments. A plain value (a number, numpy's too, a flag, a string, an enum member) is
     itself, not ``None`` (a rule may read a count: 3 steps and 5 differ); a keyword argument's
-    name comes before its value. A one-tensor
+    name comes before its value; a list, tuple or dict enters its class and length, then its
+    items (a dict's with their keys); any other object, its class. A one-tensor
     call gives ``(shape, dtype, *tail)``, what reading the tensor's ``.shape`` and ``.dtype``
     gives (the engine's hot path builds that key itself). A tensor without a ``.dtype`` has
     ``None`` there.
@@ -231,13 +232,21 @@ def _collect_shapes(value: Any, out: list[Any], for_key: bool) -> None:
         if for_key:
             out.append(dtype_of(value))
     elif isinstance(value, (list, tuple)):
+        if for_key:  # ([a, b], c) and (a, [b, c]) are two calls
+            out.append((type(value), len(value)))
         for item in value:
             _collect_shapes(item, out, for_key)
     elif isinstance(value, dict):
-        for item in value.values():
+        if for_key:
+            out.append((dict, len(value)))
+        for name, item in value.items():
+            if for_key:
+                out.append(name)
             _collect_shapes(item, out, for_key)
     else:
-        out.append(None)
+        # Any other object: by its class in a key (an activation object, a cache: what runs
+        # may depend on which), None among shapes.
+        out.append(type(value) if for_key else None)
 
 
 def parameter_ids(layer: Any) -> tuple[int, ...]:

@@ -22,6 +22,7 @@ __all__ = ("CallNode", "Completeness", "ENTRY_FIELDS", "MAX_SHAPES", "NodeKind",
            "RuleState", "Shape", "SubtreeSums", "new_entry", "set_engine_state",
            "ShapeSignature", "TimelineEvent",
            "CALLS", "FLOPS", "GEMM_FLOPS", "MACS", "INPUT_BYTES", "OUTPUT_BYTES", "SAVED_BYTES",
+           "LEARNED",
            "KEY")
 
 #: What a node stands for: a layer call, an instrumented function, a backward pass, an optimizer
@@ -38,8 +39,10 @@ Completeness = Literal["complete", "partial", "unknown"]
 
 #: The slots of a per-shape counter in a node's ``engine.flops_cache``: calls since the last
 #: fold, the rule's inclusive FLOPs (``None``: the node's FLOPs come from counted operations),
-#: its GEMM FLOPs and MACs, one call's input, output and saved-for-backward bytes, and the call
-#: key they were measured for (:func:`tracetorch.engine.hotpath.call_key`). An adapter may keep
+#: its GEMM FLOPs and MACs, one call's input, output and saved-for-backward bytes, the call
+#: key they were measured for (:func:`tracetorch.engine.hotpath.call_key`), and what is learned
+#: of the operations such a call runs (``None`` until an adapter learns something: see
+#: :func:`tracetorch.engine.hotpath.set_op_replay`). An adapter may keep
 #: what it derives once per key after these (torch: the call's gradient parts).
 #:
 #: A list rather than an object with attributes: the hot path bumps ``calls`` on every layer
@@ -47,7 +50,7 @@ Completeness = Literal["complete", "partial", "unknown"]
 #: reads the slots by name, through the indices below; the C finds them in this tuple by name
 #: when it starts (``tests/test_c_contract.py`` checks the names it asks for).
 ENTRY_FIELDS = ("calls", "flops", "gemm_flops", "macs", "input_bytes", "output_bytes",
-                "saved_bytes", "key")
+                "saved_bytes", "key", "learned")
 CALLS = ENTRY_FIELDS.index("calls")
 FLOPS = ENTRY_FIELDS.index("flops")
 GEMM_FLOPS = ENTRY_FIELDS.index("gemm_flops")
@@ -56,8 +59,9 @@ INPUT_BYTES = ENTRY_FIELDS.index("input_bytes")
 OUTPUT_BYTES = ENTRY_FIELDS.index("output_bytes")
 SAVED_BYTES = ENTRY_FIELDS.index("saved_bytes")
 KEY = ENTRY_FIELDS.index("key")
-#: A counter with nothing counted yet: no call, no rule's FLOPs, no bytes, no key.
-_EMPTY_ENTRY = [None if name in ("flops", "key") else 0 for name in ENTRY_FIELDS]
+LEARNED = ENTRY_FIELDS.index("learned")
+#: A counter with nothing counted yet: no call, no rule's FLOPs, no bytes, no key, nothing learned.
+_EMPTY_ENTRY = [None if name in ("flops", "key", "learned") else 0 for name in ENTRY_FIELDS]
 
 
 def new_entry() -> list[Any]:

@@ -7,17 +7,19 @@ layer it calls pops the mode and pushes it back: in a transformer's attention or
 blocks that is most of what profiling costs. What the mode records for one call of a node — the
 calls and FLOPs in its op table, its operation FLOPs and GEMM FLOPs — depends on what the call
 runs, which for nearly every layer is a function of the call's key: what
-:func:`~tracetorch.engine.hotpath.call_key` holds (its inputs' shapes and dtypes, the grad
-mode, the generation of layer structures, the training flag) and, here, its plain arguments
-by value (a flag, a count; any other object by its type).
+:func:`~tracetorch.engine.hotpath.call_key` holds (its inputs' shapes and dtypes, its plain
+arguments by value — a flag, a count —, the class of any other argument object, the grad mode,
+the generation of layer structures, the training flag).
 
-:class:`OpLearner` is asked before each call of a frame that counts operations
-(:func:`~tracetorch.engine.hotpath.set_op_replay`). It learns a node's counts under a key from
-two calls with that key that counted exactly the same, and later calls with it run with the
-mode off (the frame handed back has ``ops`` off, so the engine pops the mode as it does around
-a ruled layer, and a child without a rule pushes it back for its own calls), the learned
-counts added to the node as the mode would have added them. Only where nothing else could
-differ:
+What is learned of a key is kept in its counter (the ``learned`` slot of the node's per-key
+counter, :data:`~tracetorch.records.tree.ENTRY_FIELDS`), where the engine reads it before the
+call (:func:`~tracetorch.engine.hotpath.set_op_replay`): a learned call's counts are added to
+the node as the mode would have added them and the call runs with a copy of its frame that has
+``ops`` off (so the engine pops the mode as it does around a ruled layer, and a child without a
+rule pushes it back for its own calls) — in C where the accelerator is built, with no Python
+frame. Every other call of a frame that counts operations asks :meth:`OpLearner.replay`, which
+watches it: two calls with one key that counted exactly the same teach the key's counts. Only
+where nothing else could differ:
 
 - under ``no_grad``/inference mode only (the key's grad mode): with autograd recording, the
   mode also marks products for their backward FLOPs, which only it can do;
@@ -33,9 +35,11 @@ on tensor values that happened to agree twice, an attribute changed later, an ar
 whose state differs) is beyond what agreement can catch; ``TRACETORCH_LEARN_OPS=0``, set
 before a profile opens, counts every call with the mode.
 
-What a call counted is read at the node's next call, from its op table (which a fold does not
-reset): the difference to the table before it. A call raising after its counts were replayed
-keeps them.
+What a watched call counted is read at the node's next call, from its op table (which a fold
+does not reset): the difference to the table before it; until then every call of the node goes
+to the learner (``observing``), so nothing replayed meanwhile is taken for the watched call's.
+A call raising after its counts were replayed keeps them. Each session learns anew: a counter
+keeps what an earlier one learned, marked as that learner's, and no other reads it.
 
 Example:
     >>> import torch, tracetorch
@@ -53,14 +57,19 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
-from tracetorch.engine import hotpath as _hotpath
-from tracetorch.engine.hotpath import Frame, innermost_frame
+from tracetorch.engine.hotpath import (
+    Frame,
+    call_key,
+    counter_of,
+    innermost_frame,
+    replay_learned,
+)
 from tracetorch.flops.torch_functions import torch_function_formulas
-from tracetorch.records.tree import CallNode
+from tracetorch.records.tree import KEY, LEARNED, CallNode
 
 __all__ = ("OpLearner", "disturb", "learning_enabled")
 
@@ -103,50 +112,6 @@ def learning_enabled() -> bool:
     return os.environ.get("TRACETORCH_LEARN_OPS", "1") != "0"
 
 
-def _key(args: tuple[Any, ...], kwargs: dict[str, Any], owner: Any) -> tuple[Any, ...]:
-    # The call's key under no_grad, in one walk: what call_key holds (the tensors' shapes and
-    # dtypes, the structure generation, the training flag) and what it leaves out, plain
-    # arguments (a flag, a count) by value: a flag that changes what a layer runs makes another
-    # key. Keyword arguments with their names.
-    # (Asked before most calls of layers without a rule: the generation is read as a module
-    # attribute rather than through structure_generation(), and a tensor or None, the commonest
-    # arguments, without a call of _part.)
-    training = getattr(owner, "training", None)  # (training_flag, inlined)
-    parts: list[Any] = [_hotpath._structure,
-                        training if training is True or training is False else None]
-    for value in args:
-        cls = value.__class__
-        parts.append((value.shape, value.dtype) if cls is _Tensor or cls is _Parameter
-                     else None if value is None else _part(value, 0))
-    for name, value in kwargs.items():
-        parts.append(name)
-        cls = value.__class__
-        parts.append((value.shape, value.dtype) if cls is _Tensor or cls is _Parameter
-                     else None if value is None else _part(value, 0))
-    return tuple(parts)
-
-
-def _part(value: Any, depth: int) -> Any:
-    if value is None:
-        return None
-    cls = value.__class__
-    if cls is _Tensor or cls is _Parameter:
-        return (value.shape, value.dtype)
-    if cls in _PLAIN:
-        return (cls, value)  # (True and 1 are equal keys otherwise)
-    if (cls is tuple or cls is list) and depth < 3:
-        return tuple([_part(item, depth + 1) for item in value])
-    if cls is dict and depth < 3:
-        return tuple([(name, _part(item, depth + 1)) for name, item in value.items()])
-    if isinstance(value, _Tensor):  # a subclass: read with its __torch_function__ off
-        with _quiet():
-            return (cls, value.shape, value.dtype)
-    return cls  # any other object by its type
-
-
-_Tensor = torch.Tensor
-_Parameter = torch.nn.Parameter
-_PLAIN = frozenset({bool, int, float, str, torch.dtype, torch.device})
 _new_tuple = tuple.__new__
 #: Where a Frame keeps its ``ops`` flag (a replayed call runs with a copy that has it off).
 _OPS = Frame._fields.index("ops")
@@ -164,104 +129,114 @@ def _gemm_names() -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(gemm), frozenset(gemm & other)
 
 
-#: One learned call: its operation FLOPs, GEMM FLOPs and op-table rows (name, calls, FLOPs).
-Learned = tuple[int, int, tuple[tuple[str, int, int], ...]]
+#: One learned call, as the engine reads it from a counter's ``learned`` slot
+#: (:func:`~tracetorch.engine.hotpath.set_op_replay`): its operation FLOPs, GEMM FLOPs, op-table
+#: rows (name, calls, FLOPs), the frame it stands in for, that frame with ops off, and the
+#: learner that learned it. A plain tuple: the engine tells it from the slot's other states
+#: (the classes below) by its class alone.
+#: (The frames are None until a call of the node asks for the counts: ``tuple[Any, ...]``.)
+Learned = tuple[Any, ...]
 
 
-class _NodeState:
-    """What is learned of one node: per key, the counts of the first call seen (``seen``), the
-    counts learned, the keys never learned; the call being observed; its frame with ops off."""
+class _Seen(NamedTuple):
+    """A key's first call observed: its op-table rows, for the learner ``by``."""
 
-    __slots__ = ("seen", "learned", "never", "pending", "quiet")
+    rows: tuple[tuple[str, int, int], ...]
+    by: object
 
-    def __init__(self) -> None:
-        self.seen: dict[Any, tuple[tuple[str, int, int], ...]] = {}
-        self.learned: dict[Any, Learned] = {}
-        self.never: set[Any] = set()
-        # (key, the op table before the call, _DISTURBED then)
-        self.pending: tuple[Any, dict[str, tuple[int, int]], int] | None = None
-        # The node's frame and its copy with ops off, made at its first replayed call: a node
-        # keeps its frame while its profile records it (dropped with the state: forget(), or
-        # pruned once that profile stopped).
-        self.quiet: tuple[Frame, Frame] | None = None
+
+class _Never(NamedTuple):
+    """A key whose observed calls counted differently (or not replayably): never learned."""
+
+    by: object
 
 
 class OpLearner:
-    """What is learned of one profiling session's layers: :meth:`replay` is what the engine asks
-    before each call of a frame that counts operations (see the module docstring); it hands back
-    the frame to run the call with, ``frame`` itself or, for a call whose counts are learned
-    (added to the node already), a copy with ``ops`` off.
+    """What is learned of one profiling session's layers, kept in each call key's counter (its
+    ``learned`` slot). The engine replays a learned call itself; :meth:`replay` is what it asks
+    for every other call of a frame that counts operations (see the module docstring), and
+    hands back the frame to run the call with: ``frame`` itself or, for a call whose counts are
+    learned (added to the node already), a copy with ``ops`` off.
 
     Example:
         >>> from tracetorch.engine.hotpath import OpCounter
         >>> from tracetorch.adapters.torch.ops import OpCountingMode
         >>> learner = OpLearner(OpCountingMode(OpCounter()))
-        >>> learner.forget()
+        >>> learner.observing
+        {}
     """
+
+    #: What the engine asks before replaying a call itself: each returns something false while
+    #: learned counts may stand in (no grad mode, no backward pass running, no function mode on
+    #: the stack, so none to take off: the profile's is off already, a user's is never moved).
+    HOLD = (torch.is_grad_enabled, _current_node, _stack_len)
 
     def __init__(self, mode: Any) -> None:
         self._mode = mode
-        self._states: dict[CallNode, _NodeState] = {}
-        self._pruned_at = 64  # the size past which the states of stopped profiles are dropped
+        #: per node, its call being watched: (key, the op table before the call, _DISTURBED then)
+        self.observing: dict[CallNode, tuple[Any, dict[str, tuple[int, int]], int]] = {}
+        self._pruned_at = 64  # the size past which the watches of stopped profiles are dropped
         self._gemm, self._ambiguous = _gemm_names()
 
     def replay(self, frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any],
-               owner: Any) -> Frame:
-        """The frame to run this call of ``frame``'s node with (see the class docstring)."""
+               owner: Any, entry: list[Any] | None) -> Frame:
+        """The frame to run this call of ``frame``'s node with (see the class docstring);
+        ``entry``: the call's counter where the engine found it."""
         node = frame.node
-        state = self._states.get(node)
-        if state is not None and state.pending is not None:
-            self._settle(node, state)
+        watched = self.observing.pop(node, None)
+        if watched is not None:
+            self._settle(frame, *watched)
         if _grad_enabled() or frame.collector.op_timing or _current_node() is not None:
             return frame
         depth = _stack_len()
         try:
-            if depth:  # the key's .shape reads must not reach the mode (nor a user's)
-                with _quiet():
-                    key = _key(args, kwargs, owner)
+            if entry is None:
+                if depth:  # the key's .shape reads must not reach the mode (nor a user's)
+                    with _quiet():
+                        key = call_key(args, kwargs, owner)
+                else:
+                    key = call_key(args, kwargs, owner)
+                entry = counter_of(frame.flops_cache, key)
             else:
-                key = _key(args, kwargs, owner)
-            if state is None:
-                state = self._new_state(node)
-            learned = state.learned.get(key)
-            never = learned is None and key in state.never
+                key = entry[KEY]
         except Exception:  # a key that cannot key a dict, an odd argument: nothing learned
             return frame
-        if learned is not None:
+        state = self._state(entry)
+        if entry is not None and state.__class__ is tuple:
             if depth and not self._comes_off(depth):
                 return frame
-            flops, gemm, rows = learned
-            counted = node.engine
-            counted.op_flops += flops
-            counted.op_gemm += gemm
-            ops = node.ops
-            for name, calls, op_flops in rows:
-                row = ops.get(name)
-                if row is None:
-                    ops[name] = [calls, op_flops, 0]
-                else:
-                    row[0] += calls
-                    row[1] += op_flops
-            quiet = state.quiet
-            if quiet is None or quiet[0] is not frame:
-                quiet = state.quiet = (
-                    frame, _new_tuple(Frame, frame[:_OPS] + (False,) + frame[_OPS + 1:]))
-            return quiet[1]
-        if not never:
+            learned: Learned = state
+            if learned[3] is not frame:  # (a node's frame is made anew at each opening)
+                quiet = _new_tuple(Frame, frame[:_OPS] + (False,) + frame[_OPS + 1:])
+                learned = entry[LEARNED] = (*learned[:3], frame, quiet, self)
+            replay_learned(node, learned)
+            replayed: Frame = learned[4]
+            return replayed
+        if state.__class__ is not _Never:
+            if len(self.observing) >= self._pruned_at:
+                self._prune()
             before = {name: (row[0], row[1]) for name, row in node.ops.items()}
-            state.pending = (key, before, _DISTURBED[0])
+            self.observing[node] = (key, before, _DISTURBED[0])
         return frame
 
-    def _new_state(self, node: CallNode) -> _NodeState:
-        states = self._states
-        if len(states) >= self._pruned_at:
-            # Nodes of profiles stopped meanwhile (no frame) are not called again: a profile
-            # opened in a loop inside a long one leaves no growing table.
-            for stopped in [known for known in list(states) if known.engine.frame is None]:
-                states.pop(stopped, None)  # (list(): another thread may add a node meanwhile)
-            self._pruned_at = 2 * max(len(states), 32)
-        state = states[node] = _NodeState()
-        return state
+    def _state(self, entry: list[Any] | None) -> Any:
+        # What this learner learned of a counter's key: a Learned tuple, _Seen, _Never or None
+        # (no counter yet, nothing yet, or another session's: each session learns anew).
+        if entry is None:
+            return None
+        state = entry[LEARNED]
+        if state is None:
+            return None
+        learner = state[-1]  # (every state ends with the learner that made it)
+        return state if learner is self else None
+
+    def _prune(self) -> None:
+        # Nodes of profiles stopped meanwhile (no frame) are not called again: a profile opened
+        # in a loop inside a long one leaves no growing table.
+        observing = self.observing
+        for stopped in [node for node in list(observing) if node.engine.frame is None]:
+            observing.pop(stopped, None)  # (list(): another thread may add a node meanwhile)
+        self._pruned_at = 2 * max(len(observing), 32)
 
     def _comes_off(self, depth: int) -> bool:
         # Whether the profile's mode is off the stack during the call: the engine pops it only
@@ -277,34 +252,37 @@ class OpLearner:
                 return False
         return True
 
-    def _settle(self, node: CallNode, state: _NodeState) -> None:
-        # The observed call ended (this is the node's next call): what it added to the op table.
-        key, before, disturbed = state.pending  # type: ignore[misc]
-        state.pending = None
+    def _settle(self, frame: Frame, key: Any, before: dict[str, tuple[int, int]],
+                disturbed: int) -> None:
+        # The watched call ended (this is the node's next call): what it added to the op table.
         if disturbed != _DISTURBED[0]:
             return
+        entry = counter_of(frame.flops_cache, key)
+        if entry is None:  # (its counter was dropped meanwhile: a changed structure, a reset)
+            return
         rows = []
-        for name, row in node.ops.items():
+        for name, row in frame.node.ops.items():
             old = before.get(name)
             calls, flops = (row[0], row[1]) if old is None else (row[0] - old[0],
                                                                  row[1] - old[1])
             if calls or flops:
                 rows.append((name, calls, flops))
         counted = tuple(rows)
-        first = state.seen.pop(key, None)
+        first = self._state(entry)
         if first is None:
-            state.seen[key] = counted
-        elif first == counted and self._replayable(counted):
+            entry[LEARNED] = _Seen(counted, self)
+        elif first.__class__ is _Seen and first.rows == counted and self._replayable(counted):
             flops = sum(row[2] for row in counted)
             gemm = sum(row[2] for row in counted if row[0] in self._gemm)
-            state.learned[key] = (flops, gemm, counted)
-        else:
-            state.never.add(key)
+            entry[LEARNED] = (flops, gemm, counted, None, None, self)
+        elif first.__class__ is _Seen:
+            entry[LEARNED] = _Never(self)
 
     def _replayable(self, rows: tuple[tuple[str, int, int], ...]) -> bool:
         return not any(name in _NOT_THE_MODES or (flops and name in self._ambiguous)
                        for name, _, flops in rows)
 
     def forget(self) -> None:
-        """Drop everything learned (the profiles closed: no node is kept alive)."""
-        self._states.clear()
+        """Stop watching calls (the profiles closed: no node is kept alive); what is learned
+        stays in the counters, read by this learner only."""
+        self.observing.clear()

@@ -344,7 +344,8 @@ def start_op_counting(counter: OpCounter) -> Callable[[], None]:
     # Calls whose counts are learned run without the mode (see .learned).
     learner = OpLearner(mode) if learning_enabled() else None
     replay = learner.replay if learner is not None else None
-    previous_replay = set_op_replay(replay)
+    previous_replay = (set_op_replay(replay, learner.HOLD, learner.observing)
+                       if learner is not None else set_op_replay(None))
     # Marking autograd nodes has nothing to do under no_grad/inference mode: asked of torch
     # before the observer is called at all.
     observer = _exit_observer()
@@ -358,9 +359,9 @@ def start_op_counting(counter: OpCounter) -> Callable[[], None]:
         current = set_op_switch(previous_switch)
         if current is not switch:
             set_op_switch(current)
-        current_replay = set_op_replay(previous_replay)
-        if current_replay is not replay:
-            set_op_replay(current_replay)
+        current_replay = set_op_replay(*previous_replay)
+        if current_replay[0] is not replay:
+            set_op_replay(*current_replay)
         if learner is not None:
             learner.forget()
         installed = set_exit_observer(*previous_observer)
