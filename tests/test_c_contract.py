@@ -109,7 +109,7 @@ def _places(torch: Any) -> dict[str, Any]:
     """What each place of ``C_NAMES`` names: a test of one name."""
     import wrapt
 
-    from tracetorch.adapters.torch import backward, marks
+    from tracetorch.adapters.torch import backward, marks, ops
     from tracetorch.engine.collector import Collector
     from tracetorch.engine.node_state import NodeState
     from tracetorch.records.stats import TimeStats
@@ -122,6 +122,7 @@ def _places(torch: Any) -> dict[str, Any]:
         "hotpath": vars(hotpath).__contains__,
         "marks": vars(marks).__contains__,
         "backward": vars(backward).__contains__,
+        "ops": vars(ops).__contains__,
         "Frame": hotpath.Frame._fields.__contains__,
         "ENTRY_FIELDS": ENTRY_FIELDS.__contains__,
         "_Hot": backward._Hot._fields.__contains__,
@@ -162,6 +163,7 @@ def test_a_name_renamed_in_python_is_missing(torch):
 _MODULES = {"hotpath": "tracetorch.engine.hotpath", "patches": "tracetorch.engine.patches",
             "marks": "tracetorch.adapters.torch.marks",
             "backward": "tracetorch.adapters.torch.backward",
+            "ops": "tracetorch.adapters.torch.ops",
             "tensors": "tracetorch.models.tensors", "stats": "tracetorch.records.stats",
             "timing": "tracetorch.engine.timing", "collector": "tracetorch.engine.collector"}
 

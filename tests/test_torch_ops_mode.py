@@ -286,6 +286,34 @@ def test_a_users_own_modes_are_left_where_they_are(torch):
     assert prof.gemm_flops == 2 * (2 * 2 * 4 * 4) + 2 * 2 * 4 * 2
 
 
+@pytest.mark.parametrize("in_c", [True, False])
+def test_the_switch_moves_only_its_own_mode_and_only_from_the_top(torch, monkeypatch, in_c):
+    from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
+
+    from tracetorch.adapters.torch import ops
+    from tracetorch.engine.hotpath import OpCounter
+
+    if in_c and ops._NATIVE_SWITCH is None:
+        pytest.skip("the C accelerator is not built here")
+    if not in_c:
+        monkeypatch.setattr(ops, "_NATIVE_SWITCH", None)
+
+    class Mine(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None):
+            return func(*args, **(kwargs or {}))
+
+    mode, mine = ops.OpCountingMode(OpCounter()), Mine()
+    switch = ops.make_switch(mode)
+    assert (switch(False), switch(True), switch(True)) == (False, True, False)
+    torch._C._push_on_torch_function_stack(mine)  # the user's, above the profile's
+    assert (switch(False), switch(True)) == (False, True)  # put back; pushed on top of it
+    assert _get_current_function_mode_stack() == [mode, mine, mode]
+    assert switch(False) is True
+    assert _get_current_function_mode_stack() == [mode, mine]
+    torch._C._pop_torch_function_stack()
+    assert switch(False) is True and stack_depth(torch) == 0
+
+
 def test_a_profile_exited_in_another_thread_leaves_a_pass_through_until_the_next(torch):
     import tracetorch
 

@@ -37,11 +37,12 @@ PURE_PYTHON_ENV = "TRACETORCH_PURE_PYTHON"
 
 _PURE = os.environ.get(PURE_PYTHON_ENV) == "1"
 
-#: Every Python name each C module reads, by where it is read: ``hotpath``, ``marks`` and
-#: ``backward``, the globals of that module (``engine.hotpath``, ``adapters.torch.marks``,
-#: ``adapters.torch.backward``: the namespace handed to the C type that stands for one of its
-#: functions); ``Frame``, ``ENTRY_FIELDS`` and ``_Hot``, a field of that record (a frame, a
-#: per-shape counter, a backward pass's ``hot`` tuple: the C finds its position by this name);
+#: Every Python name each C module reads, by where it is read: ``hotpath``, ``marks``,
+#: ``backward`` and ``ops``, the globals of that module (``engine.hotpath``,
+#: ``adapters.torch.marks``, ``adapters.torch.backward``, ``adapters.torch.ops``: the namespace
+#: handed to the C type that stands for one of its functions); ``Frame``, ``ENTRY_FIELDS`` and
+#: ``_Hot``, a field of that record (a frame, a per-shape counter, a backward pass's ``hot``
+#: tuple: the C finds its position by this name);
 #: ``NamedTuple``, an attribute of those records' classes; ``NodeKind``, a value of
 #: :data:`tracetorch.records.tree.NodeKind`; the others, an attribute of such an object (a
 #: ``Collector``, a ``CallNode``, its ``NodeState`` and ``TimeStats``, a ``BackwardPass``, a
@@ -84,6 +85,7 @@ C_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
         "tensor": ("grad_fn", "requires_grad", "_backward_hooks"),
         "autograd node": ("metadata", "_register_hook_dict", "register_prehook"),
         "torch module": ("_parameters",),
+        "ops": ("_stack_len", "_stack_at", "_pop", "_push", "drop_retired"),
     },
 }
 

@@ -1,4 +1,5 @@
-/* The torch exit observer's common case in C: marking a layer call's one-tensor output.
+/* The torch exit observer's common case in C: marking a layer call's one-tensor output (and
+ * the operation-counting switch, below).
  *
  * ``Marker(fallback, namespace)`` stands for tracetorch.adapters.torch.marks.tag_call
  * (``fallback``) and reads that module's globals (``namespace``) on each call. For an output
@@ -45,7 +46,8 @@ static PyObject *s_Tensor, *s_PARTS, *s_MARKS, *s_HOOK_KEY, *s_HookDict, *s_on_m
     *s_current_node, *s_PASSES, *s_hot, *s_charge, *s_reach, *s_Parameter, *s_parameters,
     *s_requires_grad, *s_will_execute, *s_kind, *s_thread,
     *s_Frame, *s_fields, *s_collector, *s_node, *s_owner, *s_Hot, *s_clock, *s_recompute_of,
-    *s_boundaries, *s_leaves, *s_flops, *s_pass_node;
+    *s_boundaries, *s_leaves, *s_flops, *s_pass_node,
+    *s_stack_len, *s_stack_at, *s_pop, *s_push, *s_drop_retired;
 
 /* The field names of the NamedTuple class ``name`` of ``ns`` (a new reference); NULL with an
  * error set. */
@@ -644,6 +646,140 @@ STANDIN_TYPE(BoundaryType, "Boundary",
              "The hook autograd runs at a marked node (see backward._on_marked_node).",
              Boundary_init, Boundary_call);
 
+/* ------------------------------------------------------------------------------ the switch
+ * ``Switch(mode, namespace)`` stands for the closure ops.make_switch makes for ``mode``, reading
+ * the ops module's globals (``namespace``) on each call: ``switch(on)`` pushes the mode on the
+ * calling thread's function-mode stack unless it is the top already, ``switch(False)`` pops it
+ * only if it is the top; each returns whether it changed anything. The engine calls it around
+ * every layer call where counting changes (twice per ruled layer), so no Python frame. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *mode;  /* the profile session's OpCountingMode */
+    PyObject *ns;    /* the ops module's globals */
+} Switch;
+
+static int
+Switch_traverse(Switch *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->mode);
+    Py_VISIT(self->ns);
+    return 0;
+}
+
+static int
+Switch_clear(Switch *self)
+{
+    Py_CLEAR(self->mode);
+    Py_CLEAR(self->ns);
+    return 0;
+}
+
+static void
+Switch_dealloc(Switch *self)
+{
+    PyObject_GC_UnTrack(self);
+    Switch_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+Switch_init(Switch *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *mode, *ns;
+    if (!PyArg_ParseTuple(args, "OO!:Switch", &mode, &PyDict_Type, &ns))
+        return -1;
+    Py_INCREF(mode);
+    Py_XSETREF(self->mode, mode);
+    Py_INCREF(ns);
+    Py_XSETREF(self->ns, ns);
+    return 0;
+}
+
+/* A global of the ops module called with ``arg`` (or none): a new reference, NULL on error. */
+static PyObject *
+call_global(Switch *self, PyObject *name, PyObject *arg)
+{
+    PyObject *function = PyDict_GetItemWithError(self->ns, name);  /* borrowed */
+    if (function == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetObject(PyExc_NameError, name);
+        return NULL;
+    }
+    return arg != NULL ? PyObject_CallOneArg(function, arg) : PyObject_CallNoArgs(function);
+}
+
+static PyObject *
+Switch_call(Switch *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *wanted;
+    if (!PyArg_ParseTuple(args, "O:switch", &wanted))
+        return NULL;
+    int on = PyObject_IsTrue(wanted);
+    if (on < 0)
+        return NULL;
+    PyObject *length = call_global(self, s_stack_len, NULL);
+    if (length == NULL)
+        return NULL;
+    Py_ssize_t depth = PyLong_AsSsize_t(length);
+    Py_DECREF(length);
+    if (depth < 0)
+        return NULL;  /* (an error, or a length that is no count) */
+    if (!on) {
+        if (!depth)
+            Py_RETURN_FALSE;
+        /* popped first and put back if it is another's: one call fewer in the usual case */
+        PyObject *top = call_global(self, s_pop, NULL);
+        if (top == NULL)
+            return NULL;
+        if (top == self->mode) {
+            Py_DECREF(top);
+            Py_RETURN_TRUE;
+        }
+        PyObject *back = call_global(self, s_push, top);
+        Py_DECREF(top);
+        if (back == NULL)
+            return NULL;
+        Py_DECREF(back);
+        Py_RETURN_FALSE;
+    }
+    if (depth) {
+        PyObject *at = PyLong_FromSsize_t(depth - 1);
+        PyObject *top = at != NULL ? call_global(self, s_stack_at, at) : NULL;
+        Py_XDECREF(at);
+        if (top == NULL)
+            return NULL;
+        int ours = top == self->mode;
+        Py_DECREF(top);
+        if (ours)
+            Py_RETURN_FALSE;
+        /* a retired mode was left by a profile exited in another thread: dropped now (asked
+         * only below something: the usual push is onto an empty stack) */
+        PyObject *dropped = call_global(self, s_drop_retired, NULL);
+        if (dropped == NULL)
+            return NULL;
+        Py_DECREF(dropped);
+    }
+    PyObject *pushed = call_global(self, s_push, self->mode);
+    if (pushed == NULL)
+        return NULL;
+    Py_DECREF(pushed);
+    Py_RETURN_TRUE;
+}
+
+static PyTypeObject SwitchType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracetorch.adapters.torch._marks.Switch",
+    .tp_doc = "The operation-counting switch of one mode (see ops.make_switch).",
+    .tp_basicsize = sizeof(Switch),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Switch_init,
+    .tp_dealloc = (destructor)Switch_dealloc,
+    .tp_traverse = (traverseproc)Switch_traverse,
+    .tp_clear = (inquiry)Switch_clear,
+    .tp_call = (ternaryfunc)Switch_call,
+};
+
 static struct PyModuleDef marks_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "tracetorch.adapters.torch._marks",
@@ -692,7 +828,13 @@ PyInit__marks(void)
     INTERN(s_leaves, "leaves");
     INTERN(s_flops, "flops");
     INTERN(s_pass_node, "pass_node");
-    if (PyType_Ready(&MarkerType) < 0 || PyType_Ready(&BoundaryType) < 0)
+    INTERN(s_stack_len, "_stack_len");
+    INTERN(s_stack_at, "_stack_at");
+    INTERN(s_pop, "_pop");
+    INTERN(s_push, "_push");
+    INTERN(s_drop_retired, "drop_retired");
+    if (PyType_Ready(&MarkerType) < 0 || PyType_Ready(&BoundaryType) < 0
+            || PyType_Ready(&SwitchType) < 0)
         return NULL;
     /* A Boundary sits in the hook dict of layer outputs: torch.save warns of a hook there
      * unless it has this attribute (as backward._on_marked_node has). */
@@ -711,6 +853,12 @@ PyInit__marks(void)
     Py_INCREF(&BoundaryType);
     if (PyModule_AddObject(module, "Boundary", (PyObject *)&BoundaryType) < 0) {
         Py_DECREF(&BoundaryType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    Py_INCREF(&SwitchType);
+    if (PyModule_AddObject(module, "Switch", (PyObject *)&SwitchType) < 0) {
+        Py_DECREF(&SwitchType);
         Py_DECREF(module);
         return NULL;
     }

@@ -224,17 +224,24 @@ def make_switch(mode: OpCountingMode) -> Callable[[bool], bool]:
         >>> switch(False), switch(False), torch._C._len_torch_function_stack()
         (True, False, 0)
     """
+    native = _NATIVE_SWITCH
+    if native is not None:  # the same steps in C (_marks.c), reading this module's globals
+        made: Callable[[bool], bool] = native(mode, globals())
+        return made
+
     def switch(on: bool) -> bool:
         depth = _stack_len()
-        top = _stack_at(depth - 1) if depth else None
-        if top is mode:
-            if on:
-                return False
-            _pop()
-            return True
         if not on:
+            if not depth:
+                return False
+            top = _pop()  # (popped first, put back if it is another's: one call fewer)
+            if top is mode:
+                return True
+            _push(top)
             return False
         if depth:
+            if _stack_at(depth - 1) is mode:
+                return False
             # A retired mode was left by a profile exited in another thread: drop it now.
             # (Asked only below something: the usual push is onto an empty stack, and this
             # scan was two thirds of a switch's cost.)
@@ -243,6 +250,10 @@ def make_switch(mode: OpCountingMode) -> Callable[[bool], bool]:
         return True
 
     return switch
+
+
+#: The C version of make_switch's closure, where it is built (see tracetorch.engine.native).
+_NATIVE_SWITCH = native_type("tracetorch.adapters.torch._marks", "Switch")
 
 
 def drop_retired(mode: OpCountingMode | None = None) -> None:
