@@ -8,7 +8,10 @@ backward_every=8)``, interleaved round by round; each cell is the median over ro
 phase's median over the round's steps - the plain one), per module call (101 per step). With
 ``backward_every=8`` the median step is one whose backward work is not attributed.
 
-Run: ``python benchmarks/train_phases.py [--rounds 15] [--steps 10]``
+``--model bert`` runs ``peers.py``'s BERT (hidden 256, 4 layers, seq 128) instead, in
+``train()`` mode (79 module calls per step).
+
+Run: ``python benchmarks/train_phases.py [--rounds 15] [--steps 10] [--model mlp|bert]``
 """
 from __future__ import annotations
 
@@ -33,12 +36,33 @@ def _nothing() -> None:
     """The plain run's step mark."""
 
 
-def phase_costs(rounds: int, steps: int) -> dict[str, dict[str, float]]:
+def _mlp() -> tuple[torch.nn.Module, Callable[[], torch.Tensor]]:
+    model, x = build_mlp(), torch.randn(1, 8)
+    return model, lambda: model(x)
+
+
+def _bert() -> tuple[torch.nn.Module, Callable[[], torch.Tensor]]:
+    # peers.py's BERT (hidden 256, 4 layers, seq 128, random weights), in train() mode
+    from transformers import BertConfig, BertModel
+
+    config = BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                        intermediate_size=1024)
+    model = BertModel(config).train()
+    ids = torch.randint(0, config.vocab_size, (1, 128))
+    return model, lambda: model(input_ids=ids).last_hidden_state
+
+
+#: ``--model`` choices: the model and its forward.
+MODELS = {"mlp": ("50 x (Linear(8,8), ReLU)", _mlp),
+          "bert": ("transformers BERT (hidden 256, 4 layers, seq 128)", _bert)}
+
+
+def phase_costs(rounds: int, steps: int, model_name: str = "mlp") -> dict[str, dict[str, float]]:
     """ns added per module call in each phase, by variant (``tracetorch``, ``ops=False``,
     ``backward_every=8``), and the plain step's phases in µs."""
-    model, x = build_mlp(), torch.randn(1, 8)
+    model, forward = MODELS[model_name][1]()
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-    calls = module_calls(model, lambda: model(x))
+    calls = module_calls(model, forward)
     samples: dict[str, list[int]] = {}
 
     def timed(phase: str, run: Callable[[], object]) -> object:
@@ -48,7 +72,7 @@ def phase_costs(rounds: int, steps: int) -> dict[str, dict[str, float]]:
         return out
 
     def step(prof: object) -> None:
-        y = timed("forward", lambda: model(x))
+        y = timed("forward", forward)
         loss = timed("loss", lambda: y.square().mean())  # type: ignore[union-attr]
         timed("backward", loss.backward)  # type: ignore[union-attr]
         timed("step", optimizer.step)
@@ -88,14 +112,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--model", choices=sorted(MODELS), default="mlp",
+                        help="the mlp (default) or BERT (needs transformers)")
     parser.add_argument("--quick", action="store_true", help="3 rounds of 3 steps (a smoke run)")
     args = parser.parse_args(argv)
     rounds, steps = (3, 3) if args.quick else (args.rounds, args.steps)
     torch.set_num_threads(1)
-    print(f"torch {torch.__version__}, 1 thread, 50 x (Linear(8,8), ReLU) training step, "
+    print(f"torch {torch.__version__}, 1 thread, {MODELS[args.model][0]} training step, "
           f"medians of {rounds} rounds x {steps} steps")
     print("ns added per module call, by phase:")
-    costs = phase_costs(rounds, steps)
+    costs = phase_costs(rounds, steps, args.model)
     print(f"  {'phase':<10}" + "".join(f"{name:>22}" for name in costs))
     for phase in PHASES:
         print(f"  {phase:<10}" + "".join(f"{costs[name][phase]:>22,.1f}" for name in costs))

@@ -94,8 +94,9 @@ def test_merge_ranks_prints_cost_per_rank_and_node() -> None:
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("torch_installed")
-def test_train_phases_prints_a_row_per_phase() -> None:
-    out = run_benchmark("train_phases.py", "--quick")
+@pytest.mark.parametrize("model", ["mlp", "bert"])
+def test_train_phases_prints_a_row_per_phase(model: str) -> None:
+    out = run_benchmark("train_phases.py", "--quick", "--model", model)
     rows = [line.split() for line in out.splitlines() if line.startswith("  ")]
     assert [row[0] for row in rows[1:]] == ["forward", "loss", "backward", "step", "zero_grad",
                                           "prof.step"]
