@@ -55,6 +55,27 @@ def _run(monkeypatch, learn, model, inputs, steps=6, grad=False, **options):
     return _figures(prof), per_step
 
 
+class Caller(torch.nn.Module):
+    """Calls ``layer`` with ``arguments(call number, x)``: a layer whose key changes from call
+    to call under a caller."""
+
+    def __init__(self, layer, arguments):
+        super().__init__()
+        self.layer, self.arguments, self.call = layer, arguments, 0
+
+    def forward(self, x):
+        self.call += 1
+        return self.layer(*self.arguments(self.call, x))
+
+
+def _both(monkeypatch, layer, arguments, inputs, steps=6):
+    """The figures of ``steps`` steps of a :class:`Caller`, every call counted by the mode
+    (the reference) and with learned counts."""
+    reference, _ = _run(monkeypatch, False, Caller(layer, arguments), inputs, steps=steps)
+    learned, _ = _run(monkeypatch, True, Caller(layer, arguments), inputs, steps=steps)
+    return reference, learned
+
+
 class Attention(torch.nn.Module):
     """Products, a softmax and a residual add around ruled Linears: no rule of its own."""
 
@@ -98,20 +119,9 @@ def test_learned_counts_equal_the_modes_on_small_models(monkeypatch):
 
 def test_learned_counts_equal_the_modes_for_varying_shapes(monkeypatch):
     # Two keys interleaved: each learned apart, each replayed with its own counts.
-    model = _small_model()
-
-    class Alternating(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model, self.step = model, 0
-
-        def forward(self, x):
-            self.step += 1
-            return self.model(x if self.step % 2 else x[:, :3])
-
-    x = {"x": torch.randn(2, 4, 8)}
-    reference, _ = _run(monkeypatch, False, Alternating(), x, steps=8)
-    learned, _ = _run(monkeypatch, True, Alternating(), x, steps=8)
+    reference, learned = _both(monkeypatch, _small_model(),
+                               lambda call, x: (x if call % 2 else x[:, :3],),
+                               {"x": torch.randn(2, 4, 8)}, steps=8)
     assert learned == reference
 
 
@@ -214,20 +224,8 @@ class Repeated(torch.nn.Module):
 
 
 def test_a_plain_argument_is_a_part_of_what_is_learned(monkeypatch):
-    layer = Repeated()
-
-    class Caller(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.layer, self.call = layer, 0
-
-        def forward(self, x):
-            self.call += 1
-            return self.layer(x, 2 if self.call <= 3 else 5)
-
-    x = {"x": torch.ones(3)}
-    reference, _ = _run(monkeypatch, False, Caller(), x)
-    learned, _ = _run(monkeypatch, True, Caller(), x)
+    reference, learned = _both(monkeypatch, Repeated(),
+                               lambda call, x: (x, 2 if call <= 3 else 5), {"x": torch.ones(3)})
     assert learned == reference
     assert reference["layer"][-1] == [("add", 3 * 2 + 3 * 5, 3 * (3 * 2 + 3 * 5))]
 
@@ -250,20 +248,9 @@ class Applying(torch.nn.Module):
 
 
 def test_an_argument_objects_class_is_a_part_of_what_is_learned(monkeypatch):
-    layer = Applying()
-
-    class Caller(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.layer, self.call = layer, 0
-
-        def forward(self, x):
-            self.call += 1
-            return self.layer(x, Doubling() if self.call <= 3 else Shifting())
-
-    x = {"x": torch.ones(3)}
-    reference, _ = _run(monkeypatch, False, Caller(), x)
-    learned, _ = _run(monkeypatch, True, Caller(), x)
+    reference, learned = _both(monkeypatch, Applying(),
+                               lambda call, x: (x, Doubling() if call <= 3 else Shifting()),
+                               {"x": torch.ones(3)})
     assert learned == reference
     assert reference["layer"][-1] == [("add", 3, 9), ("mul", 3, 9)]
 
@@ -271,20 +258,10 @@ def test_an_argument_objects_class_is_a_part_of_what_is_learned(monkeypatch):
 def test_a_call_watched_beside_a_learned_key_keeps_exact_counts(monkeypatch):
     # Key B is learned first; then calls of key A (watched while A is being learned) alternate
     # with B's (replayed): what B adds must not be taken for what A's watched call counted.
-    layer = Repeated()
-
-    class Caller(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.layer, self.call = layer, 0
-
-        def forward(self, x):
-            self.call += 1  # (the same operations at every call: the caller's counts learned)
-            return self.layer(x[:3] if self.call <= 3 or self.call % 2 else x[:2], 2)
-
-    x = {"x": torch.ones(3)}
-    reference, _ = _run(monkeypatch, False, Caller(), x, steps=12)
-    learned, _ = _run(monkeypatch, True, Caller(), x, steps=12)
+    # (the caller slices at every call: the same operations, its own counts learned)
+    reference, learned = _both(monkeypatch, Repeated(),
+                               lambda call, x: (x[:3] if call <= 3 or call % 2 else x[:2], 2),
+                               {"x": torch.ones(3)}, steps=12)
     assert learned == reference
 
 

@@ -222,6 +222,19 @@ truth(PyObject *value)
     return yes;
 }
 
+/* Whether one of the callables of the tuple ``calls`` returns something true: 1, 0, or -1 with
+ * an error set. */
+static int
+any_call_true(PyObject *calls)
+{
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(calls); i++) {
+        int yes = truth(PyObject_CallNoArgs(PyTuple_GET_ITEM(calls, i)));
+        if (yes != 0)
+            return yes;
+    }
+    return 0;
+}
+
 /* Whether a wrapper's guard holds: 1, 0, or -1 with an error set. */
 static int
 guarded(PyObject *guard)
@@ -235,12 +248,7 @@ guarded(PyObject *guard)
         if (yes != 0)
             return yes;
     }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(calls); i++) {
-        int yes = truth(PyObject_CallNoArgs(PyTuple_GET_ITEM(calls, i)));
-        if (yes != 0)
-            return yes;
-    }
-    return 0;
+    return any_call_true(calls);
 }
 
 /* ------------------------------------------------------------------------------ the wrapper */
@@ -578,12 +586,7 @@ replay_held(Wrapper *self)
         PyErr_SetString(PyExc_TypeError, "_op_hold must be a tuple of callables");
         return -1;
     }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(hold); i++) {
-        int yes = truth(PyObject_CallNoArgs(PyTuple_GET_ITEM(hold, i)));
-        if (yes != 0)
-            return yes;
-    }
-    return 0;
+    return any_call_true(hold);
 }
 
 /* ``target[at] += amount`` for a list or an object's attribute ``name`` (at < 0); 0 or -1. */

@@ -30,12 +30,13 @@ typedef struct {
     Py_ssize_t clock, hot_collector, recompute_of, boundaries, leaves, flops, pass_node, hot_size;
 } Layout;
 
-/* Both types stand for a Python function (Marker: marks.tag_call; Boundary:
- * backward._on_marked_node): the function itself, for the cases they hand back, and its
- * module's globals, read on each call. */
+/* Each type stands for a Python function (Marker: marks.tag_call; Boundary:
+ * backward._on_marked_node; Switch: the closure of ops.make_switch): the function itself, for
+ * the cases they hand back (a Switch's mode instead), and its module's globals, read on each
+ * call. */
 typedef struct {
     PyObject_HEAD
-    PyObject *fallback;  /* tag_call (Marker), _on_marked_node (Boundary) */
+    PyObject *fallback;  /* tag_call (Marker), _on_marked_node (Boundary), the mode (Switch) */
     PyObject *ns;        /* that function's module's globals */
     Layout at;           /* where that module's records keep each field */
 } Standin;
@@ -647,57 +648,18 @@ STANDIN_TYPE(BoundaryType, "Boundary",
              Boundary_init, Boundary_call);
 
 /* ------------------------------------------------------------------------------ the switch
- * ``Switch(mode, namespace)`` stands for the closure ops.make_switch makes for ``mode``, reading
- * the ops module's globals (``namespace``) on each call: ``switch(on)`` pushes the mode on the
+ * ``Switch(mode, namespace)`` stands for the closure ops.make_switch makes for ``mode`` (kept as
+ * a stand-in's ``fallback``: it has no Python case to hand back), reading the ops module's
+ * globals (``namespace``) on each call: ``switch(on)`` pushes the mode on the
  * calling thread's function-mode stack unless it is the top already, ``switch(False)`` pops it
  * only if it is the top; each returns whether it changed anything. The engine calls it around
  * every layer call where counting changes (twice per ruled layer), so no Python frame. */
-typedef struct {
-    PyObject_HEAD
-    PyObject *mode;  /* the profile session's OpCountingMode */
-    PyObject *ns;    /* the ops module's globals */
-} Switch;
-
-static int
-Switch_traverse(Switch *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->mode);
-    Py_VISIT(self->ns);
-    return 0;
-}
-
-static int
-Switch_clear(Switch *self)
-{
-    Py_CLEAR(self->mode);
-    Py_CLEAR(self->ns);
-    return 0;
-}
-
-static void
-Switch_dealloc(Switch *self)
-{
-    PyObject_GC_UnTrack(self);
-    Switch_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static int
-Switch_init(Switch *self, PyObject *args, PyObject *kwds)
-{
-    PyObject *mode, *ns;
-    if (!PyArg_ParseTuple(args, "OO!:Switch", &mode, &PyDict_Type, &ns))
-        return -1;
-    Py_INCREF(mode);
-    Py_XSETREF(self->mode, mode);
-    Py_INCREF(ns);
-    Py_XSETREF(self->ns, ns);
-    return 0;
-}
+/* A Switch's mode. */
+#define MODE(switch) ((switch)->fallback)
 
 /* A global of the ops module called with ``arg`` (or none): a new reference, NULL on error. */
 static PyObject *
-call_global(Switch *self, PyObject *name, PyObject *arg)
+call_global(Standin *self, PyObject *name, PyObject *arg)
 {
     PyObject *function = PyDict_GetItemWithError(self->ns, name);  /* borrowed */
     if (function == NULL) {
@@ -709,7 +671,7 @@ call_global(Switch *self, PyObject *name, PyObject *arg)
 }
 
 static PyObject *
-Switch_call(Switch *self, PyObject *args, PyObject *kwds)
+Switch_call(Standin *self, PyObject *args, PyObject *kwds)
 {
     PyObject *wanted;
     if (!PyArg_ParseTuple(args, "O:switch", &wanted))
@@ -731,7 +693,7 @@ Switch_call(Switch *self, PyObject *args, PyObject *kwds)
         PyObject *top = call_global(self, s_pop, NULL);
         if (top == NULL)
             return NULL;
-        if (top == self->mode) {
+        if (top == MODE(self)) {
             Py_DECREF(top);
             Py_RETURN_TRUE;
         }
@@ -748,7 +710,7 @@ Switch_call(Switch *self, PyObject *args, PyObject *kwds)
         Py_XDECREF(at);
         if (top == NULL)
             return NULL;
-        int ours = top == self->mode;
+        int ours = top == MODE(self);
         Py_DECREF(top);
         if (ours)
             Py_RETURN_FALSE;
@@ -759,26 +721,16 @@ Switch_call(Switch *self, PyObject *args, PyObject *kwds)
             return NULL;
         Py_DECREF(dropped);
     }
-    PyObject *pushed = call_global(self, s_push, self->mode);
+    PyObject *pushed = call_global(self, s_push, MODE(self));
     if (pushed == NULL)
         return NULL;
     Py_DECREF(pushed);
     Py_RETURN_TRUE;
 }
 
-static PyTypeObject SwitchType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "tracetorch.adapters.torch._marks.Switch",
-    .tp_doc = "The operation-counting switch of one mode (see ops.make_switch).",
-    .tp_basicsize = sizeof(Switch),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Switch_init,
-    .tp_dealloc = (destructor)Switch_dealloc,
-    .tp_traverse = (traverseproc)Switch_traverse,
-    .tp_clear = (inquiry)Switch_clear,
-    .tp_call = (ternaryfunc)Switch_call,
-};
+STANDIN_TYPE(SwitchType, "Switch",
+             "The operation-counting switch of one mode (see ops.make_switch).",
+             Standin_init, Switch_call);
 
 static struct PyModuleDef marks_module = {
     PyModuleDef_HEAD_INIT,
