@@ -166,10 +166,11 @@ class OpLearner:
         {}
     """
 
-    #: What the engine asks before replaying a call itself: each returns something false while
-    #: learned counts may stand in (no grad mode, no backward pass running, no function mode on
-    #: the stack, so none to take off: the profile's is off already, a user's is never moved).
-    HOLD = (torch.is_grad_enabled, _current_node, _stack_len)
+    #: What the engine asks before replaying a call itself, beside its own grad mode (learned
+    #: counts stand in under no grad mode only): each returns something false while they may (no
+    #: backward pass running, no function mode on the stack, so none to take off: the profile's
+    #: is off already, a user's is never moved).
+    HOLD = (_current_node, _stack_len)
 
     def __init__(self, mode: Any) -> None:
         self._mode = mode
