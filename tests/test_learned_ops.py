@@ -1,6 +1,7 @@
-"""Learned operation counts (tracetorch.adapters.torch.learned): under no_grad a layer without a
-FLOP rule runs without the function mode once two calls with its key counted the same, and
-every figure stays what the mode counts on every call (``TRACETORCH_LEARN_OPS=0``)."""
+"""Learned operation counts (tracetorch.adapters.torch.learned): a layer without a FLOP rule runs
+without the function mode once two calls with its key counted the same (under autograd, only a
+call that ran no product), and every figure, backward FLOPs included, stays what the mode counts
+on every call (``TRACETORCH_LEARN_OPS=0``)."""
 from __future__ import annotations
 
 import os
@@ -48,8 +49,8 @@ def _run(monkeypatch, learn, model, inputs, steps=6, grad=False, **options):
             for _ in range(steps):
                 before = mode_calls.calls
                 out = model(**inputs)
-                if grad:
-                    out.sum().backward()
+                if grad:  # (a transformers model's output: its first tensor)
+                    (out if isinstance(out, torch.Tensor) else out[0]).sum().backward()
                 prof.step()
                 per_step.append(mode_calls.calls - before)
     return _figures(prof), per_step
@@ -159,10 +160,63 @@ def test_steady_counts_are_learned(monkeypatch):
     assert learned_calls[:2] == reference_calls[:2] and learned_calls[2:] == [0] * 4
 
 
-def test_nothing_is_learned_while_autograd_records(monkeypatch):
+def test_under_autograd_only_calls_without_products_are_learned(monkeypatch):
+    # A training loop (a backward pass at the root after each step): the Blocks' own operations
+    # (a mul and an add each) are learned across it; the Attentions' products must be marked for
+    # their backward FLOPs at every call, so the mode counts their calls to the end.
     model, x = _small_model().train(), {"input": torch.randn(2, 4, 8)}
     reference, reference_calls = _run(monkeypatch, False, model, x, grad=True)
     learned, learned_calls = _run(monkeypatch, True, model, x, grad=True)
+    assert learned == reference
+    assert reference["0.attention"][6] and reference["0.attention"][5] > 0  # backward FLOPs
+    assert learned_calls[:2] == reference_calls[:2]
+    assert learned_calls[2:] == [reference_calls[2] - 2 * 2] * 4
+
+
+class Unfreezing(torch.nn.Module):
+    """``x @ weight + bias`` with ``weight`` frozen for the first ``frozen`` calls: whether the
+    product needs marking for backward changes under one key."""
+
+    def __init__(self, frozen):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(4, 4), requires_grad=False)
+        self.bias = torch.nn.Parameter(torch.zeros(4))
+        self.frozen, self.call = frozen, 0
+
+    def forward(self, x):
+        self.call += 1
+        self.weight.requires_grad_(self.call > self.frozen)
+        return x @ self.weight + self.bias
+
+
+def test_a_product_under_autograd_is_never_learned(monkeypatch):
+    # Learned from two calls with a frozen weight, the product's backward FLOPs would be lost
+    # once the weight trains: a call under grad mode that ran a product is counted every time.
+    x = {"x": torch.ones(2, 4)}
+    reference, reference_calls = _run(monkeypatch, False, Unfreezing(3), x, grad=True)
+    learned, learned_calls = _run(monkeypatch, True, Unfreezing(3), x, grad=True)
+    assert learned == reference
+    assert reference[""][6] == 3 * 2 * 2 * 4 * 4  # the weight's gradient, in calls 4 to 6
+    assert learned_calls == reference_calls
+
+
+class EnableGradProduct(torch.nn.Module):
+    """Under ``no_grad``, a product recorded for backward inside ``enable_grad``."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(4, 4))
+
+    def forward(self, x):
+        with torch.enable_grad():
+            self.kept = x @ self.weight
+        return x * 2
+
+
+def test_a_product_marked_under_enable_grad_is_not_learned(monkeypatch):
+    x = {"x": torch.ones(2, 4)}
+    reference, reference_calls = _run(monkeypatch, False, EnableGradProduct(), x)
+    learned, learned_calls = _run(monkeypatch, True, EnableGradProduct(), x)
     assert learned == reference
     assert learned_calls == reference_calls
 
@@ -201,17 +255,20 @@ def test_op_timing_counts_every_call(monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["bert", "gpt2", "t5"])
-def test_learned_counts_equal_the_modes_on_transformers(monkeypatch, name):
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "training"])
+def test_learned_counts_equal_the_modes_on_transformers(monkeypatch, name, grad):
     if os.environ.get("CI") != "true":
         pytest.importorskip("transformers")
     from test_transformers_models import build
 
     model, inputs = build(name)
-    reference, reference_calls = _run(monkeypatch, False, model, inputs, steps=4)
-    learned, learned_calls = _run(monkeypatch, True, model, inputs, steps=4)
+    model.train(grad)
+    reference, reference_calls = _run(monkeypatch, False, model, inputs, steps=4, grad=grad)
+    learned, learned_calls = _run(monkeypatch, True, model, inputs, steps=4, grad=grad)
     assert learned == reference
     assert learned_calls[:2] == reference_calls[:2]
-    assert sum(learned_calls[2:]) < sum(reference_calls[2:]) / 4
+    # Under autograd the calls that ran products (the attentions') stay the mode's.
+    assert sum(learned_calls[2:]) < sum(reference_calls[2:]) / (1 if grad else 4)
 
 
 class Repeated(torch.nn.Module):

@@ -49,17 +49,19 @@ def test_the_accelerator_is_built_where_a_compiler_is():
 
 
 def test_recorded_calls_hold_no_reference_they_should_not():
-    # A reference counting slip in C would show as counts that grow with the calls.
+    # A reference counting slip in C would show as counts that grow with the calls. (Counted
+    # after the calls that learn what a call's key runs: the learned state holds the layer.)
     model = Sequential(Linear(3, 3), ReLU())
     x = Tensor(np.ones((2, 3)))
     with tracetorch.profile(model) as prof:
-        model(x)
+        for _ in range(4):
+            model(x)
         before = [sys.getrefcount(obj) for obj in (model, x, model.layers[0])]
         for _ in range(500):
             model(x)
         after = [sys.getrefcount(obj) for obj in (model, x, model.layers[0])]
     assert before == after
-    assert prof.find("layers.0").calls == 501
+    assert prof.find("layers.0").calls == 504
 
 
 def test_a_failing_call_releases_what_it_held():

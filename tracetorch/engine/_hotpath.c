@@ -789,10 +789,7 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
         if (replay == NULL)
             goto out;
         if (replay != Py_None) {
-            /* only under no grad mode (the key's, read already), then as _op_hold says */
-            int held = PyObject_IsTrue(grad);
-            if (held == 0)
-                held = replay_held(self);
+            int held = replay_held(self);  /* as _op_hold says */
             if (held < 0)
                 goto out;
             if (!held) {  /* (what makes the counter's key is read before the call here) */

@@ -178,9 +178,8 @@ def set_op_replay(replay: OpReplay | None, hold: tuple[Callable[[], Any], ...] =
     adapter's: see :mod:`tracetorch.adapters.torch.learned`); returns the previous
     ``(replay, hold, observing)``, which ``set_op_replay(*previous)`` puts back.
 
-    Before each call of a frame with ``ops``, under no grad mode (the key's: see
-    :func:`set_grad_mode`) and while every callable of ``hold`` returns something false, the
-    call's counter is looked up (as after the call: :func:`call_key`) and
+    Before each call of a frame with ``ops``, while every callable of ``hold`` returns something
+    false, the call's counter is looked up (as after the call: :func:`call_key`) and
     where its ``learned`` slot holds ``(op FLOPs, GEMM FLOPs, rows, frame, quiet frame, ...)``
     made for this very frame (and the node is not in ``observing``), those counts are added to
     the node (:func:`replay_learned`) and the call runs with the quiet frame (``ops`` off);
@@ -451,8 +450,8 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
         found = None
         grad = _grad_mode() if _grad_mode is not None else None
         if inner.ops and _op_replay is not None:  # its counts learned: a frame with ops off
-            # (only under no grad mode, the key's; what makes the key is read before the call)
-            if not grad and not _held():
+            # (what makes the key is read before the call)
+            if not _held():
                 found = _lookup(inner.flops_cache, args, kwargs, owner, grad)
             learned = found[0][LEARNED] if found is not None and found[0] is not None else None
             if (learned.__class__ is tuple and learned[3] is inner

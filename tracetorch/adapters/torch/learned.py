@@ -1,5 +1,5 @@
-"""Learned operation counts: a layer's calls under ``no_grad`` run without the function mode
-once two calls with the same key counted the same operations.
+"""Learned operation counts: a layer's calls run without the function mode once two calls with
+the same key counted the same operations.
 
 Inside a torch module without a FLOP rule every operation reaches the profile's function mode
 (:class:`~tracetorch.adapters.torch.ops.OpCountingMode`), about 1.5 µs each, and each ruled
@@ -21,11 +21,13 @@ frame. Every other call of a frame that counts operations asks :meth:`OpLearner.
 watches it: two calls with one key that counted exactly the same teach the key's counts. Only
 where nothing else could differ:
 
-- under ``no_grad``/inference mode only (the key's grad mode): with autograd recording, the
-  mode also marks products for their backward FLOPs, which only it can do;
+- with autograd recording (the key's grad mode on), only a call that ran no product: the mode
+  marks products for their backward FLOPs, which only it can do, and whether one needs marking
+  depends on which of its operands require a gradient (a weight unfrozen later), which no key
+  holds; under ``no_grad``/inference mode products are learned too;
 - a key whose two calls counted differently (data-dependent control flow) is never learned;
-- a call observed while something besides the mode's counting happened (a backward pass, a
-  product marked for one under ``enable_grad``) teaches nothing;
+- a call observed while something besides the mode's counting happened (a backward pass run
+  inside it; under ``no_grad``, a product marked for one under ``enable_grad``) teaches nothing;
 - never with ``profile(op_timing=True)`` (each operation's time is measured, not learned),
   inside a backward pass, or while another function mode sits above the profile's (the
   profile's could not be taken off the stack for the call).
@@ -71,7 +73,7 @@ from tracetorch.engine.hotpath import (
 from tracetorch.flops.torch_functions import torch_function_formulas
 from tracetorch.records.tree import KEY, LEARNED, CallNode
 
-__all__ = ("OpLearner", "disturb", "learning_enabled")
+__all__ = ("OpLearner", "disturb", "learning_enabled", "note_marked")
 
 _grad_enabled = torch.is_grad_enabled
 _current_node = torch._C._current_autograd_node
@@ -80,8 +82,13 @@ _stack_at = torch._C._get_function_stack_at
 _quiet = torch._C.DisableTorchFunction
 
 #: Bumped by whatever adds to a node's op table besides the mode's counting (a backward pass
-#: recorded, a product marked for one): a call observed across a change teaches nothing.
+#: recorded): a call observed across a change teaches nothing.
 _DISTURBED = [0]
+#: Bumped when the mode marks a product for its backward FLOPs: a call observed across it under
+#: no grad mode (a product marked under ``enable_grad`` inside it) teaches nothing. A call under
+#: grad mode is not learned if it ran a product at all, and one of its children marking its own
+#: products is no reason to keep counting the caller's operations.
+_MARKED = [0]
 
 #: Charged to a layer's op table by the compiled-graph counting (adapters.torch.compiled),
 #: not by the mode: it runs whether the mode is on or not, so a call that ran it is not learned.
@@ -99,6 +106,19 @@ def disturb() -> None:
         True
     """
     _DISTURBED[0] += 1
+
+
+def note_marked() -> None:
+    """Say that the function mode marked a product for its backward FLOPs now (which a learned
+    call could not do): a call under no grad mode that ran meanwhile is not learned from.
+
+    Example:
+        >>> before = _MARKED[0]
+        >>> note_marked()
+        >>> _MARKED[0] == before + 1
+        True
+    """
+    _MARKED[0] += 1
 
 
 def learning_enabled() -> bool:
@@ -166,16 +186,16 @@ class OpLearner:
         {}
     """
 
-    #: What the engine asks before replaying a call itself, beside its own grad mode (learned
-    #: counts stand in under no grad mode only): each returns something false while they may (no
-    #: backward pass running, no function mode on the stack, so none to take off: the profile's
-    #: is off already, a user's is never moved).
+    #: What the engine asks before replaying a call itself: each returns something false while
+    #: learned counts may stand in (no backward pass running, no function mode on the stack, so
+    #: none to take off: the profile's is off already, a user's is never moved).
     HOLD = (_current_node, _stack_len)
 
     def __init__(self, mode: Any) -> None:
         self._mode = mode
-        #: per node, its call being watched: (key, the op table before the call, _DISTURBED then)
-        self.observing: dict[CallNode, tuple[Any, dict[str, tuple[int, int]], int]] = {}
+        #: per node, its call being watched: (key, the op table before the call, _DISTURBED then,
+        #: _MARKED then under no grad mode, None under grad mode)
+        self.observing: dict[CallNode, tuple[Any, dict[str, tuple[int, int]], int, int | None]] = {}
         self._pruned_at = 64  # the size past which the watches of stopped profiles are dropped
         self._gemm, self._ambiguous = _gemm_names()
 
@@ -187,7 +207,7 @@ class OpLearner:
         watched = self.observing.pop(node, None)
         if watched is not None:
             self._settle(frame, *watched)
-        if _grad_enabled() or frame.collector.op_timing or _current_node() is not None:
+        if frame.collector.op_timing or _current_node() is not None:
             return frame
         depth = _stack_len()
         try:
@@ -217,7 +237,8 @@ class OpLearner:
             if len(self.observing) >= self._pruned_at:
                 self._prune()
             before = {name: (row[0], row[1]) for name, row in node.ops.items()}
-            self.observing[node] = (key, before, _DISTURBED[0])
+            self.observing[node] = (key, before, _DISTURBED[0],
+                                    None if _grad_enabled() else _MARKED[0])
         return frame
 
     def _state(self, entry: list[Any] | None) -> Any:
@@ -254,9 +275,9 @@ class OpLearner:
         return True
 
     def _settle(self, frame: Frame, key: Any, before: dict[str, tuple[int, int]],
-                disturbed: int) -> None:
+                disturbed: int, marked: int | None) -> None:
         # The watched call ended (this is the node's next call): what it added to the op table.
-        if disturbed != _DISTURBED[0]:
+        if disturbed != _DISTURBED[0] or (marked is not None and marked != _MARKED[0]):
             return
         entry = counter_of(frame.flops_cache, key)
         if entry is None:  # (its counter was dropped meanwhile: a changed structure, a reset)
@@ -272,15 +293,18 @@ class OpLearner:
         first = self._state(entry)
         if first is None:
             entry[LEARNED] = _Seen(counted, self)
-        elif first.__class__ is _Seen and first.rows == counted and self._replayable(counted):
+        elif (first.__class__ is _Seen and first.rows == counted
+              and self._replayable(counted, products=marked is not None)):
             flops = sum(row[2] for row in counted)
             gemm = sum(row[2] for row in counted if row[0] in self._gemm)
             entry[LEARNED] = (flops, gemm, counted, None, None, self)
         elif first.__class__ is _Seen:
             entry[LEARNED] = _Never(self)
 
-    def _replayable(self, rows: tuple[tuple[str, int, int], ...]) -> bool:
+    def _replayable(self, rows: tuple[tuple[str, int, int], ...], products: bool) -> bool:
+        # ``products``: whether a call that ran products may be replayed (not under grad mode).
         return not any(name in _NOT_THE_MODES or (flops and name in self._ambiguous)
+                       or (not products and name in self._gemm)
                        for name, _, flops in rows)
 
     def forget(self) -> None:

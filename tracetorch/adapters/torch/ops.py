@@ -53,7 +53,12 @@ from torch.overrides import TorchFunctionMode
 
 from tracetorch.adapters.torch import marks as marks_module
 from tracetorch.adapters.torch.backward import forget_passes, pass_recorder
-from tracetorch.adapters.torch.learned import OpLearner, disturb, learning_enabled
+from tracetorch.adapters.torch.learned import (
+    OpLearner,
+    disturb,
+    learning_enabled,
+    note_marked,
+)
 from tracetorch.adapters.torch.marks import mark_operation, tag_call
 from tracetorch.adapters.torch.tracing import tracing
 from tracetorch.engine.hotpath import (
@@ -122,7 +127,7 @@ def _counting(name: str, formula: CallFormula, gemm: bool,
                     if gemm and result.grad_fn is not None:
                         parts = function_gradient_parts(func, args, kwargs, result)
                         if parts:
-                            disturb()  # (only the mode marks it: a call that must not be learned)
+                            note_marked()  # (only the mode can: see .learned)
                             mark_operation(frame, result, parts, args, kwargs)
         except Exception:  # an unusual call signature is not worth breaking the model for
             return result
@@ -151,9 +156,13 @@ def _counting_entries(counter: OpCounter) -> tuple[dict[Any, Entry], dict[Any, s
 
 
 def _disturbing(entry: Entry) -> Entry:
-    # A backward pass recorded inside a layer's call: no call running it is learned from.
+    # A backward pass recorded inside a layer's call: no call running it is learned from. (One
+    # at the root, a training loop's, adds to no layer's op table: the calls watched across it,
+    # until their node's next call, still teach.)
     def run(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        disturb()
+        frame = _innermost()
+        if frame is not None and frame.owner is not None:
+            disturb()
         return entry(func, args, kwargs)
 
     return run
