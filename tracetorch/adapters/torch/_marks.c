@@ -333,9 +333,8 @@ mark(Standin *self, PyObject *frame, PyObject *args, PyObject *kwargs, PyObject 
         goto done;
     PyObject *r;
     if (hooks == Py_None) {
-        /* A fresh output: its hook dict, registered on its node (see marks._mark). An
-         * OrderedDict, filled through its own __setitem__ (PyDict_SetItem would skip its order
-         * links): the handle of the user's register_hook holds it by weak reference. */
+        /* A fresh output: its hook dict (marks._HookDict: a dict the handle of the user's
+         * register_hook can hold by weak reference), registered on its node (see marks._mark). */
         PyObject *key = global(self->ns, s_HOOK_KEY);
         PyObject *make = key != NULL ? global(self->ns, s_HookDict) : NULL;
         PyObject *fresh = make != NULL ? PyObject_CallNoArgs(make) : NULL;
