@@ -200,27 +200,6 @@ def test_a_product_under_autograd_is_never_learned(monkeypatch):
     assert learned_calls == reference_calls
 
 
-class EnableGradProduct(torch.nn.Module):
-    """Under ``no_grad``, a product recorded for backward inside ``enable_grad``."""
-
-    def __init__(self):
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.ones(4, 4))
-
-    def forward(self, x):
-        with torch.enable_grad():
-            self.kept = x @ self.weight
-        return x * 2
-
-
-def test_a_product_marked_under_enable_grad_is_not_learned(monkeypatch):
-    x = {"x": torch.ones(2, 4)}
-    reference, reference_calls = _run(monkeypatch, False, EnableGradProduct(), x)
-    learned, learned_calls = _run(monkeypatch, True, EnableGradProduct(), x)
-    assert learned == reference
-    assert learned_calls == reference_calls
-
-
 def test_a_users_mode_above_the_profiles_keeps_every_count(monkeypatch):
     # The profile's mode cannot come off the stack under a user's mode: nothing is replayed,
     # which would count the calls twice.
@@ -331,25 +310,30 @@ def test_each_profile_learns_anew(monkeypatch):
     assert again == first and again_calls == first_calls and first_calls[0] > 0
 
 
-class BackwardInside(torch.nn.Module):
-    """Runs a backward pass of its own under enable_grad: what it charges is no mode's count."""
+class EnableGradInside(torch.nn.Module):
+    """Under ``no_grad``, records a product for backward inside ``enable_grad`` and, with
+    ``backward``, runs a backward pass of its own: neither is the mode's counting."""
 
-    def __init__(self):
+    def __init__(self, backward):
         super().__init__()
         self.weight = torch.nn.Parameter(torch.ones(4, 4))
+        self.backward = backward
 
     def forward(self, x):
         with torch.enable_grad():
-            (self.weight @ x).sum().backward()
+            product = self.weight @ x
+            if self.backward:
+                product.sum().backward()
         return x * 2
 
 
-def test_a_call_running_a_backward_pass_is_not_learned(monkeypatch):
+@pytest.mark.parametrize("backward", [False, True], ids=["product marked", "backward pass"])
+def test_a_call_recording_for_backward_under_no_grad_is_not_learned(monkeypatch, backward):
     x = {"x": torch.ones(4, 2)}
-    reference, reference_calls = _run(monkeypatch, False, BackwardInside(), x)
-    learned, learned_calls = _run(monkeypatch, True, BackwardInside(), x)
+    reference, reference_calls = _run(monkeypatch, False, EnableGradInside(backward), x)
+    learned, learned_calls = _run(monkeypatch, True, EnableGradInside(backward), x)
     assert learned == reference
-    assert reference[""][5] > 0  # its backward FLOPs
+    assert (reference[""][5] > 0) is backward  # the backward FLOPs of its own pass
     assert learned_calls == reference_calls
 
 
