@@ -20,6 +20,8 @@ Rows (``--rows`` takes names or prefixes, e.g. ``mlp``):
   ``zero_grad``;
 * ``bert-infer``  ``transformers.BertModel`` (hidden 256, 4 layers, 4 heads, intermediate 1024,
   random weights, nothing downloaded) on 128 token ids, ``eval()`` and ``no_grad``;
+* ``bert-grad``   the same BERT's forward in ``train()`` mode with autograd recording (what a
+  training step's forward costs, without the backward's noise);
 * ``bert-train``  the same BERT's training step, as ``mlp-train``, in ``train()`` mode.
 
 A cell is ``–`` where a variant cannot run (DeepSpeed or transformers not installed, or the
@@ -125,14 +127,15 @@ def _mlp(train: bool) -> tuple[torch.nn.Module, Step]:
     return model, (_training_step(model, lambda: model(x)) if train else lambda: model(x))
 
 
-def _bert(train: bool) -> tuple[torch.nn.Module, Step]:
+def _bert(train: bool, step: bool = True) -> tuple[torch.nn.Module, Step]:
+    # ``train``: train() mode, and with ``step`` a whole training step (else its forward).
     from transformers import BertConfig, BertModel
 
     config = BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
                         intermediate_size=1024)
     model = BertModel(config).train(train)
     ids = torch.randint(0, config.vocab_size, (1, 128))
-    if train:
+    if train and step:
         return model, _training_step(model, lambda: model(input_ids=ids).last_hidden_state)
     return model, lambda: model(input_ids=ids)
 
@@ -145,6 +148,8 @@ WORK = [
          lambda: _mlp(train=True)),
     Work("bert-infer", "transformers BERT (hidden 256, 4 layers, seq 128), inference", False,
          lambda: _bert(train=False)),
+    Work("bert-grad", "same BERT, forward with autograd on (`train()` mode)", True,
+         lambda: _bert(train=True, step=False)),
     Work("bert-train", "same BERT, **training step** (forward, backward, SGD)", True,
          lambda: _bert(train=True)),
 ]
