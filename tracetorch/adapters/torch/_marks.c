@@ -2,7 +2,7 @@
  * the operation-counting switch, below).
  *
  * ``Marker(fallback, namespace)`` stands for tracetorch.adapters.torch.marks.tag_call
- * (``fallback``) and reads that module's globals (``namespace``) on each call. For an output
+ * (``fallback``) and reads that module's globals (``namespace``). For an output
  * that is exactly a ``torch.Tensor``, with the call's symbolic gradient parts already in its
  * per-shape counter, it does what tag_call and _mark do: read ``grad_fn``, resolve the parts
  * (the plain case here, others through the Python ``_layer_parts``), chain the mark
@@ -30,16 +30,30 @@ typedef struct {
     Py_ssize_t clock, hot_collector, recompute_of, boundaries, leaves, flops, pass_node, hot_size;
 } Layout;
 
+/* The globals a stand-in reads, each by its slot in ``Standin.constants``: names their modules
+ * bind once, at import (torch's classes and functions, the marks key, the hook, the dict of
+ * passes, which is changed in place), so each is looked up at its first use and kept: a module
+ * dict lookup per name per call was a tenth of what marking a layer output cost. */
+enum {
+    K_TENSOR, K_PARAMETER, K_MARKS, K_HOOK, K_HOOK_KEY, K_HOOK_DICT, K_LAYER_PARTS,
+    K_CURRENT_NODE, K_PASSES, K_WILL_EXECUTE,
+    K_STACK_LEN, K_STACK_AT, K_POP, K_PUSH, K_DROP_RETIRED,
+    K_COUNT
+};
+
 /* Each type stands for a Python function (Marker: marks.tag_call; Boundary:
  * backward._on_marked_node; Switch: the closure of ops.make_switch): the function itself, for
- * the cases they hand back (a Switch's mode instead), and its module's globals, read on each
- * call. */
+ * the cases they hand back (a Switch's mode instead), and its module's globals. */
 typedef struct {
     PyObject_HEAD
     PyObject *fallback;  /* tag_call (Marker), _on_marked_node (Boundary), the mode (Switch) */
     PyObject *ns;        /* that function's module's globals */
+    PyObject *constants[K_COUNT];  /* the globals read so far, by slot (see above) */
     Layout at;           /* where that module's records keep each field */
 } Standin;
+
+/* The arguments of a constructor called with none. */
+static PyObject *empty_args;
 
 static PyObject *s_Tensor, *s_PARTS, *s_MARKS, *s_HOOK_KEY, *s_HookDict, *s_on_marked_node,
     *s_layer_parts,
@@ -84,6 +98,8 @@ Standin_traverse(Standin *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->fallback);
     Py_VISIT(self->ns);
+    for (int slot = 0; slot < K_COUNT; slot++)
+        Py_VISIT(self->constants[slot]);
     return 0;
 }
 
@@ -92,6 +108,8 @@ Standin_clear(Standin *self)
 {
     Py_CLEAR(self->fallback);
     Py_CLEAR(self->ns);
+    for (int slot = 0; slot < K_COUNT; slot++)
+        Py_CLEAR(self->constants[slot]);
     return 0;
 }
 
@@ -184,6 +202,21 @@ global(PyObject *ns, PyObject *name)
     return value;
 }
 
+/* The global ``name`` of the stand-in's module, kept in its ``slot`` from the first read on
+ * (borrowed: the stand-in holds it; NULL with an error set when missing). */
+static PyObject *
+constant(Standin *self, int slot, PyObject *name)
+{
+    PyObject *value = self->constants[slot];
+    if (value == NULL) {
+        if ((value = global(self->ns, name)) == NULL)
+            return NULL;
+        Py_INCREF(value);
+        self->constants[slot] = value;
+    }
+    return value;
+}
+
 /* The call's parts resolved as marks._layer_parts resolves them, for the plain case: no
  * keyword arguments, each need an argument index or a parameter of the layer's own, each value
  * a tensor, a parameter or nothing. A new list; NULL with no error set for any other case
@@ -193,7 +226,7 @@ plain_parts(Standin *self, PyObject *frame, PyObject *args, PyObject *kwargs, Py
 {
     if (PyDict_GET_SIZE(kwargs) || (!PyList_Check(symbolic) && !PyTuple_Check(symbolic)))
         return NULL;
-    PyObject *tensor = global(self->ns, s_Tensor), *parameter = global(self->ns, s_Parameter);
+    PyObject *tensor = constant(self, K_TENSOR, s_Tensor), *parameter = constant(self, K_PARAMETER, s_Parameter);
     if (tensor == NULL || parameter == NULL)
         return NULL;
     PyObject *own = PyObject_GetAttr(PyTuple_GET_ITEM(frame, self->at.owner), s_parameters);
@@ -282,8 +315,8 @@ mark(Standin *self, PyObject *frame, PyObject *args, PyObject *kwargs, PyObject 
 {
     int status = -1;
     PyObject *fn = NULL, *parts = NULL, *meta = NULL, *marked = NULL, *hooks = NULL;
-    PyObject *marks_key = global(self->ns, s_MARKS);
-    PyObject *hook = global(self->ns, s_on_marked_node);
+    PyObject *marks_key = constant(self, K_MARKS, s_MARKS);
+    PyObject *hook = constant(self, K_HOOK, s_on_marked_node);
     if (marks_key == NULL || hook == NULL)
         return -1;
     if ((fn = PyObject_GetAttr(output, s_grad_fn)) == NULL)
@@ -300,7 +333,7 @@ mark(Standin *self, PyObject *frame, PyObject *args, PyObject *kwargs, PyObject 
         if (parts == NULL) {
             if (PyErr_Occurred())
                 goto done;
-            PyObject *resolve = global(self->ns, s_layer_parts);
+            PyObject *resolve = constant(self, K_LAYER_PARTS, s_layer_parts);
             if (resolve == NULL)
                 goto done;
             parts = PyObject_CallFunctionObjArgs(resolve, frame, args, kwargs, symbolic, NULL);
@@ -335,12 +368,19 @@ mark(Standin *self, PyObject *frame, PyObject *args, PyObject *kwargs, PyObject 
     if (hooks == Py_None) {
         /* A fresh output: its hook dict (marks._HookDict: a dict the handle of the user's
          * register_hook can hold by weak reference), registered on its node (see marks._mark). */
-        PyObject *key = global(self->ns, s_HOOK_KEY);
-        PyObject *make = key != NULL ? global(self->ns, s_HookDict) : NULL;
-        PyObject *fresh = make != NULL ? PyObject_CallNoArgs(make) : NULL;
+        PyObject *key = constant(self, K_HOOK_KEY, s_HOOK_KEY);
+        PyObject *make = key != NULL ? constant(self, K_HOOK_DICT, s_HookDict) : NULL;
+        if (make != NULL && !(PyType_Check(make)
+                              && PyType_IsSubtype((PyTypeObject *)make, &PyDict_Type))) {
+            PyErr_SetString(PyExc_TypeError, "marks._HookDict must be a dict subclass");
+            make = NULL;
+        }
+        /* made by the dict's own constructor: an empty dict needs no __init__ */
+        PyObject *fresh = make != NULL ? ((PyTypeObject *)make)->tp_new(
+            (PyTypeObject *)make, empty_args, NULL) : NULL;
         if (fresh == NULL)
             goto done;
-        if (PyObject_SetItem(fresh, key, hook) < 0 ||
+        if (PyDict_SetItem(fresh, key, hook) < 0 ||
                 PyObject_SetAttr(output, s_backward_hooks, fresh) < 0) {
             Py_DECREF(fresh);
             goto done;
@@ -375,7 +415,7 @@ Marker_call(Standin *self, PyObject *call_args, PyObject *call_kwargs)
     PyObject *frame = PyTuple_GET_ITEM(call_args, 0), *args = PyTuple_GET_ITEM(call_args, 1),
              *kwargs = PyTuple_GET_ITEM(call_args, 2), *output = PyTuple_GET_ITEM(call_args, 3),
              *entry = PyTuple_GET_ITEM(call_args, 4);
-    PyObject *tensor = global(self->ns, s_Tensor);
+    PyObject *tensor = constant(self, K_TENSOR, s_Tensor);
     if (tensor == NULL)
         return NULL;
     if ((PyObject *)Py_TYPE(output) != tensor || !PyList_Check(entry)
@@ -419,7 +459,7 @@ charge(Standin *self, PyObject *state, PyObject *hot, PyObject *frame, PyObject 
     const Layout *at = &self->at;
     int status = -1;
     PyObject *flops = NULL, *kind = NULL;
-    PyObject *will = global(self->ns, s_will_execute);
+    PyObject *will = constant(self, K_WILL_EXECUTE, s_will_execute);
     if (will == NULL)
         return -1;
     if (PyTuple_GET_ITEM(hot, at->leaves) != Py_None
@@ -563,9 +603,9 @@ static PyObject *
 Boundary_call(Standin *self, PyObject *args, PyObject *kwds)
 {
     PyObject *node = NULL, *meta = NULL, *key = NULL, *hot = NULL;
-    PyObject *current = global(self->ns, s_current_node);
-    PyObject *passes = global(self->ns, s_PASSES);
-    PyObject *marks_key = global(self->ns, s_MARKS);
+    PyObject *current = constant(self, K_CURRENT_NODE, s_current_node);
+    PyObject *passes = constant(self, K_PASSES, s_PASSES);
+    PyObject *marks_key = constant(self, K_MARKS, s_MARKS);
     if (current == NULL || passes == NULL || marks_key == NULL)
         goto failed;
     if (!PyDict_Check(passes)) {
@@ -649,23 +689,21 @@ STANDIN_TYPE(BoundaryType, "Boundary",
 /* ------------------------------------------------------------------------------ the switch
  * ``Switch(mode, namespace)`` stands for the closure ops.make_switch makes for ``mode`` (kept as
  * a stand-in's ``fallback``: it has no Python case to hand back), reading the ops module's
- * globals (``namespace``) on each call: ``switch(on)`` pushes the mode on the
+ * globals (``namespace``): ``switch(on)`` pushes the mode on the
  * calling thread's function-mode stack unless it is the top already, ``switch(False)`` pops it
  * only if it is the top; each returns whether it changed anything. The engine calls it around
  * every layer call where counting changes (twice per ruled layer), so no Python frame. */
 /* A Switch's mode. */
 #define MODE(switch) ((switch)->fallback)
 
-/* A global of the ops module called with ``arg`` (or none): a new reference, NULL on error. */
+/* The ops module's function in ``slot`` called with ``arg`` (or none): a new reference, NULL on
+ * error. */
 static PyObject *
-call_global(Standin *self, PyObject *name, PyObject *arg)
+call_global(Standin *self, int slot, PyObject *name, PyObject *arg)
 {
-    PyObject *function = PyDict_GetItemWithError(self->ns, name);  /* borrowed */
-    if (function == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetObject(PyExc_NameError, name);
+    PyObject *function = constant(self, slot, name);
+    if (function == NULL)
         return NULL;
-    }
     return arg != NULL ? PyObject_CallOneArg(function, arg) : PyObject_CallNoArgs(function);
 }
 
@@ -678,7 +716,7 @@ Switch_call(Standin *self, PyObject *args, PyObject *kwds)
     int on = PyObject_IsTrue(wanted);
     if (on < 0)
         return NULL;
-    PyObject *length = call_global(self, s_stack_len, NULL);
+    PyObject *length = call_global(self, K_STACK_LEN, s_stack_len, NULL);
     if (length == NULL)
         return NULL;
     Py_ssize_t depth = PyLong_AsSsize_t(length);
@@ -689,14 +727,14 @@ Switch_call(Standin *self, PyObject *args, PyObject *kwds)
         if (!depth)
             Py_RETURN_FALSE;
         /* popped first and put back if it is another's: one call fewer in the usual case */
-        PyObject *top = call_global(self, s_pop, NULL);
+        PyObject *top = call_global(self, K_POP, s_pop, NULL);
         if (top == NULL)
             return NULL;
         if (top == MODE(self)) {
             Py_DECREF(top);
             Py_RETURN_TRUE;
         }
-        PyObject *back = call_global(self, s_push, top);
+        PyObject *back = call_global(self, K_PUSH, s_push, top);
         Py_DECREF(top);
         if (back == NULL)
             return NULL;
@@ -705,7 +743,7 @@ Switch_call(Standin *self, PyObject *args, PyObject *kwds)
     }
     if (depth) {
         PyObject *at = PyLong_FromSsize_t(depth - 1);
-        PyObject *top = at != NULL ? call_global(self, s_stack_at, at) : NULL;
+        PyObject *top = at != NULL ? call_global(self, K_STACK_AT, s_stack_at, at) : NULL;
         Py_XDECREF(at);
         if (top == NULL)
             return NULL;
@@ -715,12 +753,12 @@ Switch_call(Standin *self, PyObject *args, PyObject *kwds)
             Py_RETURN_FALSE;
         /* a retired mode was left by a profile exited in another thread: dropped now (asked
          * only below something: the usual push is onto an empty stack) */
-        PyObject *dropped = call_global(self, s_drop_retired, NULL);
+        PyObject *dropped = call_global(self, K_DROP_RETIRED, s_drop_retired, NULL);
         if (dropped == NULL)
             return NULL;
         Py_DECREF(dropped);
     }
-    PyObject *pushed = call_global(self, s_push, MODE(self));
+    PyObject *pushed = call_global(self, K_PUSH, s_push, MODE(self));
     if (pushed == NULL)
         return NULL;
     Py_DECREF(pushed);
@@ -744,6 +782,8 @@ static struct PyModuleDef marks_module = {
 PyMODINIT_FUNC
 PyInit__marks(void)
 {
+    if ((empty_args = PyTuple_New(0)) == NULL)
+        return NULL;
     INTERN(s_Tensor, "_Tensor");
     INTERN(s_PARTS, "_PARTS");
     INTERN(s_MARKS, "MARKS");
