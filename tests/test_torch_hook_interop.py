@@ -97,6 +97,45 @@ def test_register_hook_after_the_block_on_an_output_made_in_it():
     assert torch.equal(model[0].weight.grad, plain[0].weight.grad)
 
 
+def test_layer_outputs_carry_no_hook_dict_of_ours():
+    # Marks reach each node through a tensor of our own (marks._HOOK_CARRIER): a layer output's
+    # hook dict stays the user's alone, and their hook runs beside ours.
+    seen = []
+
+    def layer_by_layer(hook):
+        model, x = _model(), _input()
+        with tracetorch.profile(model) as prof:
+            hidden = model[0](x)
+            activated = model[1](hidden)
+            handle = activated.register_hook(hook) if hook else None
+            out = model[2](activated)
+            assert hidden._backward_hooks is None and out._backward_hooks is None
+            assert len(activated._backward_hooks or ()) == (1 if hook else 0)
+            out.sum().backward()
+        if handle is not None:
+            handle.remove()
+            assert not activated._backward_hooks
+        return _numbers(prof)
+
+    assert layer_by_layer(lambda grad: seen.append(grad.shape)) == layer_by_layer(None)
+    assert seen == [torch.Size([2, 5])]
+
+
+class _SecondHalf(nn.Module):
+    def forward(self, x):
+        return x.chunk(2, dim=-1)[1]  # the second output of a two-output autograd node
+
+
+def test_a_layer_returning_a_later_output_of_a_node_is_reached_in_backward():
+    model = nn.Sequential(nn.Linear(4, 6), _SecondHalf(), nn.Linear(3, 2))
+    with tracetorch.profile(model) as prof:
+        model(_input()).sum().backward()
+    half = next(n for n in prof.nodes() if n.type_name == "_SecondHalf")
+    first, last = (n for n in prof.nodes() if n.type_name == "Linear")
+    assert half.backward_time.count == 1  # its node's hook ran: a boundary of its own
+    assert (first.backward_flops, last.backward_flops) == (2 * 2 * 4 * 6, 2 * 2 * 2 * 3 * 2)
+
+
 # ----------------------------------------------------------------------------- torch's tools
 def _tracked(model, x):
     """What ModuleTracker says around each aten op of a forward and backward: (op, parents,
@@ -177,8 +216,8 @@ def test_torch_profiler_inside_and_around_a_block():
 
 
 def test_saving_an_output_made_in_a_block_warns_of_no_hook_of_ours():
-    # torch.save warns of each backward hook on a tensor it cannot serialize, but for hooks
-    # marked unserializable; ours is no state of the user's tensor.
+    # torch.save warns of each backward hook on a tensor it cannot serialize; ours are on the
+    # tensor's autograd node only, none on the tensor.
     import io
     import warnings
 

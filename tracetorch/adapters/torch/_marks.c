@@ -7,7 +7,7 @@
  * per-shape counter, it does what tag_call and _mark do: read ``grad_fn``, resolve the parts
  * (the plain case here, others through the Python ``_layer_parts``), chain the mark
  * ``(frame, parts, inner)`` in ``grad_fn.metadata`` and, for a node marked the first time,
- * register the hook through the tensor's hook dict (or ``register_prehook``). Anything else is
+ * add the hook through marks._HOOK_CARRIER's hook dict. Anything else is
  * the Python observer's. As there, an error while marking never reaches the user's model.
  *
  * Every Python name it reads is interned in PyInit__marks, and the positions of the records it
@@ -31,11 +31,11 @@ typedef struct {
 } Layout;
 
 /* The globals a stand-in reads, each by its slot in ``Standin.constants``: names their modules
- * bind once, at import (torch's classes and functions, the marks key, the hook, the dict of
- * passes, which is changed in place), so each is looked up at its first use and kept: a module
+ * bind once, at import (torch's classes and functions, the marks key, the hook's carrier, the
+ * dict of passes, which is changed in place), so each is looked up at its first use and kept: a module
  * dict lookup per name per call was a tenth of what marking a layer output cost. */
 enum {
-    K_TENSOR, K_PARAMETER, K_MARKS, K_HOOK, K_HOOK_KEY, K_HOOK_DICT, K_LAYER_PARTS,
+    K_TENSOR, K_PARAMETER, K_MARKS, K_HOOK_CARRIER, K_LAYER_PARTS,
     K_CURRENT_NODE, K_PASSES, K_WILL_EXECUTE,
     K_STACK_LEN, K_STACK_AT, K_POP, K_PUSH, K_DROP_RETIRED,
     K_COUNT
@@ -52,12 +52,8 @@ typedef struct {
     Layout at;           /* where that module's records keep each field */
 } Standin;
 
-/* The arguments of a constructor called with none. */
-static PyObject *empty_args;
-
-static PyObject *s_Tensor, *s_PARTS, *s_MARKS, *s_HOOK_KEY, *s_HookDict, *s_on_marked_node,
-    *s_layer_parts,
-    *s_grad_fn, *s_metadata, *s_backward_hooks, *s_register_hook_dict, *s_register_prehook,
+static PyObject *s_Tensor, *s_PARTS, *s_MARKS, *s_HOOK_CARRIER, *s_layer_parts,
+    *s_grad_fn, *s_metadata, *s_register_hook_dict,
     *s_current_node, *s_PASSES, *s_hot, *s_charge, *s_reach, *s_Parameter, *s_parameters,
     *s_requires_grad, *s_will_execute, *s_kind, *s_thread,
     *s_Frame, *s_fields, *s_collector, *s_node, *s_owner, *s_Hot, *s_clock, *s_recompute_of,
@@ -314,10 +310,10 @@ mark(Standin *self, PyObject *frame, PyObject *args, PyObject *kwargs, PyObject 
      PyObject *symbolic)
 {
     int status = -1;
-    PyObject *fn = NULL, *parts = NULL, *meta = NULL, *marked = NULL, *hooks = NULL;
+    PyObject *fn = NULL, *parts = NULL, *meta = NULL, *marked = NULL;
     PyObject *marks_key = constant(self, K_MARKS, s_MARKS);
-    PyObject *hook = constant(self, K_HOOK, s_on_marked_node);
-    if (marks_key == NULL || hook == NULL)
+    PyObject *carrier = constant(self, K_HOOK_CARRIER, s_HOOK_CARRIER);
+    if (marks_key == NULL || carrier == NULL)
         return -1;
     if ((fn = PyObject_GetAttr(output, s_grad_fn)) == NULL)
         goto done;
@@ -362,35 +358,7 @@ mark(Standin *self, PyObject *frame, PyObject *args, PyObject *kwargs, PyObject 
         status = 0;
         goto done;
     }
-    if ((hooks = PyObject_GetAttr(output, s_backward_hooks)) == NULL)
-        goto done;
-    PyObject *r;
-    if (hooks == Py_None) {
-        /* A fresh output: its hook dict (marks._HookDict: a dict the handle of the user's
-         * register_hook can hold by weak reference), registered on its node (see marks._mark). */
-        PyObject *key = constant(self, K_HOOK_KEY, s_HOOK_KEY);
-        PyObject *make = key != NULL ? constant(self, K_HOOK_DICT, s_HookDict) : NULL;
-        if (make != NULL && !(PyType_Check(make)
-                              && PyType_IsSubtype((PyTypeObject *)make, &PyDict_Type))) {
-            PyErr_SetString(PyExc_TypeError, "marks._HookDict must be a dict subclass");
-            make = NULL;
-        }
-        /* made by the dict's own constructor: an empty dict needs no __init__ */
-        PyObject *fresh = make != NULL ? ((PyTypeObject *)make)->tp_new(
-            (PyTypeObject *)make, empty_args, NULL) : NULL;
-        if (fresh == NULL)
-            goto done;
-        if (PyDict_SetItem(fresh, key, hook) < 0 ||
-                PyObject_SetAttr(output, s_backward_hooks, fresh) < 0) {
-            Py_DECREF(fresh);
-            goto done;
-        }
-        Py_DECREF(fresh);
-        r = PyObject_CallMethodOneArg(fn, s_register_hook_dict, output);
-    }
-    else {
-        r = PyObject_CallMethodOneArg(fn, s_register_prehook, hook);
-    }
+    PyObject *r = PyObject_CallMethodOneArg(fn, s_register_hook_dict, carrier);
     if (r == NULL)
         goto done;
     Py_DECREF(r);
@@ -400,7 +368,6 @@ done:
     Py_XDECREF(parts);
     Py_XDECREF(meta);
     Py_XDECREF(marked);
-    Py_XDECREF(hooks);
     return status;
 }
 
@@ -782,20 +749,14 @@ static struct PyModuleDef marks_module = {
 PyMODINIT_FUNC
 PyInit__marks(void)
 {
-    if ((empty_args = PyTuple_New(0)) == NULL)
-        return NULL;
     INTERN(s_Tensor, "_Tensor");
     INTERN(s_PARTS, "_PARTS");
     INTERN(s_MARKS, "MARKS");
-    INTERN(s_HOOK_KEY, "_HOOK_KEY");
-    INTERN(s_HookDict, "_HookDict");
-    INTERN(s_on_marked_node, "MARKED_NODE_HOOK");
+    INTERN(s_HOOK_CARRIER, "_HOOK_CARRIER");
     INTERN(s_layer_parts, "_layer_parts");
     INTERN(s_grad_fn, "grad_fn");
     INTERN(s_metadata, "metadata");
-    INTERN(s_backward_hooks, "_backward_hooks");
     INTERN(s_register_hook_dict, "_register_hook_dict");
-    INTERN(s_register_prehook, "register_prehook");
     INTERN(s_current_node, "_current_node");
     INTERN(s_PASSES, "_PASSES");
     INTERN(s_hot, "hot");
@@ -827,11 +788,6 @@ PyInit__marks(void)
     if (PyType_Ready(&MarkerType) < 0 || PyType_Ready(&BoundaryType) < 0
             || PyType_Ready(&SwitchType) < 0)
         return NULL;
-    /* A Boundary sits in the hook dict of layer outputs: torch.save warns of a hook there
-     * unless it has this attribute (as backward._on_marked_node has). */
-    if (PyDict_SetItemString(BoundaryType.tp_dict, "__torch_unserializable__", Py_True) < 0)
-        return NULL;
-    PyType_Modified(&BoundaryType);
     PyObject *module = PyModule_Create(&marks_module);
     if (module == NULL)
         return NULL;

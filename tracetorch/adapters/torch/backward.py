@@ -382,10 +382,6 @@ def _on_marked_node(grad_outputs: Any) -> None:
         pass
 
 
-# It sits in the hook dict of layer outputs, which torch.save warns about unless marked so:
-# it is no state of the user's tensor (the C version's type says the same).
-_on_marked_node.__torch_unserializable__ = True  # type: ignore[attr-defined]
-
 #: The hook on marked nodes: :func:`_on_marked_node`, or its C version where it is built (see
 #: tracetorch.engine.native), which hands it every case but a host-clock pass of this thread.
 #: The C version reads this module's globals by name (``_current_node``, ``_PASSES``...: every

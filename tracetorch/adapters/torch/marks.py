@@ -6,7 +6,7 @@ call's frame and its *gradient parts* (:mod:`tracetorch.flops.gradients`: the GE
 gradient will take, each piece with the tensors that must need a gradient for the pass to do it,
 resolved for this call: an input's ``grad_fn``, or a leaf tensor such as a weight). A counted
 tensor operation inside a layer without a rule (``x @ w`` in a custom layer) marks its own output
-the same way. A node marked for the first time gets one pre-hook (``register_prehook``); nothing
+the same way. A node marked for the first time gets the hook (see :data:`_HOOK_CARRIER`); nothing
 is added to modules or tensors, and the marks live and die with the graph. Under
 ``torch.no_grad()``/inference mode this costs one ``is_grad_enabled()`` check, made by the
 engine before it calls the observer.
@@ -14,9 +14,8 @@ engine before it calls the observer.
 The hook a marked node gets, and the backward passes that read the marks and charge each layer,
 are :mod:`~tracetorch.adapters.torch.backward`'s. The C ``Marker`` (``_marks.c``), which stands
 for :func:`tag_call`, reads this module's globals by name (``_Tensor``, ``MARKS``...: every name
-it reads is in :data:`tracetorch.engine.native.C_NAMES`): the two that
-:mod:`~tracetorch.adapters.torch.backward` defines (``MARKS``, ``MARKED_NODE_HOOK``) are
-imported here by name for it.
+it reads is in :data:`tracetorch.engine.native.C_NAMES`): ``MARKS``, which
+:mod:`~tracetorch.adapters.torch.backward` defines, is imported here by name for it.
 """
 from __future__ import annotations
 
@@ -51,37 +50,25 @@ _Parameter = torch.nn.Parameter
 
 
 # ----------------------------------------------------------------------------- marking
-def _mark(fn: Any, frame: Frame, parts: Sequence[ResolvedPart], output: Any = None) -> None:
+#: What puts the hook on a marked node: a tensor of our own whose hook dict holds the hook alone.
+#: ``grad_fn._register_hook_dict(tensor)`` adds a tensor's hook dict to a node as a tensor
+#: pre-hook (what ``Tensor.register_hook`` does for a tensor's own node); handed this tensor, it
+#: adds the hook to any node, and autograd runs it when the node runs. So the layer's output
+#: is left as it was (its ``_backward_hooks`` stay the user's, ``torch.save`` sees none of ours)
+#: and nothing is made per call: ``register_prehook`` allocates a handle on every call, and a
+#: hook dict of the output's own (set through ``_backward_hooks``) makes torch add a second,
+#: unused hook to the tensor, each freed under the GIL, which cost more than the rest of marking.
+#: The hook ignores its argument (the gradient of the node's first output, or ``None``).
+_HOOK_CARRIER = torch.empty(0)
+_HOOK_CARRIER._backward_hooks = {"tracetorch": MARKED_NODE_HOOK}
+
+
+def _mark(fn: Any, frame: Frame, parts: Sequence[ResolvedPart]) -> None:
     meta = fn.metadata
     inner = meta.get(MARKS)
     meta[MARKS] = (frame, parts, inner)
-    if inner is not None:
-        return  # the node's hook is there already
-    if output is not None and output._backward_hooks is None:
-        # A fresh output tensor: its hook dict, registered on its node, is what
-        # ``Tensor.register_hook`` would build, less the handle that ``register_prehook``
-        # allocates on every call. The user's own ``register_hook`` adds to it (its handle holds
-        # the dict by weak reference); an in-place operation on the tensor resets it, leaving
-        # the hook on the node it marked.
-        hooks = _HookDict()
-        hooks[_HOOK_KEY] = MARKED_NODE_HOOK
-        output._backward_hooks = hooks
-        fn._register_hook_dict(output)
-    else:
-        fn.register_prehook(MARKED_NODE_HOOK)
-
-
-#: Our entry in an output tensor's hook dict (torch's own handles are ints).
-_HOOK_KEY = "tracetorch"
-
-
-class _HookDict(dict[Any, Any]):
-    """An output tensor's hook dict: a dict that the ``RemovableHandle`` of the user's own
-    ``Tensor.register_hook`` can hold by weak reference (a plain dict cannot be), cheaper to
-    build, fill and free than the ``OrderedDict`` torch makes (one is made for every marked
-    layer output; a dict keeps its order as well)."""
-
-    __slots__ = ("__weakref__",)
+    if inner is None:  # else the node's hook is there already
+        fn._register_hook_dict(_HOOK_CARRIER)
 
 
 def _needing_grad(value: Any, out: list[Any]) -> None:
@@ -201,7 +188,7 @@ def tag_call(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], output
         if output.__class__ is _Tensor or isinstance(output, _Tensor):  # one tensor, one node
             fn = output.grad_fn
             if fn is not None:
-                _mark(fn, frame, _call_parts(frame, args, kwargs, output, entry), output)
+                _mark(fn, frame, _call_parts(frame, args, kwargs, output, entry))
             return
         outputs: list[torch.Tensor] = []
         collect_tensors(output, outputs)  # a tuple, dict, dataclass... of outputs
@@ -233,4 +220,4 @@ def mark_operation(frame: Frame, result: Any, parts: Sequence[GradientPart],
 
     resolved = resolve_parts(parts, tensor_of)
     if resolved:
-        _mark(fn, frame, resolved, result)
+        _mark(fn, frame, resolved)
