@@ -2,8 +2,8 @@
  * the operation-counting switch, below).
  *
  * ``Marker(fallback, namespace)`` stands for tracetorch.adapters.torch.marks.tag_call
- * (``fallback``) and reads that module's globals (``namespace``). For an output
- * that is exactly a ``torch.Tensor``, with the call's symbolic gradient parts already in its
+ * (``fallback``) and reads that module's globals (``namespace``). For an output that is
+ * exactly a ``torch.Tensor``, with the call's symbolic gradient parts already in its
  * per-shape counter, it does what tag_call and _mark do: read ``grad_fn``, resolve the parts
  * (the plain case here, others through the Python ``_layer_parts``), chain the mark
  * ``(frame, parts, inner)`` in ``grad_fn.metadata`` and, for a node marked the first time,
@@ -32,8 +32,8 @@ typedef struct {
 
 /* The globals a stand-in reads, each by its slot in ``Standin.constants``: names their modules
  * bind once, at import (torch's classes and functions, the marks key, the hook's carrier, the
- * dict of passes, which is changed in place), so each is looked up at its first use and kept: a module
- * dict lookup per name per call was a tenth of what marking a layer output cost. */
+ * dict of passes, which is changed in place), so each is looked up at its first use and kept:
+ * a module dict lookup per name per call was a tenth of what marking a layer output cost. */
 enum {
     K_TENSOR, K_PARAMETER, K_MARKS, K_HOOK_CARRIER, K_LAYER_PARTS,
     K_CURRENT_NODE, K_PASSES, K_WILL_EXECUTE,
@@ -222,7 +222,8 @@ plain_parts(Standin *self, PyObject *frame, PyObject *args, PyObject *kwargs, Py
 {
     if (PyDict_GET_SIZE(kwargs) || (!PyList_Check(symbolic) && !PyTuple_Check(symbolic)))
         return NULL;
-    PyObject *tensor = constant(self, K_TENSOR, s_Tensor), *parameter = constant(self, K_PARAMETER, s_Parameter);
+    PyObject *tensor = constant(self, K_TENSOR, s_Tensor);
+    PyObject *parameter = constant(self, K_PARAMETER, s_Parameter);
     if (tensor == NULL || parameter == NULL)
         return NULL;
     PyObject *own = PyObject_GetAttr(PyTuple_GET_ITEM(frame, self->at.owner), s_parameters);
@@ -656,8 +657,8 @@ STANDIN_TYPE(BoundaryType, "Boundary",
 /* ------------------------------------------------------------------------------ the switch
  * ``Switch(mode, namespace)`` stands for the closure ops.make_switch makes for ``mode`` (kept as
  * a stand-in's ``fallback``: it has no Python case to hand back), reading the ops module's
- * globals (``namespace``): ``switch(on)`` pushes the mode on the
- * calling thread's function-mode stack unless it is the top already, ``switch(False)`` pops it
+ * globals (``namespace``): ``switch(on)`` pushes the mode on the calling thread's
+ * function-mode stack unless it is the top already, ``switch(False)`` pops it
  * only if it is the top; each returns whether it changed anything. The engine calls it around
  * every layer call where counting changes (twice per ruled layer), so no Python frame. */
 /* A Switch's mode. */

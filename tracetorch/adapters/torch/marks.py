@@ -58,8 +58,9 @@ _Parameter = torch.nn.Parameter
 #: and nothing is made per call: ``register_prehook`` allocates a handle on every call, and a
 #: hook dict of the output's own (set through ``_backward_hooks``) makes torch add a second,
 #: unused hook to the tensor, each freed under the GIL, which cost more than the rest of marking.
-#: The hook ignores its argument (the gradient of the node's first output, or ``None``).
-_HOOK_CARRIER = torch.empty(0)
+#: The hook ignores its argument (the gradient of the node's first output, or ``None``). On the
+#: CPU whatever the default device: importing must not initialise CUDA.
+_HOOK_CARRIER = torch.empty(0, device="cpu")
 _HOOK_CARRIER._backward_hooks = {"tracetorch": MARKED_NODE_HOOK}
 
 
