@@ -359,7 +359,8 @@ def forget_passes() -> None:
     _PLANS.clear()
 
 
-#: The passes being recorded, by the thread that started them.
+#: The passes being recorded, by the thread that started them. Changed in place, never bound
+#: again: the C boundary hook keeps the dict it read first (as every global it reads).
 _PASSES: dict[int, BackwardPass] = {}
 
 
