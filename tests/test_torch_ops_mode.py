@@ -88,6 +88,49 @@ def test_a_function_bound_before_the_block_is_counted(torch):
     assert prof.gemm_flops == prof.forward_flops == 2 * 3 * 4 * 5 * 6
 
 
+def test_tensor_attribute_reads_and_writes_are_no_operations(torch):
+    # torch hands a function mode each tensor property read or written (``x.shape``,
+    # ``p.grad = g``) as the property's ``__get__``/``__set__``: none is a row of the op table.
+    import tracetorch
+
+    class Reads(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(4, 4))
+
+        def forward(self, x: Any) -> Any:
+            rows, width = x.shape
+            self.w.grad = torch.zeros(4, 4) if x.dtype == torch.float32 else None
+            return (x @ self.w).transpose(0, 1) if x.device.type == "cpu" else x
+
+    layer = Reads()
+    with tracetorch.profile(layer) as prof:
+        layer(torch.ones(3, 4))
+    node = prof.find("")
+    assert set(node.ops) == {"zeros", "matmul", "transpose"}
+    assert node.flops == 2 * 3 * 4 * 4
+
+
+def test_a_layer_that_only_reads_its_input_costs_a_known_zero(torch):
+    import warnings
+
+    import tracetorch
+
+    class ShapeCheck(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            if x.shape[-1] != 4 or x.dtype != torch.float32:
+                raise ValueError("x: expected (..., 4) float32")
+            return x
+
+    layer = ShapeCheck()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "no FLOP rule" warning: it ran nothing
+        with tracetorch.profile(layer) as prof:
+            layer(torch.ones(2, 4))
+    node = prof.find("")
+    assert (node.flops, node.flops_source, dict(node.ops)) == (0, "ops", {})
+
+
 def test_every_spelling_of_a_product_is_counted_once(torch):
     import tracetorch
 

@@ -155,6 +155,23 @@ def _counting_entries(counter: OpCounter) -> tuple[dict[Any, Entry], dict[Any, s
     return known
 
 
+#: What torch hands a function mode for a tensor attribute read or written (``x.shape``,
+#: ``p.grad = g``): a property's getter or setter, named ``__get__``/``__set__``.
+_ATTRIBUTE_ACCESS = frozenset({"__get__", "__set__"})
+
+
+def _op_name(func: Any) -> str:
+    """The name of ``func`` in an op table; ``""`` for a tensor attribute read or written, which
+    runs no operation (it would be listed as ``__get__``).
+
+    Example:
+        >>> _op_name(torch.matmul), _op_name(torch.Tensor.shape.__get__)
+        ('matmul', '')
+    """
+    name = getattr(func, "__name__", None) or repr(func)
+    return "" if name in _ATTRIBUTE_ACCESS else name
+
+
 def _disturbing(entry: Entry) -> Entry:
     # A backward pass recorded inside a layer's call: no call running it is learned from. (One
     # at the root, a training loop's, adds to no layer's op table: the calls watched across it,
@@ -199,15 +216,18 @@ class OpCountingMode(TorchFunctionMode):
                 and _current_node() is None):
             name = self._names.get(func)
             if name is None:
-                name = self._names[func] = getattr(func, "__name__", None) or repr(func)
-            if frame.collector.op_timing:
+                name = self._names[func] = _op_name(func)
+            if not name:
+                pass  # a tensor attribute read or written: no operation of the layer's
+            elif frame.collector.op_timing:
                 clock = frame.collector.host_clock
                 start = clock()
                 result = (func(*args, **(kwargs or {})) if entry is None
                           else entry(func, args, kwargs or {}))
                 frame.node.note_op(name, 1, 0, clock() - start)
                 return result
-            frame.node.note_op(name, 1)
+            else:
+                frame.node.note_op(name, 1)
         if entry is None:
             return func(*args, **kwargs) if kwargs else func(*args)
         return entry(func, args, kwargs or {})
