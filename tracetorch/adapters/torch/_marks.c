@@ -32,8 +32,8 @@ typedef struct {
 
 /* The globals a stand-in reads, each by its slot in ``Standin.constants``: names their modules
  * bind once, at import (torch's classes and functions, the marks key, the hook's carrier, the
- * dict of passes, which is changed in place), so each is looked up at its first use and kept:
- * a module dict lookup per name per call was a tenth of what marking a layer output cost. */
+ * dict of passes, which is changed in place), so each is looked up at its first use and kept
+ * rather than in the module's dict at every call. */
 enum {
     K_TENSOR, K_PARAMETER, K_MARKS, K_HOOK_CARRIER, K_LAYER_PARTS,
     K_CURRENT_NODE, K_PASSES, K_WILL_EXECUTE,
@@ -60,18 +60,23 @@ static PyObject *s_Tensor, *s_PARTS, *s_MARKS, *s_HOOK_CARRIER, *s_layer_parts,
     *s_boundaries, *s_leaves, *s_flops, *s_pass_node,
     *s_stack_len, *s_stack_at, *s_pop, *s_push, *s_drop_retired;
 
+/* A global of a stand-in's module (borrowed; NULL with an error set when missing). */
+static PyObject *
+global(PyObject *ns, PyObject *name)
+{
+    PyObject *value = PyDict_GetItemWithError(ns, name);
+    if (value == NULL && !PyErr_Occurred())
+        PyErr_SetObject(PyExc_NameError, name);
+    return value;
+}
+
 /* The field names of the NamedTuple class ``name`` of ``ns`` (a new reference); NULL with an
  * error set. */
 static PyObject *
 record_fields(PyObject *ns, PyObject *name)
 {
-    PyObject *record = PyDict_GetItemWithError(ns, name);  /* borrowed */
-    if (record == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetObject(PyExc_NameError, name);
-        return NULL;
-    }
-    return PyObject_GetAttr(record, s_fields);
+    PyObject *record = global(ns, name);
+    return record != NULL ? PyObject_GetAttr(record, s_fields) : NULL;
 }
 
 /* The positions of a Frame's fields, from ``ns``'s ``Frame``; 0, or -1 with an error set. */
@@ -152,12 +157,9 @@ Marker_init(Standin *self, PyObject *args, PyObject *kwds)
 {
     if (Standin_init(self, args, kwds) < 0 || frame_layout(&self->at, self->ns) < 0)
         return -1;
-    PyObject *parts = PyDict_GetItemWithError(self->ns, s_PARTS);  /* borrowed */
-    if (parts == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetObject(PyExc_NameError, s_PARTS);
+    PyObject *parts = global(self->ns, s_PARTS);
+    if (parts == NULL)
         return -1;
-    }
     if ((self->at.parts = PyLong_AsSsize_t(parts)) < 0) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "Marker: _PARTS must be a slot of the counter");
@@ -186,16 +188,6 @@ Boundary_init(Standin *self, PyObject *args, PyObject *kwds)
              && (at->hot_size = PySequence_Size(hot)) >= 0;
     Py_DECREF(hot);
     return ok ? 0 : -1;
-}
-
-/* A global of the stand-in's module (borrowed; NULL with an error set when missing). */
-static PyObject *
-global(PyObject *ns, PyObject *name)
-{
-    PyObject *value = PyDict_GetItemWithError(ns, name);
-    if (value == NULL && !PyErr_Occurred())
-        PyErr_SetObject(PyExc_NameError, name);
-    return value;
 }
 
 /* The global ``name`` of the stand-in's module, kept in its ``slot`` from the first read on

@@ -217,16 +217,14 @@ class OpCountingMode(TorchFunctionMode):
             name = self._names.get(func)
             if name is None:
                 name = self._names[func] = _op_name(func)
-            if not name:
-                pass  # a tensor attribute read or written: no operation of the layer's
-            elif frame.collector.op_timing:
-                clock = frame.collector.host_clock
-                start = clock()
-                result = (func(*args, **(kwargs or {})) if entry is None
-                          else entry(func, args, kwargs or {}))
-                frame.node.note_op(name, 1, 0, clock() - start)
-                return result
-            else:
+            if name:  # ("": a tensor attribute read or written, no operation of the layer's)
+                if frame.collector.op_timing:
+                    clock = frame.collector.host_clock
+                    start = clock()
+                    result = (func(*args, **(kwargs or {})) if entry is None
+                              else entry(func, args, kwargs or {}))
+                    frame.node.note_op(name, 1, 0, clock() - start)
+                    return result
                 frame.node.note_op(name, 1)
         if entry is None:
             return func(*args, **kwargs) if kwargs else func(*args)
