@@ -73,7 +73,7 @@ C_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "tracetorch.adapters.torch._marks": {
         "marks": ("_Tensor", "_Parameter", "_PARTS", "MARKS", "_HOOK_CARRIER", "_layer_parts",
-                  "Frame"),
+                  "WATCHED", "LEARNED", "LEARNED_PRODUCTS", "Frame"),
         "backward": ("_current_node", "_PASSES", "MARKS", "_will_execute", "Frame", "_Hot"),
         "Frame": ("collector", "node", "owner"),
         "_Hot": ("clock", "collector", "recompute_of", "boundaries", "leaves", "flops",

@@ -21,12 +21,14 @@
 
 /* Positions in the records this file shares with Python, found by name when a stand-in is made
  * (never written here as numbers): a Frame's fields (tracetorch.engine.hotpath.Frame;
- * ``frame_size``: how many); for a Marker, the slot of a per-shape counter where marks keeps a
- * call's symbolic gradient parts (marks._PARTS); for a Boundary, the fields of a pass's ``hot``
+ * ``frame_size``: how many); for a Marker, the slots of a per-shape counter where marks keeps a
+ * call's symbolic gradient parts (marks._PARTS) and the learner its learned counts
+ * (marks.LEARNED), and where those keep the places of the call's products
+ * (marks.LEARNED_PRODUCTS); for a Boundary, the fields of a pass's ``hot``
  * tuple (backward._Hot; ``hot_size``: how many). */
 typedef struct {
     Py_ssize_t collector, node, owner, frame_size;
-    Py_ssize_t parts;
+    Py_ssize_t parts, learned, products;
     Py_ssize_t clock, hot_collector, recompute_of, boundaries, leaves, flops, pass_node, hot_size;
 } Layout;
 
@@ -35,7 +37,7 @@ typedef struct {
  * dict of passes, which is changed in place), so each is looked up at its first use and kept
  * rather than in the module's dict at every call. */
 enum {
-    K_TENSOR, K_PARAMETER, K_MARKS, K_HOOK_CARRIER, K_LAYER_PARTS,
+    K_TENSOR, K_PARAMETER, K_MARKS, K_HOOK_CARRIER, K_LAYER_PARTS, K_WATCHED,
     K_CURRENT_NODE, K_PASSES, K_WILL_EXECUTE,
     K_STACK_LEN, K_STACK_AT, K_POP, K_PUSH, K_DROP_RETIRED,
     K_COUNT
@@ -52,7 +54,8 @@ typedef struct {
     Layout at;           /* where that module's records keep each field */
 } Standin;
 
-static PyObject *s_Tensor, *s_PARTS, *s_MARKS, *s_HOOK_CARRIER, *s_layer_parts,
+static PyObject *s_Tensor, *s_PARTS, *s_MARKS, *s_HOOK_CARRIER, *s_layer_parts, *s_WATCHED,
+    *s_LEARNED, *s_LEARNED_PRODUCTS,
     *s_grad_fn, *s_metadata, *s_register_hook_dict,
     *s_current_node, *s_PASSES, *s_hot, *s_charge, *s_reach, *s_Parameter, *s_parameters,
     *s_requires_grad, *s_will_execute, *s_kind, *s_thread,
@@ -151,20 +154,29 @@ Standin_init(Standin *self, PyObject *args, PyObject *kwds)
     return 0;
 }
 
+/* The int global ``name`` of ``ns``, a position (>= 0); -1 with an error set. */
+static Py_ssize_t
+position(PyObject *ns, PyObject *name)
+{
+    PyObject *value = global(ns, name);
+    if (value == NULL)
+        return -1;
+    Py_ssize_t at = PyLong_AsSsize_t(value);
+    if (at < 0 && !PyErr_Occurred())
+        PyErr_Format(PyExc_ValueError, "Marker: %S must be a position", name);
+    return at;
+}
+
 /* Marker(fallback, namespace): the marks module's globals, where its records are found. */
 static int
 Marker_init(Standin *self, PyObject *args, PyObject *kwds)
 {
     if (Standin_init(self, args, kwds) < 0 || frame_layout(&self->at, self->ns) < 0)
         return -1;
-    PyObject *parts = global(self->ns, s_PARTS);
-    if (parts == NULL)
+    if ((self->at.parts = position(self->ns, s_PARTS)) < 0
+            || (self->at.learned = position(self->ns, s_LEARNED)) < 0
+            || (self->at.products = position(self->ns, s_LEARNED_PRODUCTS)) < 0)
         return -1;
-    if ((self->at.parts = PyLong_AsSsize_t(parts)) < 0) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "Marker: _PARTS must be a slot of the counter");
-        return -1;
-    }
     return 0;
 }
 
@@ -364,6 +376,32 @@ done:
     return status;
 }
 
+/* Whether the call's products are the Python observer's (see marks._products): its node is
+ * watched for learning (in marks.WATCHED), or its counter's learned counts place products.
+ * 1 or 0; -1 with an error set. */
+static int
+has_products(Standin *self, PyObject *frame, PyObject *entry)
+{
+    PyObject *watched = constant(self, K_WATCHED, s_WATCHED);
+    if (watched == NULL)
+        return -1;
+    if (!PyDict_Check(watched)) {
+        PyErr_SetString(PyExc_TypeError, "marks.WATCHED must be a dict");
+        return -1;
+    }
+    if (PyDict_GET_SIZE(watched)) {
+        int found = PyDict_Contains(watched, PyTuple_GET_ITEM(frame, self->at.node));
+        if (found != 0)
+            return found;
+    }
+    if (PyList_GET_SIZE(entry) <= self->at.learned)
+        return 0;
+    PyObject *learned = PyList_GET_ITEM(entry, self->at.learned);
+    if (!PyTuple_CheckExact(learned) || PyTuple_GET_SIZE(learned) <= self->at.products)
+        return 0;
+    return PyObject_IsTrue(PyTuple_GET_ITEM(learned, self->at.products));
+}
+
 static PyObject *
 Marker_call(Standin *self, PyObject *call_args, PyObject *call_kwargs)
 {
@@ -382,6 +420,11 @@ Marker_call(Standin *self, PyObject *call_args, PyObject *call_kwargs)
             || PyList_GET_SIZE(entry) <= self->at.parts || !PyTuple_Check(args)
             || !PyDict_Check(kwargs) || !PyTuple_Check(frame)
             || PyTuple_GET_SIZE(frame) < self->at.frame_size)
+        return PyObject_Call(self->fallback, call_args, call_kwargs);
+    int products = has_products(self, frame, entry);
+    if (products < 0)
+        return NULL;
+    if (products)
         return PyObject_Call(self->fallback, call_args, call_kwargs);
     if (mark(self, frame, args, kwargs, output, PyList_GET_ITEM(entry, self->at.parts)) < 0) {
         /* marking must never break the user's model (as tag_call's ``except Exception``) */
@@ -747,6 +790,9 @@ PyInit__marks(void)
     INTERN(s_MARKS, "MARKS");
     INTERN(s_HOOK_CARRIER, "_HOOK_CARRIER");
     INTERN(s_layer_parts, "_layer_parts");
+    INTERN(s_WATCHED, "WATCHED");
+    INTERN(s_LEARNED, "LEARNED");
+    INTERN(s_LEARNED_PRODUCTS, "LEARNED_PRODUCTS");
     INTERN(s_grad_fn, "grad_fn");
     INTERN(s_metadata, "metadata");
     INTERN(s_register_hook_dict, "_register_hook_dict");

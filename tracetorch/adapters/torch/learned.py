@@ -21,10 +21,12 @@ frame. Every other call of a frame that counts operations asks :meth:`OpLearner.
 watches it: two calls with one key that counted exactly the same teach the key's counts. Only
 where nothing else could differ:
 
-- with autograd recording (the key's grad mode on), only a call that ran no product: the mode
-  marks products for their backward FLOPs, which only it can do, and whether one needs marking
-  depends on which of its operands require a gradient (a weight unfrozen later), which no key
-  holds; under ``no_grad``/inference mode products are learned too;
+- with autograd recording (the key's grad mode on), a call that ran products only if each can
+  be found again in the graph a replayed call builds (:mod:`~tracetorch.adapters.torch.\
+product_paths`): the mode marks products for their backward FLOPs, and a replayed call's exit
+  marks the same nodes, found from its outputs, with the same parts resolved for that call;
+  every operand a part names must have needed a gradient (one that did not might later: a
+  weight unfrozen, which no key holds). Under ``no_grad``/inference mode nothing is marked;
 - a key whose two calls counted differently (data-dependent control flow) is never learned;
 - a call observed while something besides the mode's counting happened (a backward pass run
   inside it; under ``no_grad``, a product marked for one under ``enable_grad``) teaches nothing;
@@ -59,10 +61,12 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from typing import Any, NamedTuple
 
 import torch
 
+from tracetorch.adapters.torch.product_paths import WATCHED, Place, ProductWatch
 from tracetorch.engine.hotpath import (
     Frame,
     call_key,
@@ -73,7 +77,8 @@ from tracetorch.engine.hotpath import (
 from tracetorch.flops.torch_functions import torch_function_formulas
 from tracetorch.records.tree import KEY, LEARNED, CallNode
 
-__all__ = ("OpLearner", "disturb", "learning_enabled", "note_marked")
+__all__ = ("LEARNED_PRODUCTS", "LEARNED_QUIET", "OpLearner", "disturb", "learning_enabled",
+           "note_marked")
 
 _grad_enabled = torch.is_grad_enabled
 _current_node = torch._C._current_autograd_node
@@ -151,17 +156,24 @@ def _gemm_names() -> tuple[frozenset[str], frozenset[str]]:
 
 #: One learned call, as the engine reads it from a counter's ``learned`` slot
 #: (:func:`~tracetorch.engine.hotpath.set_op_replay`): its operation FLOPs, GEMM FLOPs, op-table
-#: rows (name, calls, FLOPs), the frame it stands in for, that frame with ops off, and the
-#: learner that learned it. A plain tuple: the engine tells it from the slot's other states
-#: (the classes below) by its class alone.
+#: rows (name, calls, FLOPs), the frame it stands in for, that frame with ops off, where its
+#: products' autograd nodes are found (:data:`~tracetorch.adapters.torch.product_paths.Place`s;
+#: empty under no grad mode), and the learner that learned it. A plain tuple: the engine tells
+#: it from the slot's other states (the classes below) by its class alone.
 #: (The frames are None until a call of the node asks for the counts: ``tuple[Any, ...]``.)
 Learned = tuple[Any, ...]
+#: Where a Learned tuple keeps the quiet frame and the places of its products (the exit
+#: observer places them for a call run with that frame: :mod:`~tracetorch.adapters.torch.marks`).
+LEARNED_QUIET = 4
+LEARNED_PRODUCTS = 5
 
 
 class _Seen(NamedTuple):
-    """A key's first call observed: its op-table rows, for the learner ``by``."""
+    """A key's first call observed: its op-table rows and its products' places, for the learner
+    ``by``."""
 
     rows: tuple[tuple[str, int, int], ...]
+    places: tuple[Place, ...]
     by: object
 
 
@@ -169,6 +181,11 @@ class _Never(NamedTuple):
     """A key whose observed calls counted differently (or not replayably): never learned."""
 
     by: object
+
+
+#: What :meth:`OpLearner._places` answers for a call with a product it cannot place: never
+#: learned (the mode counts every call).
+_UNPLACED: Any = object()
 
 
 class OpLearner:
@@ -194,8 +211,10 @@ class OpLearner:
     def __init__(self, mode: Any) -> None:
         self._mode = mode
         #: per node, its call being watched: (key, the op table before the call, _DISTURBED then,
-        #: _MARKED then under no grad mode, None under grad mode)
-        self.observing: dict[CallNode, tuple[Any, dict[str, tuple[int, int]], int, int | None]] = {}
+        #: _MARKED then under no grad mode, None under grad mode, and under grad mode what sees
+        #: its products: a ProductWatch, also in product_paths.WATCHED while the call runs)
+        self.observing: dict[CallNode, tuple[Any, dict[str, tuple[int, int]], int, int | None,
+                                             ProductWatch | None]] = {}
         self._pruned_at = 64  # the size past which the watches of stopped profiles are dropped
         self._gemm, self._ambiguous = _gemm_names()
 
@@ -229,7 +248,8 @@ class OpLearner:
             learned: Learned = state
             if learned[3] is not frame:  # (a node's frame is made anew at each opening)
                 quiet = _new_tuple(Frame, frame[:_OPS] + (False,) + frame[_OPS + 1:])
-                learned = entry[LEARNED] = (*learned[:3], frame, quiet, self)
+                learned = entry[LEARNED] = (*learned[:3], frame, quiet,
+                                            *learned[LEARNED_PRODUCTS:])
             replay_learned(node, learned)
             replayed: Frame = learned[4]
             return replayed
@@ -237,8 +257,11 @@ class OpLearner:
             if len(self.observing) >= self._pruned_at:
                 self._prune()
             before = {name: (row[0], row[1]) for name, row in node.ops.items()}
+            watch = None
+            if _grad_enabled():
+                watch = WATCHED[node] = ProductWatch()
             self.observing[node] = (key, before, _DISTURBED[0],
-                                    None if _grad_enabled() else _MARKED[0])
+                                    None if watch is not None else _MARKED[0], watch)
         return frame
 
     def _state(self, entry: list[Any] | None) -> Any:
@@ -257,7 +280,9 @@ class OpLearner:
         # in a loop inside a long one leaves no growing table.
         observing = self.observing
         for stopped in [node for node in list(observing) if node.engine.frame is None]:
-            observing.pop(stopped, None)  # (list(): another thread may add a node meanwhile)
+            watched = observing.pop(stopped, None)  # (list(): another thread may add one)
+            if watched is not None:
+                _unwatch(stopped, watched[4])
         self._pruned_at = 2 * max(len(observing), 32)
 
     def _comes_off(self, depth: int) -> bool:
@@ -275,8 +300,9 @@ class OpLearner:
         return True
 
     def _settle(self, frame: Frame, key: Any, before: dict[str, tuple[int, int]],
-                disturbed: int, marked: int | None) -> None:
+                disturbed: int, marked: int | None, watch: ProductWatch | None) -> None:
         # The watched call ended (this is the node's next call): what it added to the op table.
+        _unwatch(frame.node, watch)
         if disturbed != _DISTURBED[0] or (marked is not None and marked != _MARKED[0]):
             return
         entry = counter_of(frame.flops_cache, key)
@@ -290,16 +316,37 @@ class OpLearner:
             if calls or flops:
                 rows.append((name, calls, flops))
         counted = tuple(rows)
+        places = self._places(counted, watch)
+        if places is None:
+            return
         first = self._state(entry)
-        if first is None:
-            entry[LEARNED] = _Seen(counted, self)
-        elif (first.__class__ is _Seen and first.rows == counted
-              and self._replayable(counted, products=marked is not None)):
+        if places is _UNPLACED:
+            entry[LEARNED] = _Never(self)
+        elif first is None:
+            entry[LEARNED] = _Seen(counted, places, self)
+        elif (first.__class__ is _Seen and first.rows == counted and first.places == places
+              and self._replayable(counted, products=marked is not None or bool(places))):
             flops = sum(row[2] for row in counted)
             gemm = sum(row[2] for row in counted if row[0] in self._gemm)
-            entry[LEARNED] = (flops, gemm, counted, None, None, self)
+            entry[LEARNED] = (flops, gemm, counted, None, None, places, self)
         elif first.__class__ is _Seen:
             entry[LEARNED] = _Never(self)
+
+    def _places(self, counted: tuple[tuple[str, int, int], ...], watch: ProductWatch | None
+                ) -> tuple[Place, ...] | None:
+        # Where a call's products are found (see .product_paths): () without any, or under no
+        # grad mode (nothing to mark); None when this call teaches nothing (a product ran while
+        # marking was off, its exit was not seen); _UNPLACED when one cannot be found.
+        if watch is None:
+            return ()
+        products = sum(calls for name, calls, _ in counted if name in self._gemm)
+        if not products:
+            return ()
+        if watch.blind or (watch.learnable and watch.places is None):
+            return None
+        if not watch.learnable or watch.places is None or len(watch.places) != products:
+            return _UNPLACED
+        return watch.places
 
     def _replayable(self, rows: tuple[tuple[str, int, int], ...], products: bool) -> bool:
         # ``products``: whether a call that ran products may be replayed (not under grad mode).
@@ -307,7 +354,26 @@ class OpLearner:
                        or (not products and name in self._gemm)
                        for name, _, flops in rows)
 
+    def unlearn(self, frame: Frame, entry: list[Any]) -> None:
+        """A replayed call's products were not where the learned calls' were (another graph for
+        the same key): its key is counted by the function mode from the next call on, and what
+        this call's products add to the backward pass is missing, which a warning says."""
+        entry[LEARNED] = _Never(self)
+        warnings.warn(
+            f"tracetorch: a call of {frame.node.type_name} built another autograd graph than "
+            "the two calls its operation counts were learned from; the backward FLOPs of its "
+            "products in this one call are not counted (its later calls are counted in full; "
+            "TRACETORCH_LEARN_OPS=0 counts every call)", RuntimeWarning, stacklevel=2)
+
     def forget(self) -> None:
         """Stop watching calls (the profiles closed: no node is kept alive); what is learned
         stays in the counters, read by this learner only."""
+        for node, watched in list(self.observing.items()):
+            _unwatch(node, watched[4])
         self.observing.clear()
+
+
+def _unwatch(node: CallNode, watch: ProductWatch | None) -> None:
+    # The node's watched call is settled or dropped: the exit observer stops looking for it.
+    if watch is not None and WATCHED.get(node) is watch:
+        del WATCHED[node]

@@ -30,12 +30,14 @@ from tracetorch.adapters.torch.backward import (
     ResolvedPart,
     collect_tensors,
 )
+from tracetorch.adapters.torch.learned import LEARNED_PRODUCTS, LEARNED_QUIET, note_marked
+from tracetorch.adapters.torch.product_paths import WATCHED, place
 from tracetorch.engine.hotpath import Frame
 from tracetorch.flops.gradients import GradientPart, layer_gradient_parts
 from tracetorch.models.introspect import bound_inputs
-from tracetorch.records.tree import ENTRY_FIELDS
+from tracetorch.records.tree import ENTRY_FIELDS, LEARNED
 
-__all__ = ("tag_call", "mark_operation", "resolve_parts")
+__all__ = ("tag_call", "mark_operation", "operation_tensors", "resolve_parts")
 
 #: Where a call's symbolic gradient parts are kept in its per-shape counter, after the engine's
 #: own slots (the C ``Marker`` reads it when it is made).
@@ -70,6 +72,24 @@ def _mark(fn: Any, frame: Frame, parts: Sequence[ResolvedPart]) -> None:
     meta[MARKS] = (frame, parts, inner)
     if inner is None:  # else the node's hook is there already
         fn._register_hook_dict(_HOOK_CARRIER)
+
+
+def _mark_innermost(fn: Any, frame: Frame, parts: Sequence[ResolvedPart]) -> None:
+    # A product's mark put where the function mode's would be: at the end of the node's chain
+    # (the mode marks a product while it runs, before any layer returning it marks it on exit).
+    meta = fn.metadata
+    chain = meta.get(MARKS)
+    if chain is None:
+        _mark(fn, frame, parts)
+        return
+    outer: list[tuple[Frame, Sequence[ResolvedPart]]] = []
+    while chain is not None:
+        marked_frame, marked_parts, chain = chain
+        outer.append((marked_frame, marked_parts))
+    rebuilt: Any = (frame, parts, None)
+    for marked_frame, marked_parts in reversed(outer):
+        rebuilt = (marked_frame, marked_parts, rebuilt)
+    meta[MARKS] = rebuilt
 
 
 def _needing_grad(value: Any, out: list[Any]) -> None:
@@ -185,6 +205,11 @@ def tag_call(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], output
         with _no_subclass_dispatch():
             tag_call(frame, args, kwargs, output, entry)
         return
+    if WATCHED or len(entry) > LEARNED and _has_places(entry[LEARNED], frame):
+        try:
+            _products(frame, output, entry)
+        except Exception:  # (the call's own mark, below, does not depend on it)
+            pass
     try:
         if output.__class__ is _Tensor or isinstance(output, _Tensor):  # one tensor, one node
             fn = output.grad_fn
@@ -206,19 +231,60 @@ def tag_call(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], output
         return
 
 
-def mark_operation(frame: Frame, result: Any, parts: Sequence[GradientPart],
-                   args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Mark the node of a counted tensor operation with the gradient parts of its arguments
-    (an index names a positional argument, a string a keyword argument)."""
-    fn = result.grad_fn
-    if fn is None or not _grad_enabled() or not frame.collector.backward_on:
-        return  # (off between the sampled steps of profile(backward_every=K))
+def _has_places(learned: Any, frame: Frame) -> bool:
+    # Whether a call's counter holds learned counts with products to place, replayed for this
+    # very call (run with the learned quiet frame).
+    return (learned.__class__ is tuple and len(learned) > LEARNED_PRODUCTS
+            and bool(learned[LEARNED_PRODUCTS]) and learned[LEARNED_QUIET] is frame)
 
+
+def _products(frame: Frame, output: Any, entry: list[Any]) -> None:
+    # A watched call's products found from its outputs; a replayed call's placed and marked as
+    # the function mode would have marked them (see .product_paths).
+    outputs: list[torch.Tensor] = []
+    collect_tensors(output, outputs)
+    watch = WATCHED.get(frame.node)
+    if watch is not None:
+        watch.locate(outputs)
+        return
+    learned = entry[LEARNED]
+    if not _has_places(learned, frame):
+        return
+    placed = place(outputs, learned[LEARNED_PRODUCTS])
+    if placed is None:  # another graph than the learned calls': counted by the mode from now
+        learned[-1].unlearn(frame, entry)
+        return
+    for fn, parts in placed:
+        if parts:
+            note_marked()
+            _mark_innermost(fn, frame, parts)
+
+
+def operation_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]
+                      ) -> Callable[[int | str], Any]:
+    """What a counted operation's gradient parts name: an index a positional argument, a string
+    a keyword argument.
+
+    Example:
+        >>> operation_tensors((1, 2), {"weight": 3})("weight")
+        3
+    """
     def tensor_of(need: int | str) -> Any:
         if isinstance(need, int):
             return args[need] if need < len(args) else None
         return kwargs.get(need)
 
-    resolved = resolve_parts(parts, tensor_of)
+    return tensor_of
+
+
+def mark_operation(frame: Frame, result: Any, parts: Sequence[GradientPart],
+                   args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Mark the node of a counted tensor operation with the gradient parts of its arguments
+    (an index names a positional argument, a string a keyword argument); whether it did."""
+    fn = result.grad_fn
+    if fn is None or not _grad_enabled() or not frame.collector.backward_on:
+        return False  # (off between the sampled steps of profile(backward_every=K))
+    resolved = resolve_parts(parts, operation_tensors(args, kwargs))
     if resolved:
         _mark(fn, frame, resolved)
+    return bool(resolved)

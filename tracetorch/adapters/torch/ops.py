@@ -59,9 +59,11 @@ from tracetorch.adapters.torch.learned import (
     learning_enabled,
     note_marked,
 )
-from tracetorch.adapters.torch.marks import mark_operation, tag_call
+from tracetorch.adapters.torch.marks import mark_operation, operation_tensors, tag_call
+from tracetorch.adapters.torch.product_paths import WATCHED
 from tracetorch.adapters.torch.tracing import tracing
 from tracetorch.engine.hotpath import (
+    Frame,
     OpCounter,
     current_frame,
     innermost_frame,
@@ -109,6 +111,22 @@ def _moving_data(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[s
     return result
 
 
+def _mark_product(frame: Frame, func: Callable[..., Any], args: tuple[Any, ...],
+                  kwargs: dict[str, Any], result: Any) -> None:
+    # Products carry their gradients' cost to the backward pass (elementwise gradients are not
+    # counted for torch); a call watched for learning notes each (see .product_paths).
+    fn = result.grad_fn
+    parts = (function_gradient_parts(func, args, kwargs, result) if fn is not None else None) or ()
+    marked = False
+    if parts:
+        note_marked()  # (only the mode can: see .learned)
+        marked = mark_operation(frame, result, parts, args, kwargs)
+    watch = WATCHED.get(frame.node) if WATCHED else None
+    if watch is not None:
+        watch.note(fn if marked else None, parts, operation_tensors(args, kwargs),
+                   marking=frame.collector.backward_on)
+
+
 def _counting(name: str, formula: CallFormula, gemm: bool,
               charge: Callable[..., Any]) -> Entry:
     def count(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -122,13 +140,8 @@ def _counting(name: str, formula: CallFormula, gemm: bool,
                 flops = formula(args, kwargs, result)
                 if flops:
                     charge(name, flops, gemm, 0)  # the mode counted the call itself
-                    # Products carry their gradients' cost to the backward pass; elementwise
-                    # gradients are not counted for torch.
-                    if gemm and result.grad_fn is not None:
-                        parts = function_gradient_parts(func, args, kwargs, result)
-                        if parts:
-                            note_marked()  # (only the mode can: see .learned)
-                            mark_operation(frame, result, parts, args, kwargs)
+                    if gemm:
+                        _mark_product(frame, func, args, kwargs, result)
         except Exception:  # an unusual call signature is not worth breaking the model for
             return result
         return result
