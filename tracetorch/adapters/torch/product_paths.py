@@ -121,14 +121,18 @@ class ProductWatch:
 
     def locate(self, outputs: Sequence[Any]) -> None:
         """The call returned ``outputs`` (its tensors): find each marked node from them."""
-        if not self.learnable or not self.marked:
+        marked, self.marked = self.marked, []  # (the call's graph is not kept beyond its exit)
+        if not self.learnable:
             return
-        paths = _paths([tensor.grad_fn for tensor in outputs], [node for node, _ in self.marked])
+        if not marked:
+            self.places = ()
+            return
+        paths = _paths([tensor.grad_fn for tensor in outputs], [node for node, _ in marked])
         if paths is None:
             self.learnable = False
             return
         self.places = tuple((type(node).__name__, *path, parts)
-                            for (node, parts), path in zip(self.marked, paths))
+                            for (node, parts), path in zip(marked, paths))
 
 
 def _operand_paths(node: Any, operands: dict[Any, Any]) -> dict[Any, tuple[int, ...]] | None:
