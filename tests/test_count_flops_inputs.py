@@ -104,3 +104,24 @@ def test_a_recording_is_released_only_once_stopped():
         assert gone() is None
     finally:
         gc.enable()
+
+
+def test_a_count_keeps_nothing_for_another_opening_and_notes_no_run_facts(monkeypatch):
+    # Its profile is opened once and read for its FLOPs alone: no node is remembered for a next
+    # opening, no parameter ids kept, no run facts or unsupported-layer list made; the count is
+    # what an ordinary profile of the same forward counts.
+    from tracetorch.engine import collector, warm
+    from tracetorch.profiler import block
+
+    model, x = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(5)), \
+        torch.ones(2, 3, 8, 8)
+    with torch.no_grad(), tracetorch.profile(model) as prof:
+        model(x)
+    calls = []
+    for owner, name in ((warm.WarmNodes, "remember"), (collector, "parameter_ids"),
+                        (block, "run_facts"), (collector.Collector, "unsupported")):
+        original = getattr(owner, name)
+        monkeypatch.setattr(owner, name, lambda *a, _name=name, _original=original, **k: (
+            calls.append(_name), _original(*a, **k))[1])
+    assert tracetorch.count_flops(model, x) == prof.forward_flops > 2 * 2 * 5 * 4 * 36
+    assert calls == []

@@ -114,6 +114,10 @@ class Collector(CallTiming):
         self._originals: dict[str, CallNode] = {}
         self.recompute_of: dict[CallNode, CallNode] = {}
         self._warm = WarmNodes()
+        #: Whether this recording may be opened again (a profile's next entry): its nodes are
+        #: then remembered at the stop, with what tells a replaced parameter at the next
+        #: opening. A one-shot count, never opened again (``count_flops``), skips both.
+        self.reopens = True
         # Each torch module node's parameter_ids(owner) when it was last adopted or taken up
         # (see _check_parameters), and the structure generation when this opening started.
         self._parameter_ids: dict[CallNode, tuple[int, ...]] = {}
@@ -183,8 +187,8 @@ class Collector(CallTiming):
         for node in self._adopted:
             state = node.engine
             frame = state.frame
-            if (frame is not None and node.parent is not None
-                    and not warm.remember(node, frame, generation)) or stale:
+            if self.reopens and ((frame is not None and node.parent is not None
+                                  and not warm.remember(node, frame, generation)) or stale):
                 state.flops_cache.clear()
             state.child_frames.clear()
             state.frame = None
@@ -342,7 +346,7 @@ class Collector(CallTiming):
             state.rule_state = "none" if rule is NO_RULE else ("free" if rule is None else "rule")
         counts_ops = parent_ops
         torch_module = is_torch_module(owner)
-        if torch_module:
+        if torch_module and self.reopens:  # (read when a next opening takes the node up)
             self._parameter_ids[node] = parameter_ids(owner)
             # A plain nn.Sequential runs no operation of its own: counting off inside it spares
             # switching torch's function mode around each of its (ruled) children.

@@ -238,17 +238,22 @@ class profile(ProfileResult):
                     self._collector.stop()
                     for scratch in self._scratches:  # its nodes' frames are gone with the stop
                         scratch.engine.child_frames.clear()
-                    self.unsupported = self._collector.unsupported()
-                    add_notes(self.root, self.meta)  # the adapters' facts (compiled regions)
-                    self.dropped_events = self._collector.dropped_events
-                    if self._collector.thread_names:  # the trace's rows, by their names
-                        self.meta["thread_names"] = dict(self._collector.thread_names)
-                    if "date" not in self.meta:  # when, how and on what it ran: once
-                        self.meta.update(run_facts(self.root))
+                    self._note_run()
                     if self._distributed is not None:
                         self._distributed.exit(self, exc_info[1])
             finally:
                 BOARD.release()
+
+    def _note_run(self) -> None:
+        """What a reader of the closed profile finds beside the tree: the layers nothing
+        counted, the adapters' facts, the trace's thread names, the run's facts."""
+        self.unsupported = self._collector.unsupported()
+        add_notes(self.root, self.meta)  # the adapters' facts (compiled regions)
+        self.dropped_events = self._collector.dropped_events
+        if self._collector.thread_names:  # the trace's rows, by their names
+            self.meta["thread_names"] = dict(self._collector.thread_names)
+        if "date" not in self.meta:  # when, how and on what it ran: once
+            self.meta.update(run_facts(self.root))
 
     def __call__(self, fn: F) -> F:
         """Use the profile as a decorator: every call runs inside it and counts as one step.

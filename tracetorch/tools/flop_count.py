@@ -15,6 +15,7 @@ Example:
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -76,6 +77,28 @@ def _call_arguments(model: Any, inputs: Any) -> tuple[tuple[Any, ...], dict[str,
     return (inputs,), {}
 
 
+@functools.cache
+def _one_shot_class() -> type:
+    """The profile class of a count: it counts FLOPs once and is read for nothing else, so it
+    notes none of what a report reads (the run's facts, the unsupported layers' list: a layer
+    without a rule still warns at its call)."""
+    # Imported here: the engine imports the adapters, which a parameter count never needs.
+    from tracetorch.profiler import profile
+
+    class OneShot(profile):
+        def _note_run(self) -> None:
+            """Nothing: the count is the profile's only reader."""
+
+    return OneShot
+
+
+def _one_shot_profile(model: Any) -> Any:
+    # No timing, sizes or parameter counts, and nothing kept for another opening.
+    prof = _one_shot_class()(model, timing=False, isolated=True, memory=False, params=False)
+    prof._collector.reopens = False
+    return prof
+
+
 def forward_flops_and_output(model: Any, *args: Any, **kwargs: Any) -> tuple[int, Any]:
     """Run ``model(*args, **kwargs)`` once under the engine: its forward FLOPs and its output.
 
@@ -86,11 +109,8 @@ def forward_flops_and_output(model: Any, *args: Any, **kwargs: Any) -> tuple[int
         >>> out.shape
         (2, 3)
     """
-    # Imported here: the engine imports the adapters, which a parameter count never needs.
-    from tracetorch.profiler import profile
-
     call = as_callable(model, "model")
-    with profile(model, timing=False, isolated=True, memory=False, params=False) as prof:
+    with _one_shot_profile(model) as prof:
         if is_torch_module(model):
             import torch  # a torch model exists, so torch is already imported
 
