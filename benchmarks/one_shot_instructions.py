@@ -34,6 +34,7 @@ from torch import nn
 from torch_peers import module_calls
 
 import tracetorch
+from tracetorch.tools.flop_count import _one_shot_profile
 
 #: The models counted, by ``--models`` name: label, builder, input shape (batch 1, as
 #: enter_exit.py's one-shot rows).
@@ -57,8 +58,7 @@ def breakdown_ways(build: Callable[[], nn.Module], shape: tuple[int, ...]
 
     def block(*forwards: nn.Module) -> Callable[[], None]:
         def run() -> None:
-            with tracetorch.profile(model, timing=False, isolated=True, memory=False,
-                                    params=False):
+            with _one_shot_profile(model):  # count_flops's own
                 for forward in forwards:
                     forward(x)
         return run

@@ -3,9 +3,11 @@
 Each row is one piece of work (a step): the model is built once, then every variant of
 ``torch_peers`` (plain; bare wrapt wrappers; forward hooks; forward + full backward hooks;
 ``torch.profiler``; DeepSpeed's ``FlopsProfiler``; ``tracetorch.profile(model)``, also with
-``ops=False`` and with ``backward_every=8``) is entered, runs one untimed step, times a sample of
-back-to-back steps and is left again. Variants are interleaved round by round (the order rotates
-each round), each sample paired with a plain one taken just before it; a column's cell is the
+``ops=False`` and with ``backward_every=8``) is entered, runs its warm-up steps (``--warmup``, 2
+by default: what a variant builds at a layer's first calls, and tracetorch's learned operation
+counts, which take a layer's first two calls), times a sample of back-to-back steps and is left
+again; what the warm-up steps added is reported apart. Variants are interleaved round by round
+(the order rotates each round), each sample paired with a plain one taken just before it; a column's cell is the
 median over rounds of (the variant's sample - its plain sample) per step, divided by the module
 calls per step (counted once with forward hooks). The garbage collector runs between samples, never
 inside one. One thread (``torch.set_num_threads(1)``), batch 1. The clock is the process's CPU time
@@ -32,7 +34,7 @@ per row tracetorch's added cost as a ratio of forward hooks' and torch.profiler'
 most 5% added to a BERT-sized training step on CPU).
 
 Run: ``python benchmarks/peers.py [--rounds 15] [--sample-ms 50] [--rows mlp,bert]
-[--clock cpu|wall] [--quick]``
+[--clock cpu|wall] [--warmup 2] [--quick]``
 """
 from __future__ import annotations
 
@@ -171,6 +173,8 @@ class Row:
     steps: int = 0
     plain_ns: float = 0.0
     diffs: dict[str, list[float]] = field(default_factory=dict)
+    #: what a variant's warm-up steps added to the plain ones (ns for them all), one a round
+    warmups: dict[str, list[float]] = field(default_factory=dict)
     seconds: float = 0.0
 
     def added_ns(self, name: str) -> float | None:
@@ -207,7 +211,7 @@ def failure_reason(error: BaseException) -> str:
 
 
 def measure(work: Work, rounds: int, sample_ns: float, clock: Callable[[], int],
-            missing: dict[str, str]) -> Row:
+            missing: dict[str, str], warmup: int = 2) -> Row:
     """Build the row's model once and time every variant, interleaved round by round.
 
     Each variant's sample is paired with a plain sample taken just before it; its cost is the
@@ -225,10 +229,12 @@ def measure(work: Work, rounds: int, sample_ns: float, clock: Callable[[], int],
     gc.collect()
     gc.freeze()
 
-    def sample(name: str) -> float:
+    def sample(name: str) -> tuple[float, float]:
+        # ns of the warm-up steps together (what a variant builds at first calls, the CPU's
+        # caches refilled), and per step of the timed ones after them
         with VARIANTS[name](model):
-            step()  # a variant's first step builds its caches (and refills the CPU's): untimed
-            return _time_steps(step, row.steps, clock)
+            warm = _time_steps(step, warmup, clock) * warmup
+            return warm, _time_steps(step, row.steps, clock)
 
     peers = [name for name in COLUMNS if name not in missing]
     plain: list[float] = []
@@ -243,13 +249,15 @@ def measure(work: Work, rounds: int, sample_ns: float, clock: Callable[[], int],
                 if name in row.failed:
                     continue
                 try:
-                    base, timed = sample("plain"), sample(name)
+                    (base_warm, base), (warm, timed) = sample("plain"), sample(name)
                 except Exception as error:  # a peer that cannot run this model: a blank cell
                     row.failed[name] = failure_reason(error)
                     row.diffs.pop(name, None)
+                    row.warmups.pop(name, None)
                     continue
                 plain.append(base)
                 row.diffs.setdefault(name, []).append(timed - base)
+                row.warmups.setdefault(name, []).append(warm - base_warm)
     row.plain_ns = statistics.median(plain) if plain else 0.0
     row.seconds = time.perf_counter() - began
     return row
@@ -270,6 +278,11 @@ def _ns_cell(row: Row, name: str) -> str:
 def _pct_cell(row: Row, name: str) -> str:
     pct = row.added_pct(name)
     return "–" if pct is None else f"{pct[0]:+.1f}% ±{pct[1]:.1f}"
+
+
+def _warmup_cell(row: Row, name: str) -> str:
+    warm = row.warmups.get(name)
+    return "–" if not warm else f"{statistics.median(warm) / 1e6:+.2f}"
 
 
 def _ratio(row: Row, name: str, ours_name: str = "tracetorch") -> str:
@@ -296,6 +309,11 @@ def report(rows: list[Row]) -> None:
     print("% added to the plain step time (median ± half the interquartile range of the rounds):")
     print()
     print("\n".join(_table(rows, _pct_cell)))
+    print()
+    print("ms added by a sample's warm-up steps, all of them (median over rounds; untimed "
+          "above):")
+    print()
+    print("\n".join(_table(rows, _warmup_cell)))
     print()
     for row in rows:
         if not row.diffs:
@@ -333,11 +351,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated row names or prefixes (default: all)")
     parser.add_argument("--clock", choices=list(CLOCKS), default="cpu",
                         help="process CPU time (default) or wall time")
+    parser.add_argument("--warmup", type=int, default=2,
+                        help="untimed steps before each sample (default 2: tracetorch learns a "
+                             "layer's operation counts from its first two calls)")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke test: 2 rounds of ~2 ms samples")
     args = parser.parse_args(argv)
     if args.rounds < 2:
         parser.error("--rounds must be at least 2 (the noise is a spread over rounds)")
+    if args.warmup < 1:
+        parser.error("--warmup must be at least 1 (a variant's first step builds its caches)")
     if args.quick:
         args.rounds, args.sample_ms = 2, 2.0
     torch.set_num_threads(1)
@@ -347,13 +370,14 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as error:
         missing["DeepSpeed profiler"] = failure_reason(error)
     print(f"torch {torch.__version__}, 1 thread, batch 1, {args.clock} clock, medians of "
-          f"{args.rounds} interleaved rounds, samples of ~{args.sample_ms:g} ms plain")
+          f"{args.rounds} interleaved rounds, samples of ~{args.sample_ms:g} ms plain after "
+          f"{args.warmup} warm-up steps")
     rows = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # missing FLOP rules, backward hooks on dict outputs
         for work in select_work(args.rows):
             rows.append(measure(work, args.rounds, args.sample_ms * 1e6, CLOCKS[args.clock],
-                                missing))
+                                missing, args.warmup))
     report(rows)
     return 0
 

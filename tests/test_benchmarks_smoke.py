@@ -53,6 +53,8 @@ def test_peers_prints_the_overhead_table() -> None:
         cells = row[1:5] + [row[6], row[7], row[8], row[9].rstrip(" |")]
         assert all(number.fullmatch(cell) for cell in cells), row
     assert "% added to the plain step time" in out
+    warm = lines[[i for i, line in enumerate(lines) if line == HEADER][-1] + 2:][:3]
+    assert all(re.fullmatch(r"[+-]\d+\.\d\d", row.split(" | ")[6]) for row in warm), warm
     assert re.search(r"mlp-train: plain step [\d.]+ ms, 101 module calls", out)
 
 
