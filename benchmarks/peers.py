@@ -9,10 +9,10 @@ counts, which take a layer's first two calls), times a sample of back-to-back st
 again; what the warm-up steps added is reported apart. Variants are interleaved round by round
 (the order rotates each round), each sample paired with a plain one taken just before it; a
 column's cell is the median over rounds of (the variant's sample - its plain sample) per step,
-divided by the module calls per step (counted once with forward hooks). The garbage collector runs between samples, never
-inside one. One thread (``torch.set_num_threads(1)``), batch 1. The clock is the process's CPU time
-by default (``--clock wall`` for wall time): on a shared machine the time spent waiting for a core
-is noise, not cost.
+divided by the module calls per step (counted once with forward hooks). The garbage collector
+runs between samples, never inside one. One thread (``torch.set_num_threads(1)``), batch 1. The
+clock is the process's CPU time by default (``--clock wall`` for wall time): on a shared machine
+the time spent waiting for a core is noise, not cost.
 
 Rows (``--rows`` takes names or prefixes, e.g. ``mlp``):
 
