@@ -475,6 +475,33 @@ class Collector(CallTiming):
         if gemm:
             self._pass_gemm += flops
 
+    def add_backward_pass(self, spent: dict[CallNode, int], flops: dict[CallNode, int]) -> None:
+        """One backward pass's attribution at once, as :meth:`add_backward` for each layer then
+        :meth:`flush_backward` would: ``spent``, the host ns of every layer the pass reached
+        (each gets one backward sample), ``flops``, the GEMM FLOPs charged to each layer (one
+        the pass did not reach, its own node, gets a sample of 0 ns). A large model's pass
+        reaches hundreds of layers: one loop, not a method call per layer."""
+        if not self.active or not self.backward_on:
+            self.flush_backward()
+            return
+        total = 0
+        for node, elapsed in spent.items():
+            charged = flops.get(node, 0)
+            if charged:
+                node.backward_flops += charged
+                node.backward_gemm_flops += charged
+                total += charged
+            node.backward_time.add(elapsed)
+        for node, charged in flops.items():
+            if node not in spent:
+                node.backward_flops += charged
+                node.backward_gemm_flops += charged
+                total += charged
+                node.backward_time.add(0)
+        self._pass_flops += total
+        self._pass_gemm += total
+        self.flush_backward()
+
     def flush_backward(self, pass_node: CallNode | None = None) -> None:
         """End of a backward pass: each layer it touched gets one backward sample.
 

@@ -252,12 +252,8 @@ class BackwardPass:
                     spent[frame.node] += elapsed
         boundaries.clear()
         _exclude_descendants(self.flops)
-        add = self.collector.add_backward
-        for node, elapsed in spent.items():
-            add(node, self.flops.pop(node, 0), True, elapsed)
-        for node, flops in self.flops.items():  # the pass's own node
-            add(node, flops, True, 0)
-        self.collector.flush_backward()
+        self.collector.add_backward_pass(spent, self.flops)
+        self.flops.clear()
 
 
 def _exclude_descendants(flops: dict[CallNode, int]) -> None:
