@@ -113,10 +113,20 @@ def test_a_count_keeps_nothing_for_another_opening_and_notes_no_run_facts(monkey
     from tracetorch.engine import collector, warm
     from tracetorch.profiler import block
 
+    from tracetorch.adapters.torch.ops import OpCountingMode
+
     model, x = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(5)), \
         torch.ones(2, 3, 8, 8)
-    with torch.no_grad(), tracetorch.profile(model) as prof:
-        model(x)
+    model(x)  # (the lazy layer's weight made)
+    reached = []  # what reaches the function mode: nothing inside the ruled layers, either way
+    original_mode = OpCountingMode.__torch_function__
+    monkeypatch.setattr(OpCountingMode, "__torch_function__", lambda mode, func, *a, **k: (
+        reached.append(func), original_mode(mode, func, *a, **k))[1])
+    with tracetorch.profile(model, timing=False, isolated=True, memory=False,
+                            params=False) as prof:  # count_flops's settings
+        with torch.no_grad():
+            model(x)
+    profiled, reached[:] = list(reached), []
     calls = []
     for owner, name in ((warm.WarmNodes, "remember"), (collector, "parameter_ids"),
                         (block, "run_facts"), (collector.Collector, "unsupported")):
@@ -125,3 +135,4 @@ def test_a_count_keeps_nothing_for_another_opening_and_notes_no_run_facts(monkey
             calls.append(_name), _original(*a, **k))[1])
     assert tracetorch.count_flops(model, x) == prof.forward_flops > 2 * 2 * 5 * 4 * 36
     assert calls == []
+    assert reached == profiled

@@ -346,8 +346,9 @@ class Collector(CallTiming):
             state.rule_state = "none" if rule is NO_RULE else ("free" if rule is None else "rule")
         counts_ops = parent_ops
         torch_module = is_torch_module(owner)
-        if torch_module and self.reopens:  # (read when a next opening takes the node up)
-            self._parameter_ids[node] = parameter_ids(owner)
+        if torch_module:
+            if self.reopens:  # (read when a next opening takes the node up)
+                self._parameter_ids[node] = parameter_ids(owner)
             # A plain nn.Sequential runs no operation of its own: counting off inside it spares
             # switching torch's function mode around each of its (ruled) children.
             counts_ops = (self.count_ops and state.rule_state not in _RULED_STATES
