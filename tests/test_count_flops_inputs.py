@@ -110,10 +110,9 @@ def test_a_count_keeps_nothing_for_another_opening_and_notes_no_run_facts(monkey
     # Its profile is opened once and read for its FLOPs alone: no node is remembered for a next
     # opening, no parameter ids kept, no run facts or unsupported-layer list made; the count is
     # what an ordinary profile of the same forward counts.
+    from tracetorch.adapters.torch.ops import OpCountingMode
     from tracetorch.engine import collector, warm
     from tracetorch.profiler import block
-
-    from tracetorch.adapters.torch.ops import OpCountingMode
 
     model, x = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(5)), \
         torch.ones(2, 3, 8, 8)
