@@ -486,19 +486,22 @@ class Collector(CallTiming):
             self.flush_backward()
             return
         total = 0
+        # (into the pending times: what was charged before the end of the pass, a compiled
+        # graph's shares, makes one sample per layer with the pass's own)
+        pending = self._pending_backward
         for node, elapsed in spent.items():
             charged = flops.get(node, 0)
             if charged:
                 node.backward_flops += charged
                 node.backward_gemm_flops += charged
                 total += charged
-            node.backward_time.add(elapsed)
+            pending[node] = pending.get(node, 0) + elapsed
         for node, charged in flops.items():
             if node not in spent:
                 node.backward_flops += charged
                 node.backward_gemm_flops += charged
                 total += charged
-                node.backward_time.add(0)
+                pending.setdefault(node, 0)
         self._pass_flops += total
         self._pass_gemm += total
         self.flush_backward()
