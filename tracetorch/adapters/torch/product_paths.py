@@ -11,7 +11,9 @@ outputs, a :data:`Place`: which output, the edge taken at each node on the way
 to the operands it names. After a replayed call :func:`place` follows those paths and hands back
 each node with its parts resolved as the mode resolves them: an operand that is a leaf by its
 ``AccumulateGrad``'s variable, any other by its node (:class:`Operand`), so a part counts in a
-pass exactly when the mode's own mark would have counted it.
+pass exactly when the mode's own mark would have counted it (one case apart: an operand that is
+no leaf, named itself in ``torch.autograd.grad``'s ``inputs``, is known to the pass by the
+tensor, which a replay does not have; its part counts when the pass runs the operand's node).
 
 A call is learned this way only where that is exact (:class:`ProductWatch` decides, while the
 call is watched): every product the mode counted in it was marked, every tensor its parts name
