@@ -238,8 +238,17 @@ def test_op_timing_counts_every_call(monkeypatch):
     assert learned_calls == reference_calls
 
 
-@pytest.mark.parametrize("name", ["bert", "gpt2", "t5"])
-@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "training"])
+def _transformers_cases():
+    # Every model of test_transformers_models, under no_grad and (those that train) training.
+    try:
+        from test_transformers_models import MODELS, TRAINED
+    except ImportError:  # no transformers here (CI installs it and fails instead: see below)
+        return [pytest.param("bert", False, id="bert-no_grad")]
+    return [pytest.param(name, grad, id=f"{name}-{'training' if grad else 'no_grad'}")
+            for name in MODELS for grad in (False, True) if not grad or name in TRAINED]
+
+
+@pytest.mark.parametrize("name, grad", _transformers_cases())
 def test_learned_counts_equal_the_modes_on_transformers(monkeypatch, name, grad):
     if os.environ.get("CI") != "true":
         pytest.importorskip("transformers")
@@ -248,11 +257,17 @@ def test_learned_counts_equal_the_modes_on_transformers(monkeypatch, name, grad)
     model, inputs = build(name)
     model.train(grad)
     reference, reference_calls = _run(monkeypatch, False, model, inputs, steps=4, grad=grad)
+    model, inputs = build(name)  # (the same weights: a model of its own, as a new run's)
+    model.train(grad)
     learned, learned_calls = _run(monkeypatch, True, model, inputs, steps=4, grad=grad)
     assert learned == reference
-    assert learned_calls[:2] == reference_calls[:2]
-    # Under autograd the calls that ran products (the attentions') stay the mode's.
-    assert sum(learned_calls[2:]) < sum(reference_calls[2:]) / (1 if grad else 4)
+    # The first step is counted by the mode (the second too, but for a layer called twice a
+    # step: learned from its two calls in the first, as segformer's are).
+    assert learned_calls[0] == reference_calls[0] and learned_calls[1] <= reference_calls[1]
+    # From the third step on every layer's counts are replayed, attentions' products included
+    # (placed in the graph for their backward FLOPs): only the loop's own sum and backward, at
+    # the profile's root, reach the mode.
+    assert learned_calls[2:] == [2 if grad else 0] * 2
 
 
 class Repeated(torch.nn.Module):
