@@ -224,3 +224,90 @@ def test_sampled_steps_learn_and_place_as_the_mode(monkeypatch):
                                   backward_every=2)
     assert learned == reference
     assert learned_calls[-1] == 2
+
+
+F = torch.nn.functional
+
+
+def _product_layers():
+    """name: (forward(layer, x), the layer's parameters' shapes, the input's shape): a layer
+    around each product the function mode counts, with an operation after it."""
+    bmm_x = (2, 4, 8)
+    return {
+        "linear": (lambda m, x: F.linear(x, m.w, m.b), {"w": (6, 8), "b": (6,)}, (4, 8)),
+        "matmul": (lambda m, x: torch.matmul(x, m.w), {"w": (8, 6)}, (4, 8)),
+        "matmul-batched": (lambda m, x: x @ m.w, {"w": (8, 6)}, bmm_x),
+        "rmatmul": (lambda m, x: m.w.__rmatmul__(x), {"w": (8, 6)}, (4, 8)),
+        "linalg.matmul": (lambda m, x: torch.linalg.matmul(x, m.w), {"w": (8, 6)}, (4, 8)),
+        "mm": (lambda m, x: x.mm(m.w), {"w": (8, 6)}, (4, 8)),
+        "addmm": (lambda m, x: torch.addmm(m.b, x, m.w), {"w": (8, 6), "b": (6,)}, (4, 8)),
+        "addmm_": (lambda m, x: (m.b * 1).expand(4, 6).clone().addmm_(x, m.w),
+                   {"w": (8, 6), "b": (6,)}, (4, 8)),
+        "bmm": (lambda m, x: torch.bmm(x, m.w), {"w": (2, 8, 6)}, bmm_x),
+        "baddbmm": (lambda m, x: torch.baddbmm(m.c, x, m.w), {"w": (2, 8, 6), "c": (2, 4, 6)},
+                    bmm_x),
+        "baddbmm_": (lambda m, x: (m.c * 1).baddbmm_(x, m.w), {"w": (2, 8, 6), "c": (2, 4, 6)},
+                     bmm_x),
+        "bilinear": (lambda m, x: F.bilinear(x, x * 2, m.w, m.b), {"w": (6, 8, 8), "b": (6,)},
+                     (4, 8)),
+        "einsum": (lambda m, x: torch.einsum("bij,jk->bik", x, m.w), {"w": (8, 6)}, bmm_x),
+        "conv1d": (lambda m, x: F.conv1d(x, m.w, m.b), {"w": (4, 3, 3), "b": (4,)}, (2, 3, 10)),
+        "conv2d": (lambda m, x: F.conv2d(x, m.w, stride=2), {"w": (4, 3, 3, 3)}, (2, 3, 8, 8)),
+        "conv3d": (lambda m, x: F.conv3d(x, m.w), {"w": (3, 2, 2, 2, 2)}, (1, 2, 4, 4, 4)),
+        "conv_transpose1d": (lambda m, x: F.conv_transpose1d(x, m.w), {"w": (3, 4, 3)},
+                             (2, 3, 10)),
+        "conv_transpose2d": (lambda m, x: F.conv_transpose2d(x, m.w, groups=1),
+                             {"w": (3, 4, 3, 3)}, (2, 3, 6, 6)),
+        "conv_transpose3d": (lambda m, x: F.conv_transpose3d(x, m.w), {"w": (2, 3, 2, 2, 2)},
+                             (1, 2, 3, 3, 3)),
+        "sdpa": (lambda m, x: sdpa(x @ m.w, x, x * 2, is_causal=True), {"w": (8, 8)},
+                 (2, 2, 4, 8)),
+    }
+
+
+class Product(torch.nn.Module):
+    """A layer around one product; from call ``freeze_at`` on, its parameters need no gradient
+    (learned while they did)."""
+
+    def __init__(self, forward, shapes, freeze_at=None):
+        super().__init__()
+        torch.manual_seed(3)
+        for name, shape in shapes.items():
+            self.register_parameter(name, torch.nn.Parameter(torch.randn(*shape) * 0.1))
+        self.product, self.freeze_at, self.call = forward, freeze_at, 0
+
+    def forward(self, x):
+        self.call += 1
+        if self.call == self.freeze_at:
+            with _unseen():
+                for parameter in self.parameters():
+                    parameter.requires_grad_(False)
+        return torch.tanh(self.product(self, x)) * 2
+
+
+@pytest.mark.parametrize("name", list(_product_layers()))
+def test_every_counted_product_is_learned_or_counted_with_the_modes_figures(monkeypatch, name):
+    # Whatever the product (a decomposed one, an in-place one, two operands from one input),
+    # the learned figures are the mode's; where the places are found the mode sees only the
+    # loop's sum and backward from the third step on.
+    forward, shapes, shape = _product_layers()[name]
+    torch.manual_seed(4)
+    x = {"x": torch.randn(*shape, requires_grad=True)}
+    reference, reference_calls = _run(monkeypatch, False, Product(forward, shapes), x, grad=True)
+    learned, learned_calls = _run(monkeypatch, True, Product(forward, shapes), x, grad=True)
+    assert learned == reference
+    assert reference[""][5] > 0  # backward FLOPs of the product
+    assert learned_calls[2:] == [2] * 4, learned_calls
+
+
+@pytest.mark.parametrize("name", list(_product_layers()))
+def test_every_counted_product_whose_weights_freeze_after_learning_keeps_the_modes_figures(
+        monkeypatch, name):
+    # The weights' parts stop counting from call 4, the input's stay: resolved per call from
+    # the graph, as the mode resolves them.
+    forward, shapes, shape = _product_layers()[name]
+    torch.manual_seed(4)
+    x = {"x": torch.randn(*shape, requires_grad=True)}
+    reference, _ = _run(monkeypatch, False, Product(forward, shapes, 4), x, grad=True)
+    learned, _ = _run(monkeypatch, True, Product(forward, shapes, 4), x, grad=True)
+    assert learned == reference
