@@ -393,3 +393,23 @@ def test_a_torch_function_subclass_logs_the_same_calls_inside_and_outside():
         with tracetorch.profile(model):
             inside = [step() for _ in range(5)]
     assert inside[1:] == [outside] * 4
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "llama-gqa", "t5"])
+def test_learned_counts_equal_the_modes_under_activation_checkpointing(monkeypatch, name):
+    # The checkpointed layers run again inside each backward pass (recompute nodes), where
+    # nothing is counted or learned: the figures, the recomputed layers' included, are the mode's.
+    if os.environ.get("CI") != "true":
+        pytest.importorskip("transformers")
+    from test_transformers_models import build
+
+    figures = []
+    for learn in (False, True):
+        model, inputs = build(name)
+        model.train()
+        model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": False})
+        figures.append(_run(monkeypatch, learn, model, inputs, steps=4, grad=True)[0])
+    reference, learned = figures
+    assert any(path.startswith("backward.") for path in reference)  # recomputed layers
+    assert learned == reference

@@ -101,10 +101,13 @@ _pop = torch._C._pop_torch_function_stack
 
 
 def _moving_data(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    # 0 FLOPs, but seen: a layer that runs nothing else costs a known 0, not an unknown.
+    # 0 FLOPs, but seen: a layer that runs nothing else costs a known 0, not an unknown. (Not
+    # inside a backward pass, where a layer recomputed for checkpointing counts nothing: see
+    # the module docstring.)
     result = func(*args, **kwargs)
     frame = current_frame()
-    if frame is not None and frame.owner is not None and frame.ops:
+    if (frame is not None and frame.owner is not None and frame.ops
+            and _current_node() is None):
         node = frame.node
         if node.flops_source == "none":
             node.flops_source = "ops"
