@@ -11,6 +11,9 @@ phase's median over the round's steps - the plain one), per module call (101 per
 ``--model bert`` runs ``peers.py``'s BERT (hidden 256, 4 layers, seq 128) instead, in
 ``train()`` mode (79 module calls per step).
 
+Then, on a model of its own, the calls that reach tracetorch's function mode in each of five
+profiled steps: every layer's operations in the first two, after that only what is not learned.
+
 Run: ``python benchmarks/train_phases.py [--rounds 15] [--steps 10] [--model mlp|bert]``
 """
 from __future__ import annotations
@@ -21,12 +24,13 @@ import gc
 import statistics
 import sys
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch_peers import build_mlp, module_calls
 
 import tracetorch
+from tracetorch.adapters.torch.ops import OpCountingMode
 
 PHASES = ("forward", "loss", "backward", "step", "zero_grad", "prof.step")
 _clock = time.process_time_ns
@@ -108,6 +112,35 @@ def phase_costs(rounds: int, steps: int, model_name: str = "mlp") -> dict[str, d
     return costs
 
 
+def mode_operations(steps: int, model_name: str = "mlp") -> list[int]:
+    """How many calls reach the profile's function mode in each of ``steps`` training steps
+    (``tracetorch.profile(model)``): the first two count every layer's operations, later ones
+    only what is not learned (see tracetorch.adapters.torch.learned)."""
+    model, forward = MODELS[model_name][1]()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    reached = [0]
+    original = OpCountingMode.__torch_function__
+
+    def counted(mode: OpCountingMode, *args: Any, **kwargs: Any) -> Any:
+        reached[0] += 1
+        return original(mode, *args, **kwargs)
+
+    per_step = []
+    OpCountingMode.__torch_function__ = counted  # type: ignore[method-assign]
+    try:
+        with tracetorch.profile(model) as prof:
+            for _ in range(steps):
+                before = reached[0]
+                forward().square().mean().backward()  # type: ignore[union-attr]
+                optimizer.step()
+                optimizer.zero_grad()
+                prof.step()
+                per_step.append(reached[0] - before)
+    finally:
+        OpCountingMode.__torch_function__ = original  # type: ignore[method-assign]
+    return per_step
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
@@ -125,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {'phase':<10}" + "".join(f"{name:>22}" for name in costs))
     for phase in PHASES:
         print(f"  {phase:<10}" + "".join(f"{costs[name][phase]:>22,.1f}" for name in costs))
+    print("calls reaching tracetorch's function mode in steps 1-5:",
+          mode_operations(5, args.model))
     return 0
 
 

@@ -103,6 +103,11 @@ def test_train_phases_prints_a_row_per_phase(model: str) -> None:
     assert [row[0] for row in rows[1:]] == ["forward", "loss", "backward", "step", "zero_grad",
                                           "prof.step"]
     assert all(re.fullmatch(r"-?[\d,]+\.\d", cell) for row in rows[1:] for cell in row[1:])
+    reached = re.search(r"function mode in steps 1-5: \[(\d+), (\d+), (\d+), (\d+), (\d+)\]",
+                        out)
+    assert reached is not None, out
+    first, *later = (int(n) for n in reached.groups())
+    assert first > later[-1] == later[-2]  # counted, then learned: a steady few at the root
 
 
 @pytest.mark.slow

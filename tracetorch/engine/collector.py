@@ -486,22 +486,18 @@ class Collector(CallTiming):
             self.flush_backward()
             return
         total = 0
-        # (into the pending times: what was charged before the end of the pass, a compiled
-        # graph's shares, makes one sample per layer with the pass's own)
+        times = dict.fromkeys(flops, 0)  # (the pass's own node: FLOPs, no time of its own)
+        times.update(spent)
+        # Into the pending times: what was charged before the end of the pass (a compiled
+        # graph's shares) makes one sample per layer with the pass's own.
         pending = self._pending_backward
-        for node, elapsed in spent.items():
+        for node, elapsed in times.items():
             charged = flops.get(node, 0)
             if charged:
                 node.backward_flops += charged
                 node.backward_gemm_flops += charged
                 total += charged
             pending[node] = pending.get(node, 0) + elapsed
-        for node, charged in flops.items():
-            if node not in spent:
-                node.backward_flops += charged
-                node.backward_gemm_flops += charged
-                total += charged
-                pending.setdefault(node, 0)
         self._pass_flops += total
         self._pass_gemm += total
         self.flush_backward()

@@ -79,13 +79,18 @@ def _call_arguments(model: Any, inputs: Any) -> tuple[tuple[Any, ...], dict[str,
 
 @functools.cache
 def _one_shot_class() -> type:
-    """The profile class of a count: it counts FLOPs once and is read for nothing else, so it
-    notes none of what a report reads (the run's facts, the unsupported layers' list: a layer
-    without a rule still warns at its call)."""
+    """The profile class of a count: it counts FLOPs once (no timing, sizes or parameter counts)
+    and is read for nothing else, so it keeps nothing for another opening and notes none of
+    what a report reads (the run's facts, the unsupported layers' list: a layer without a rule
+    still warns at its call)."""
     # Imported here: the engine imports the adapters, which a parameter count never needs.
     from tracetorch.profiler import profile
 
     class OneShot(profile):
+        def __init__(self, model: Any) -> None:
+            super().__init__(model, timing=False, isolated=True, memory=False, params=False)
+            self._collector.reopens = False
+
         def _note_run(self) -> None:
             """Nothing: the count is the profile's only reader."""
 
@@ -93,10 +98,8 @@ def _one_shot_class() -> type:
 
 
 def _one_shot_profile(model: Any) -> Any:
-    # No timing, sizes or parameter counts, and nothing kept for another opening.
-    prof = _one_shot_class()(model, timing=False, isolated=True, memory=False, params=False)
-    prof._collector.reopens = False
-    return prof
+    """count_flops's profile of ``model`` (see :func:`_one_shot_class`)."""
+    return _one_shot_class()(model)
 
 
 def forward_flops_and_output(model: Any, *args: Any, **kwargs: Any) -> tuple[int, Any]:

@@ -251,7 +251,7 @@ class OpLearner:
                 learned = entry[LEARNED] = (*learned[:3], frame, quiet,
                                             *learned[LEARNED_PRODUCTS:])
             replay_learned(node, learned)
-            replayed: Frame = learned[4]
+            replayed: Frame = learned[LEARNED_QUIET]
             return replayed
         if state.__class__ is not _Never:
             if len(self.observing) >= self._pruned_at:
@@ -342,11 +342,13 @@ class OpLearner:
         products = sum(calls for name, calls, _ in counted if name in self._gemm)
         if not products:
             return ()
-        if watch.blind or (watch.learnable and watch.places is None):
+        if watch.blind:
             return None
-        if not watch.learnable or watch.places is None or len(watch.places) != products:
+        if not watch.learnable:
             return _UNPLACED
-        return watch.places
+        if watch.places is None:  # (its exit was not seen)
+            return None
+        return watch.places if len(watch.places) == products else _UNPLACED
 
     def _replayable(self, rows: tuple[tuple[str, int, int], ...], products: bool) -> bool:
         # ``products``: whether a call that ran products may be replayed (not under grad mode).

@@ -31,7 +31,7 @@ from tracetorch.adapters.torch.backward import (
     collect_tensors,
 )
 from tracetorch.adapters.torch.learned import LEARNED_PRODUCTS, LEARNED_QUIET, note_marked
-from tracetorch.adapters.torch.product_paths import WATCHED, place
+from tracetorch.adapters.torch.product_paths import WATCHED, ProductWatch, place
 from tracetorch.engine.hotpath import Frame
 from tracetorch.flops.gradients import GradientPart, layer_gradient_parts
 from tracetorch.models.introspect import bound_inputs
@@ -205,9 +205,11 @@ def tag_call(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], output
         with _no_subclass_dispatch():
             tag_call(frame, args, kwargs, output, entry)
         return
-    if WATCHED or len(entry) > LEARNED and _has_places(entry[LEARNED], frame):
+    watch = WATCHED.get(frame.node) if WATCHED else None
+    learned = entry[LEARNED] if len(entry) > LEARNED else None
+    if watch is not None or _has_places(learned, frame):
         try:
-            _products(frame, output, entry)
+            _products(frame, output, entry, watch, learned)
         except Exception:  # (the call's own mark, below, does not depend on it)
             pass
     try:
@@ -238,17 +240,15 @@ def _has_places(learned: Any, frame: Frame) -> bool:
             and bool(learned[LEARNED_PRODUCTS]) and learned[LEARNED_QUIET] is frame)
 
 
-def _products(frame: Frame, output: Any, entry: list[Any]) -> None:
-    # A watched call's products found from its outputs; a replayed call's placed and marked as
-    # the function mode would have marked them (see .product_paths).
+def _products(frame: Frame, output: Any, entry: list[Any], watch: ProductWatch | None,
+              learned: Any) -> None:
+    # A watched call's products found from its outputs; else a replayed call's (``learned``
+    # has places) placed and marked as the function mode would have marked them (see
+    # .product_paths).
     outputs: list[torch.Tensor] = []
     collect_tensors(output, outputs)
-    watch = WATCHED.get(frame.node)
     if watch is not None:
         watch.locate(outputs)
-        return
-    learned = entry[LEARNED]
-    if not _has_places(learned, frame):
         return
     placed = place(outputs, learned[LEARNED_PRODUCTS])
     if placed is None:  # another graph than the learned calls': counted by the mode from now
