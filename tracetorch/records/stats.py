@@ -57,7 +57,19 @@ class TimeStats:
     def __init__(self, exact_limit: int = 0) -> None:
         self.pending: list[int] = []
         self.exact_limit = exact_limit
-        self.clear()
+        self._reset()
+
+    def _reset(self) -> None:
+        # (Unlocked at __init__: a new instance is nobody else's yet, and every node makes one.)
+        # Every sample while there are at most exact_limit of them, then None for good.
+        self._exact: list[int] | None = [] if self.exact_limit else None
+        self._count = 0
+        self._total = 0
+        self._min = 0
+        self._max = 0
+        self._mean = 0.0
+        self._m2 = 0.0
+        self._buckets: dict[int, int] = {}
 
     def clear(self) -> None:
         """Forget every sample. The pending buffer stays the same list, emptied: the hot path
@@ -70,15 +82,7 @@ class TimeStats:
         """
         with _FLUSH_LOCK:
             del self.pending[:]
-            # Every sample while there are at most exact_limit of them, then None for good.
-            self._exact: list[int] | None = [] if self.exact_limit else None
-            self._count = 0
-            self._total = 0
-            self._min = 0
-            self._max = 0
-            self._mean = 0.0
-            self._m2 = 0.0
-            self._buckets: dict[int, int] = {}
+            self._reset()
 
     def __repr__(self) -> str:
         if self.count == 0:
