@@ -55,6 +55,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from typing import Any, Callable
 
@@ -532,7 +533,10 @@ def wrap_compiled_in_place(model: Any) -> None:
     Example:
         >>> wrap_compiled_in_place(torch.nn.Linear(2, 2))    # none compiled in place: nothing
     """
-    if not _SESSIONS or not isinstance(model, torch.nn.Module):
+    if (not _SESSIONS or not isinstance(model, torch.nn.Module)
+            or "torch._dynamo" not in sys.modules):
+        # (Compiling in place goes through torch.compile, which imports dynamo: without it
+        # loaded there is nothing to find, and the walk costs a call per module.)
         return
     board = _SESSIONS[-1].board
     done: set[type] = set()
