@@ -17,7 +17,8 @@ from tracetorch.records.tree import CallNode
 #: What a node records, and nothing else (the engine's state is the one slot ``engine``).
 RECORDED = {"name", "type_name", "kind", "module_key", "parent", "children", "time", "flops",
             "gemm_flops", "macs", "flops_source", "params", "input_shapes", "output_shapes",
-            "_backward_time", "backward_flops", "backward_gemm_flops", "errors", "_memory", "ops"}
+            "_backward_time", "backward_flops", "backward_gemm_flops", "errors", "_memory", "ops",
+            "depth"}
 
 
 def test_a_node_holds_its_records_and_one_engine_state():

@@ -155,6 +155,7 @@ class CallNode:
             layer run again inside a backward pass: activation checkpointing), ``"thread"`` (the
             calls of another thread, with ``profile(all_threads=True)``) or ``"root"``.
         module_key: identifies the instance, shared by every call site of one module.
+        depth: 0 for the root, 1 for top-level calls (0 again once :meth:`unlink` ran).
         time: inclusive forward time per call.
         flops: forward FLOPs of all calls; ``gemm_flops`` the matmul/convolution part of it.
         flops_source: ``"rule"`` (an analytical rule), ``"ops"`` (counted tensor operations),
@@ -178,7 +179,7 @@ class CallNode:
         "name", "type_name", "kind", "module_key", "parent", "children", "time",
         "flops", "gemm_flops", "macs", "flops_source", "params", "input_shapes",
         "output_shapes", "_backward_time", "backward_flops", "backward_gemm_flops", "errors",
-        "_memory", "ops", "engine",
+        "_memory", "ops", "engine", "depth",
     )
 
     def __init__(self, name: str, type_name: str, module_key: str, kind: NodeKind = "module",
@@ -188,6 +189,8 @@ class CallNode:
         self.kind = kind
         self.module_key = module_key
         self.parent = parent
+        # (Kept, not walked: the engine asks at each node it makes.)
+        self.depth: int = 0 if parent is None else parent.depth + 1
         self.children: dict[str, CallNode] = {}
         self.time = TimeStats()
         self.flops = 0
@@ -319,14 +322,6 @@ class CallNode:
             node = node.parent
         return ".".join(reversed(names))
 
-    @property
-    def depth(self) -> int:
-        """0 for the root, 1 for top-level calls."""
-        depth, node = 0, self.parent
-        while node is not None:
-            depth, node = depth + 1, node.parent
-        return depth
-
     def walk(self) -> Iterator[CallNode]:
         """This node and its descendants, depth first, in call order."""
         # A stack, not recursion: a deep tree (a 1,000-layer chain) costs its size, not its
@@ -335,14 +330,17 @@ class CallNode:
         while stack:
             node = stack.pop()
             yield node
-            # (the children copied in one step: another thread may add one meanwhile, a live
-            # profile read from a monitor thread)
-            stack.extend(reversed(tuple(node.children.values())))
+            children = node.children
+            if children:  # (most nodes are leaves: nothing to copy)
+                # (copied in one step: another thread may add one meanwhile, a live profile
+                # read from a monitor thread)
+                stack.extend(reversed(tuple(children.values())))
 
     def unlink(self) -> None:
         """Drop the parent links of this subtree, which make every tree a reference cycle: a
         tree nobody keeps is then freed by reference counting as soon as it is dropped, not at a
-        later pass of the cyclic garbage collector. Each node's ``path`` then names only itself.
+        later pass of the cyclic garbage collector. Each node's ``path`` then names only itself
+        (and its ``depth`` is 0).
 
         Example:
             >>> root = CallNode.root()
@@ -353,6 +351,7 @@ class CallNode:
         """
         for node in self.walk():
             node.parent = None
+            node.depth = 0
 
     def find(self, path: str) -> CallNode:
         """The first descendant (depth first) whose dotted path is ``path``; ``""`` is the
