@@ -135,3 +135,29 @@ def test_a_count_keeps_nothing_for_another_opening_and_notes_no_run_facts(monkey
     assert tracetorch.count_flops(model, x) == prof.forward_flops > 2 * 2 * 5 * 4 * 36
     assert calls == []
     assert reached == profiled
+
+
+class _Named(nn.Module):
+    """What a profile's names tell apart, which count_flops's numbered nodes must not confuse:
+    siblings of one class, one layer at two call sites, a layer reached through an attribute
+    path (and again through its container), a layer made afresh at each call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 16)
+        self.block = nn.Sequential(nn.Linear(16, 16), nn.ReLU())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.b(self.a(self.a(x)))
+        x = nn.GELU()(self.block[0](x))
+        return self.block(x) + x
+
+
+def test_a_count_numbers_its_nodes_and_counts_what_a_named_profile_counts():
+    model, x = _Named(), torch.ones(4, 8)
+    with torch.no_grad(), tracetorch.profile(model, timing=False) as prof:
+        model(x)
+    # a twice, b, block.0 twice, GELU (6 per element), ReLU, the residual add
+    expected = 2 * 2 * 4 * 8 * 8 + 2 * 4 * 8 * 16 + 2 * 2 * 4 * 16 * 16 + 6 * 64 + 64 + 64
+    assert tracetorch.count_flops(model, x) == prof.forward_flops == expected
+    assert tracetorch.count_flops(model, x) == expected  # a next count alike

@@ -491,6 +491,20 @@ def test_layer_forward_and_backward_flops_are_known_exact_and_leave_nothing_behi
     assert prof.backward_gemm_flops == backward
 
 
+@pytest.mark.parametrize("name", list(CASES))
+def test_count_flops_counts_what_a_profile_of_the_same_call_counts(name):
+    # count_flops's one-shot profile numbers its nodes, keys none by its module and notes no
+    # shapes: the FLOPs must be an ordinary profile's of the same call, layer by layer.
+    case = CASES[name]
+    torch.manual_seed(0)
+    layer, inputs = case.make(), case.inputs()
+    with torch.no_grad():
+        layer(*inputs)  # (a lazy layer's weights made, a stateful one's state settled)
+        with tracetorch.profile(layer, timing=False) as prof:
+            layer(*inputs)
+    assert tracetorch.count_flops(layer, tuple(inputs)) == prof.forward_flops
+
+
 # ----------------------------------------------------------------------------- formulas
 class _Calling(nn.Module):
     """A user's layer that calls a function: its FLOPs are the counted operations'."""

@@ -114,10 +114,11 @@ class Collector(CallTiming):
         self._originals: dict[str, CallNode] = {}
         self.recompute_of: dict[CallNode, CallNode] = {}
         self._warm = WarmNodes()
-        #: Whether this recording may be opened again (a profile's next entry): its nodes are
-        #: then remembered at the stop, with what tells a replaced parameter at the next
-        #: opening. A one-shot count, never opened again (``count_flops``), skips both.
-        self.reopens = True
+        #: A recording opened once and read for its FLOP total alone (``count_flops``): it
+        #: remembers nothing for a next opening (the nodes, what tells a replaced parameter),
+        #: numbers its nodes under their parents instead of naming them by their paths, keys
+        #: no node by its module, and notes no call's shapes.
+        self.one_shot = False
         # Each torch module node's parameter_ids(owner) when it was last adopted or taken up
         # (see _check_parameters), and the structure generation when this opening started.
         self._parameter_ids: dict[CallNode, tuple[int, ...]] = {}
@@ -187,7 +188,7 @@ class Collector(CallTiming):
         for node in self._adopted:
             state = node.engine
             frame = state.frame
-            if self.reopens and ((frame is not None and node.parent is not None
+            if not self.one_shot and ((frame is not None and node.parent is not None
                                   and not warm.remember(node, frame, generation)) or stale):
                 state.flops_cache.clear()
             state.child_frames.clear()
@@ -235,7 +236,10 @@ class Collector(CallTiming):
                             else type_name)
         if kind == "optimizer" and label is None:
             default += self._scope_of(owner)
-        if parent_owner is None or parent_node.kind == "thread":
+        if self.one_shot:
+            # Nobody reads a name: a number under the parent spares the model's walk.
+            name = f"{default}#{len(parent_node.children) + 1}"
+        elif parent_owner is None or parent_node.kind == "thread":
             # One naming however the profile was opened: the model is "", as named_modules()
             # names it; without one given, the first layer called at the top stands for it. A
             # layer of it called from outside every layer (model.encoder(x) in the loop) is
@@ -253,7 +257,8 @@ class Collector(CallTiming):
                 name = default
         else:
             name = self.ids.name_in(parent_owner, owner) or default
-        if kind == "module" and self._through_wrappers:  # DDP/FSDP: the user's module names
+        if kind == "module" and self._through_wrappers and not self.one_shot:
+            # DDP/FSDP: the user's module names
             name = wrapper_name(name, owner, parent_owner, self.model)
         existing = parent_node.children.get(name)
         if (existing is not None and name == default and kind == "module"
@@ -265,7 +270,8 @@ class Collector(CallTiming):
             found = existing.engine.frame
             return found if found is not None else self.adopt(existing, owner, kind, flops_fn,
                                                               frame.ops)
-        key = self.ids.module_key(owner)
+        # (A one-shot count keys no node: a key is what tells call sites and openings apart.)
+        key = "" if self.one_shot else self.ids.module_key(owner)
         if existing is not None and existing.module_key != key:
             if kind == "module":
                 # The parent holds another module under this name now (model.fc = ..., between
@@ -347,7 +353,7 @@ class Collector(CallTiming):
         counts_ops = parent_ops
         torch_module = is_torch_module(owner)
         if torch_module:
-            if self.reopens:  # (read when a next opening takes the node up)
+            if not self.one_shot:  # (read when a next opening takes the node up)
                 self._parameter_ids[node] = parameter_ids(owner)
             # A plain nn.Sequential runs no operation of its own: counting off inside it spares
             # switching torch's function mode around each of its (ruled) children.
@@ -374,7 +380,8 @@ class Collector(CallTiming):
         node's FLOPs come from counted operations instead of a rule; bytes 0 with
         ``profile(memory=False)``; its key left for the caller to fill in).
         """
-        node.note_shapes(signature(args, kwargs), signature((output,)))
+        if not self.one_shot:
+            node.note_shapes(signature(args, kwargs), signature((output,)))
         if self._uncounted and node in self._uncounted:
             del self._uncounted[node]
             # Its lazy weights have shapes now.

@@ -89,7 +89,7 @@ def _one_shot_class() -> type:
     class OneShot(profile):
         def __init__(self, model: Any) -> None:
             super().__init__(model, timing=False, isolated=True, memory=False, params=False)
-            self._collector.reopens = False
+            self._collector.one_shot = True
 
         def _note_run(self) -> None:
             """Nothing: the count is the profile's only reader."""
