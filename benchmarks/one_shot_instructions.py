@@ -12,19 +12,24 @@ time (inside a forward, the conv kernels evict the interpreter's caches, so Pyth
 costs more per instruction than the arithmetic does): the goal stays with ``enter_exit.py``.
 
 Printed per model: each way's instructions per count, added over the plain forward, and
-tracetorch's as a ratio of FlopCounterMode's (total and added).
+tracetorch's as a ratio of FlopCounterMode's (total and added). With ``--pieces``, then what
+each piece of a count's own work costs: ``count_flops`` again with the garbage collector off,
+and with one piece at a time switched off (:data:`PIECES`: the piece does nothing, so the count
+comes out wrong; only its instructions are read), the drop being the piece's cost.
 
 Run: ``python benchmarks/one_shot_instructions.py [--models cnn,transformer] [--counts 5]
-[--classes 1200]`` (needs ``valgrind``; about seven minutes, most of it importing torch under
-Valgrind).
+[--classes 1200] [--pieces]`` (needs ``valgrind``; about seven minutes, most of it importing
+torch under Valgrind).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import sys
 import warnings
+from collections.abc import Iterator
 from typing import Callable
 
 import torch
@@ -34,6 +39,11 @@ from torch import nn
 from torch_peers import module_calls
 
 import tracetorch
+from tracetorch.engine import hotpath
+from tracetorch.engine.collector import Collector
+from tracetorch.flops.registry import NO_RULE, FlopRegistry
+from tracetorch.records.result import ProfileResult
+from tracetorch.records.tree import FLOPS, KEY, CallNode, new_entry
 from tracetorch.tools.flop_count import _one_shot_profile
 
 #: The models counted, by ``--models`` name: label, builder, input shape (batch 1, as
@@ -42,6 +52,49 @@ MODELS = {
     "cnn": ("ResNet-18-shaped CNN, 1x3x32x32", resnet, (1, 3, 32, 32)),
     "transformer": ("transformer encoder, 4 layers, 1x16x64", transformer, (1, 16, 64)),
 }
+
+
+def _free_rules(registry: FlopRegistry, layer_type: type) -> object:
+    # Each rule found stands in as one that costs nothing and counts 0.
+    rule = _LOOKUP(registry, layer_type)
+    return rule if rule is None or rule is NO_RULE else _no_flops
+
+
+def _no_flops(layer: object, inputs: object, output: object) -> int:
+    return 0
+
+
+def _bare_counter(collector: Collector, node: CallNode, owner: object, key: object,
+                  shape: object, args: object, kwargs: object, output: object) -> list[object]:
+    # A new key's counter kept as _first_entry keeps it, without its rule and sizes.
+    entry = new_entry()
+    entry[KEY], entry[FLOPS] = key, 0
+    node.engine.flops_cache[shape if shape is not None else key] = entry
+    return entry
+
+
+_LOOKUP = FlopRegistry.lookup
+
+#: What ``--pieces`` switches off, one at a time: the piece's name, and the attribute replaced
+#: with what stands in for it.
+PIECES: dict[str, tuple[object, str, object]] = {
+    "the FLOP rules": (FlopRegistry, "lookup", _free_rules),
+    "a new key's counter (its rule, its sizes)": (hotpath, "_first_entry", _bare_counter),
+    "the fold at the stop": (Collector, "fold_counts", lambda collector, root=None: None),
+    "reading the total": (ProfileResult, "forward_flops", property(lambda result: 0)),
+}
+
+
+@contextlib.contextmanager
+def switched_off(piece: str) -> Iterator[None]:
+    """For the duration, :data:`PIECES`' ``piece`` does nothing."""
+    owner, attr, stand_in = PIECES[piece]
+    original = vars(owner)[attr]
+    setattr(owner, attr, stand_in)
+    try:
+        yield
+    finally:
+        setattr(owner, attr, original)
 
 
 #: The breakdown's blocks (see :func:`breakdown_ways`), in order.
@@ -67,12 +120,34 @@ def breakdown_ways(build: Callable[[], nn.Module], shape: tuple[int, ...]
                                 block(model, model))))
 
 
-def run_child(models: list[str], counts: int, classes: int) -> dict[str, object]:
+#: The name of ``count_flops`` counted with the garbage collector off, before :data:`PIECES`.
+ALL_ON = "count_flops, garbage collector off"
+
+
+def piece_ways(build: Callable[[], nn.Module], shape: tuple[int, ...]
+               ) -> list[tuple[str, Callable[[], None]]]:
+    """``count_flops`` on a model of its own, then with each of :data:`PIECES` switched off."""
+    model = build()
+
+    def count() -> None:
+        tracetorch.count_flops(model, shape)
+
+    def without(piece: str) -> Callable[[], None]:
+        def run() -> None:
+            with switched_off(piece):
+                count()
+        return run
+
+    return [(ALL_ON, count), *((piece, without(piece)) for piece in PIECES)]
+
+
+def run_child(models: list[str], counts: int, classes: int, pieces: bool) -> dict[str, object]:
     """Inside callgrind: each way on each model, ``counts`` times in one ``functools.reduce``
     call (after two uncounted calls), then the breakdown's blocks with the garbage collector
-    off (their recordings are left to it, as a profile's are). Returns the ``model/way`` names
-    in dump order, and per model its module calls per forward and the nodes a forward makes
-    (each a layer's first call at its call site)."""
+    off (their recordings are left to it, as a profile's are), and with ``pieces``
+    :func:`piece_ways` with it off. Returns the ``model/way`` names in dump order, and per
+    model its module calls per forward and the nodes a forward makes (each a layer's first
+    call at its call site)."""
     keep = synthetic_classes(classes)  # noqa: F841 - alive while counting, as in enter_exit.py
     dumped: list[str] = []
     calls: dict[str, tuple[int, int]] = {}
@@ -80,12 +155,14 @@ def run_child(models: list[str], counts: int, classes: int) -> dict[str, object]
         for label, build, shape in (MODELS[name] for name in models):
             calls[label] = _calls_and_nodes(build, shape)
             ways = [*one_shot_ways(build(), shape).items(),
-                    *breakdown_ways(build, shape).items()]
+                    *breakdown_ways(build, shape).items(),
+                    *(piece_ways(build, shape) if pieces else ())]
             for way, fn in ways:
                 fn()
                 fn()
                 dumped.append(f"{label}/{way}")
-                run_counted(fn, counts, collector_off=way in BREAKDOWN)
+                run_counted(fn, counts,
+                            collector_off=way in BREAKDOWN or way == ALL_ON or way in PIECES)
     return {"dumped": dumped, "calls": calls}
 
 
@@ -96,13 +173,13 @@ def _calls_and_nodes(build: Callable[[], nn.Module], shape: tuple[int, ...]) -> 
     return module_calls(model, lambda: model(x)), len(prof.nodes())
 
 
-def count(models: list[str], counts: int, classes: int, valgrind: str
+def count(models: list[str], counts: int, classes: int, pieces: bool, valgrind: str
           ) -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
     """Run the child under callgrind: the instructions of one call of each way, by name, and
     each model's module calls and nodes per forward."""
     result, totals = run_under_callgrind(
         valgrind, ["--child", "--models", ",".join(models), "--counts", str(counts),
-                   "--classes", str(classes)], __file__)
+                   "--classes", str(classes), *(["--pieces"] if pieces else [])], __file__)
     dumped = result["dumped"]
     if len(totals) != len(dumped):
         raise RuntimeError(f"{len(totals)} dumps for {len(dumped)} counted ways")
@@ -119,7 +196,7 @@ def report(models: list[str], per_call: dict[str, int],
         plain, reference = ways["plain forward"], ways["FlopCounterMode"]
         print(f"  {label}")
         for way, n in ways.items():
-            if way in BREAKDOWN:
+            if way in BREAKDOWN or way == ALL_ON or way in PIECES:
                 continue
             line = (f"    {way:<16} {n / 1e6:8.2f} M   +{(n - plain) / 1e6:7.2f} M over a "
                     f"plain forward")
@@ -139,6 +216,12 @@ def report(models: list[str], per_call: dict[str, int],
               f"({steady / module_calls_made:,.0f} each), the first calls at its {nodes} nodes "
               f"{first_calls / 1e6:.2f} M more ({first_calls / nodes:,.0f} each), wrapping the "
               f"classes {wrapping / 1e6:.2f} M")
+        if ALL_ON in ways:
+            every = ways[ALL_ON]
+            drops = ", ".join(f"{piece} {(ways[piece] - every) / 1e6:+.2f} M" for piece in PIECES)
+            print(f"    count_flops with the garbage collector off {every / 1e6:.2f} M "
+                  f"({(ways['count_flops'] - every) / 1e6:.2f} M less than with it on); with "
+                  f"one piece off at a time: {drops}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="calls of each way counted (default 5)")
     parser.add_argument("--classes", type=int, default=1200,
                         help="synthetic layer classes defined meanwhile (default 1200)")
+    parser.add_argument("--pieces", action="store_true",
+                        help="then count_flops with each piece of its work switched off")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.counts < 1:
@@ -161,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")  # layers with no FLOP rule
     if args.child:
-        print(json.dumps(run_child(models, args.counts, args.classes)))
+        print(json.dumps(run_child(models, args.counts, args.classes, args.pieces)))
         return 0
     valgrind = shutil.which("valgrind")
     if valgrind is None:
@@ -170,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"torch {torch.__version__}, 1 thread, batch 1, no_grad, callgrind instructions "
           f"per call ({args.counts} counted):")
-    report(models, *count(models, args.counts, args.classes, valgrind))
+    report(models, *count(models, args.counts, args.classes, args.pieces, valgrind))
     return 0
 
 

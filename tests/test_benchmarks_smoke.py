@@ -150,7 +150,7 @@ def test_instructions_counts_each_variant_of_a_row() -> None:
 def test_one_shot_instructions_counts_each_way() -> None:
     require_valgrind("one_shot_instructions.py")
     out = run_benchmark("one_shot_instructions.py", "--models", "cnn", "--counts", "1",
-                        "--classes", "10", timeout=900)
+                        "--classes", "10", "--pieces", timeout=900)
     found = dict(re.findall(r"^    (plain forward|FlopCounterMode|count_flops|profile\(model\))"
                             r"\s+([\d.]+) M", out, re.MULTILINE))
     assert out.count("ResNet-18-shaped CNN") == 1 and "transformer" not in out
@@ -164,3 +164,6 @@ def test_one_shot_instructions_counts_each_way() -> None:
                      r"leaving; the first forward \+[\d.]+ M over a plain one:\n      77 module "
                      r"calls again -?[\d.]+ M \(-?[\d,]+ each\), the first calls at its 69 "
                      r"nodes -?[\d.]+ M more \(-?[\d,]+ each\), wrapping", out), out
+    assert re.search(r"count_flops with the garbage collector off [\d.]+ M \(-?[\d.]+ M less "
+                     r"than with it on\); with one piece off at a time: the FLOP rules [+-][\d.]+ "
+                     r"M, .*, reading the total [+-][\d.]+ M$", out, re.MULTILINE), out
