@@ -189,7 +189,8 @@ class Collector(CallTiming):
             state = node.engine
             frame = state.frame
             if not self.one_shot and ((frame is not None and node.parent is not None
-                                  and not warm.remember(node, frame, generation)) or stale):
+                                       and not warm.remember(node, frame, generation))
+                                      or stale):
                 state.flops_cache.clear()
             state.child_frames.clear()
             state.frame = None

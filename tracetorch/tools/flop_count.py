@@ -81,8 +81,9 @@ def _call_arguments(model: Any, inputs: Any) -> tuple[tuple[Any, ...], dict[str,
 def _one_shot_class() -> type:
     """The profile class of a count: it counts FLOPs once (no timing, sizes or parameter counts)
     and is read for nothing else, so it keeps nothing for another opening and notes none of
-    what a report reads (the run's facts, the unsupported layers' list: a layer without a rule
-    still warns at its call)."""
+    what a report reads (its nodes numbered, not named, nor keyed, their shapes unnoted: see
+    ``Collector.one_shot``; the run's facts, the unsupported layers' list: a layer without a
+    rule still warns at its call)."""
     # Imported here: the engine imports the adapters, which a parameter count never needs.
     from tracetorch.profiler import profile
 
