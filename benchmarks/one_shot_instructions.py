@@ -39,12 +39,10 @@ from torch import nn
 from torch_peers import module_calls
 
 import tracetorch
-from tracetorch.engine import hotpath
-from tracetorch.engine.collector import Collector
+from tracetorch.engine.tally import TallyCollector
 from tracetorch.flops.registry import NO_RULE, FlopRegistry
-from tracetorch.records.result import ProfileResult
-from tracetorch.records.tree import FLOPS, KEY, CallNode, new_entry
-from tracetorch.tools.flop_count import _one_shot_profile
+from tracetorch.records.tree import CALLS, new_entry
+from tracetorch.tools.flop_count import _counting_class
 
 #: The models counted, by ``--models`` name: label, builder, input shape (batch 1, as
 #: enter_exit.py's one-shot rows).
@@ -64,12 +62,12 @@ def _no_flops(layer: object, inputs: object, output: object) -> int:
     return 0
 
 
-def _bare_counter(collector: Collector, node: CallNode, owner: object, key: object,
-                  shape: object, args: object, kwargs: object, output: object) -> list[object]:
-    # A new key's counter kept as _first_entry keeps it, without its rule and sizes.
+def _counted(collector: TallyCollector, node: object, owner: object, key: object,
+             shape: object, args: object, kwargs: object, output: object) -> list[object]:
+    # A call's end as the wrappers need it (a counter already counted), without its rule and
+    # its share of the total.
     entry = new_entry()
-    entry[KEY], entry[FLOPS] = key, 0
-    node.engine.flops_cache[shape if shape is not None else key] = entry
+    entry[CALLS] = 1
     return entry
 
 
@@ -79,9 +77,8 @@ _LOOKUP = FlopRegistry.lookup
 #: with what stands in for it.
 PIECES: dict[str, tuple[object, str, object]] = {
     "the FLOP rules": (FlopRegistry, "lookup", _free_rules),
-    "a new key's counter (its rule, its sizes)": (hotpath, "_first_entry", _bare_counter),
-    "the fold at the stop": (Collector, "fold_counts", lambda collector, root=None: None),
-    "reading the total": (ProfileResult, "forward_flops", property(lambda result: 0)),
+    "each call's end (its rule, its share of the total)": (TallyCollector, "first_entry",
+                                                           _counted),
 }
 
 
@@ -98,26 +95,24 @@ def switched_off(piece: str) -> Iterator[None]:
 
 
 #: The breakdown's blocks (see :func:`breakdown_ways`), in order.
-BREAKDOWN = ("block alone", "block, forward", "block, forward and twin", "block, forward twice")
+BREAKDOWN = ("block alone", "block, forward", "block, forward twice")
 
 
 def breakdown_ways(build: Callable[[], nn.Module], shape: tuple[int, ...]
                    ) -> dict[str, Callable[[], None]]:
-    """Where a one-shot count's instructions go: ``count_flops``'s block (the same profile
-    settings) around nothing, one forward, a forward and one of a twin model (the same layer
-    classes, already wrapped: its layers' first calls alone), and two forwards (the second
-    one's calls are the steady hot path)."""
-    model, twin, x = build(), build(), torch.randn(shape)
+    """Where a one-shot count's instructions go: ``count_flops``'s block (its own recording)
+    around nothing, one forward, and two forwards (the second one's calls recorded as the
+    first one's, its layer classes wrapped already)."""
+    model, x = build(), torch.randn(shape)
 
-    def block(*forwards: nn.Module) -> Callable[[], None]:
+    def block(forwards: int) -> Callable[[], None]:
         def run() -> None:
-            with _one_shot_profile(model):  # count_flops's own
-                for forward in forwards:
-                    forward(x)
+            with _counting_class()(model):  # count_flops's own
+                for _ in range(forwards):
+                    model(x)
         return run
 
-    return dict(zip(BREAKDOWN, (block(), block(model), block(model, twin),
-                                block(model, model))))
+    return dict(zip(BREAKDOWN, (block(0), block(1), block(2))))
 
 
 #: The name of ``count_flops`` counted with the garbage collector off, before :data:`PIECES`.
@@ -146,14 +141,13 @@ def run_child(models: list[str], counts: int, classes: int, pieces: bool) -> dic
     call (after two uncounted calls), then the breakdown's blocks with the garbage collector
     off (their recordings are left to it, as a profile's are), and with ``pieces``
     :func:`piece_ways` with it off. Returns the ``model/way`` names in dump order, and per
-    model its module calls per forward and the nodes a forward makes (each a layer's first
-    call at its call site)."""
+    model its module calls per forward."""
     keep = synthetic_classes(classes)  # noqa: F841 - alive while counting, as in enter_exit.py
     dumped: list[str] = []
-    calls: dict[str, tuple[int, int]] = {}
+    calls: dict[str, int] = {}
     with torch.no_grad():
         for label, build, shape in (MODELS[name] for name in models):
-            calls[label] = _calls_and_nodes(build, shape)
+            calls[label] = _module_calls(build, shape)
             ways = [*one_shot_ways(build(), shape).items(),
                     *breakdown_ways(build, shape).items(),
                     *(piece_ways(build, shape) if pieces else ())]
@@ -166,17 +160,15 @@ def run_child(models: list[str], counts: int, classes: int, pieces: bool) -> dic
     return {"dumped": dumped, "calls": calls}
 
 
-def _calls_and_nodes(build: Callable[[], nn.Module], shape: tuple[int, ...]) -> tuple[int, int]:
+def _module_calls(build: Callable[[], nn.Module], shape: tuple[int, ...]) -> int:
     model, x = build(), torch.randn(shape)
-    with tracetorch.profile(model, timing=False) as prof:
-        model(x)
-    return module_calls(model, lambda: model(x)), len(prof.nodes())
+    return module_calls(model, lambda: model(x))
 
 
 def count(models: list[str], counts: int, classes: int, pieces: bool, valgrind: str
-          ) -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
+          ) -> tuple[dict[str, int], dict[str, int]]:
     """Run the child under callgrind: the instructions of one call of each way, by name, and
-    each model's module calls and nodes per forward."""
+    each model's module calls per forward."""
     result, totals = run_under_callgrind(
         valgrind, ["--child", "--models", ",".join(models), "--counts", str(counts),
                    "--classes", str(classes), *(["--pieces"] if pieces else [])], __file__)
@@ -187,7 +179,7 @@ def count(models: list[str], counts: int, classes: int, pieces: bool, valgrind: 
 
 
 def report(models: list[str], per_call: dict[str, int],
-           calls: dict[str, tuple[int, int]]) -> None:
+           calls: dict[str, int]) -> None:
     """Per model: each way's instructions per call, added over the plain forward, ratios; then
     the breakdown of count_flops's block."""
     for label in (MODELS[name][0] for name in models):
@@ -204,18 +196,15 @@ def report(models: list[str], per_call: dict[str, int],
                 line += (f"   {n / reference:.2f}x FlopCounterMode's "
                          f"({(n - plain) / (reference - plain):.2f}x its added)")
             print(line)
-        alone, once, twin, twice = (ways[way] for way in BREAKDOWN)
-        module_calls_made, nodes = calls[label]
-        steady = twice - once - plain  # every module call of a forward, on the C hot path
-        # The twin's forward: a first call at each node, the steady cost at its other calls.
-        first_calls = twin - once - plain - steady
-        wrapping = once - alone - plain - first_calls - steady
+        alone, once, twice = (ways[way] for way in BREAKDOWN)
+        module_calls_made = calls[label]
+        again = twice - once - plain  # every module call recorded, the classes wrapped already
+        wrapping = once - alone - plain - again
         print(f"    count_flops's block, garbage collector off: {alone / 1e6:.2f} M entering and "
               f"leaving; the first forward +{(once - alone - plain) / 1e6:.2f} M over a plain "
-              f"one:\n      {module_calls_made} module calls again {steady / 1e6:.2f} M "
-              f"({steady / module_calls_made:,.0f} each), the first calls at its {nodes} nodes "
-              f"{first_calls / 1e6:.2f} M more ({first_calls / nodes:,.0f} each), wrapping the "
-              f"classes {wrapping / 1e6:.2f} M")
+              f"one:\n      its {module_calls_made} module calls {again / 1e6:.2f} M "
+              f"({again / module_calls_made:,.0f} each), wrapping the classes at their first "
+              f"calls {wrapping / 1e6:.2f} M")
         if ALL_ON in ways:
             every = ways[ALL_ON]
             drops = ", ".join(f"{piece} {(ways[piece] - every) / 1e6:+.2f} M" for piece in PIECES)

@@ -161,9 +161,10 @@ def test_one_shot_instructions_counts_each_way() -> None:
                for way in ("FlopCounterMode", "count_flops", "profile(model)")), out
     assert re.search(r"count_flops .* [\d.]+x FlopCounterMode's \([\d.]+x its added\)", out)
     assert re.search(r"count_flops's block, garbage collector off: [\d.]+ M entering and "
-                     r"leaving; the first forward \+[\d.]+ M over a plain one:\n      77 module "
-                     r"calls again -?[\d.]+ M \(-?[\d,]+ each\), the first calls at its 69 "
-                     r"nodes -?[\d.]+ M more \(-?[\d,]+ each\), wrapping", out), out
+                     r"leaving; the first forward \+[\d.]+ M over a plain one:\n      its 77 "
+                     r"module calls -?[\d.]+ M \(-?[\d,]+ each\), wrapping the classes at their "
+                     r"first calls -?[\d.]+ M", out), out
     assert re.search(r"count_flops with the garbage collector off [\d.]+ M \(-?[\d.]+ M less "
                      r"than with it on\); with one piece off at a time: the FLOP rules [+-][\d.]+ "
-                     r"M, .*, reading the total [+-][\d.]+ M$", out, re.MULTILINE), out
+                     r"M, each call's end \(its rule, its share of the total\) [+-][\d.]+ M$",
+                     out, re.MULTILINE), out

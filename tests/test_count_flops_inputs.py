@@ -138,7 +138,7 @@ def test_a_count_keeps_nothing_for_another_opening_and_notes_no_run_facts(monkey
 
 
 class _Named(nn.Module):
-    """What a profile's names tell apart, which count_flops's numbered nodes must not confuse:
+    """What a profile's names tell apart, which count_flops's running total must count alike:
     siblings of one class, one layer at two call sites, a layer reached through an attribute
     path (and again through its container), a layer made afresh at each call."""
 
@@ -153,7 +153,7 @@ class _Named(nn.Module):
         return self.block(x) + x
 
 
-def test_a_count_numbers_its_nodes_and_counts_what_a_named_profile_counts():
+def test_a_count_counts_what_a_named_profile_counts():
     model, x = _Named(), torch.ones(4, 8)
     with torch.no_grad(), tracetorch.profile(model, timing=False) as prof:
         model(x)

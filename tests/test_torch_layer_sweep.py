@@ -493,8 +493,8 @@ def test_layer_forward_and_backward_flops_are_known_exact_and_leave_nothing_behi
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_count_flops_counts_what_a_profile_of_the_same_call_counts(name):
-    # count_flops's one-shot profile numbers its nodes, keys none by its module and notes no
-    # shapes: the FLOPs must be an ordinary profile's of the same call, layer by layer.
+    # count_flops keeps a running total of each call's share, no node (tracetorch.engine.tally):
+    # the FLOPs must be an ordinary profile's of the same call, layer by layer.
     case = CASES[name]
     torch.manual_seed(0)
     layer, inputs = case.make(), case.inputs()

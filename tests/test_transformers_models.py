@@ -171,7 +171,7 @@ def test_parameters_and_forward_gemm_flops_match_flop_counter_mode(name):
     # Every layer's FLOPs known: activations, norms, rotary embeddings counted from their ops.
     assert prof.unsupported == {} and prof.completeness == "complete"
     assert prof.forward_flops > prof.gemm_flops
-    # count_flops's one-shot profile (nodes numbered, not named) counts the same
+    # count_flops's running total (no node per call path: tracetorch.engine.tally) counts the same
     assert tracetorch.count_flops(model, inputs) == prof.forward_flops
 
 

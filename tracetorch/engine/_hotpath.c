@@ -10,7 +10,7 @@
  * but an all-threads profile, a profile not taking calls, timing other than plain or with call
  * hooks: ``Collector.plain_clock`` is None, a node's first call) or after the call, through
  * the same helpers the
- * Python wrapper uses (``call_key``, ``_first_entry``, the collector's methods).
+ * Python wrapper uses (``call_key``, the collector's methods).
  *
  * Every Python name it reads is interned in PyInit__hotpath, and the positions of the records
  * it shares with Python (a Frame's fields, a per-shape counter's slots) are found by name when
@@ -889,12 +889,9 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
                                 kwargs, grad, &entry, &key, &shape) < 0)
         goto out;
     if (entry == NULL) {
-        PyObject *first = global(self, s_first_entry);
-        if (first == NULL)
-            goto out;
-        entry = PyObject_CallFunctionObjArgs(first, collector, node, owner, key,
-                                             shape != NULL ? shape : Py_None, args, kwargs,
-                                             output, NULL);
+        entry = PyObject_CallMethodObjArgs(collector, s_first_entry, node, owner, key,
+                                           shape != NULL ? shape : Py_None, args, kwargs,
+                                           output, NULL);
         if (entry == NULL)
             goto out;
     }
@@ -1010,7 +1007,7 @@ PyInit__hotpath(void)
     INTERN(s_SHAPELESS, "_SHAPELESS");
     INTERN(s_INT_SHAPED, "_INT_SHAPED");
     INTERN(s_dtype, "dtype");
-    INTERN(s_first_entry, "_first_entry");
+    INTERN(s_first_entry, "first_entry");
     INTERN(s_FLUSH_EVERY, "FLUSH_EVERY");
     INTERN(s_plain_clock, "plain_clock");
     INTERN(s_record_failure, "record_failure");

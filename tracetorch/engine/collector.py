@@ -36,6 +36,7 @@ from tracetorch.models.introspect import (
     is_stateless,
     is_torch_module,
     only_calls_children,
+    returns_an_input,
     runs_compiled_graph,
 )
 from tracetorch.models.tensors import parameter_ids, signature, tensor_bytes
@@ -43,6 +44,7 @@ from tracetorch.records.tree import (
     FLOPS,
     GEMM_FLOPS,
     INPUT_BYTES,
+    KEY,
     MACS,
     OUTPUT_BYTES,
     SAVED_BYTES,
@@ -51,15 +53,16 @@ from tracetorch.records.tree import (
     new_entry,
 )
 
-__all__ = ("Collector", "FOLD_EVERY_TOUCHED")
+__all__ = ("Collector", "FOLD_EVERY_TOUCHED", "RULED_KINDS", "RULED_STATES", "call_type_name",
+           "rule_flops")
 
 #: Touched nodes a step may leave unfolded (see :meth:`Collector.end_step`).
 FOLD_EVERY_TOUCHED = 4096
 
-# Node kinds whose FLOPs may come from a registered rule (backward FLOPs are always counted).
-_RULED_KINDS = frozenset({"module", "optimizer"})
-# Rule states under which a call's own tensor operations are not needed (the rule says it all).
-_RULED_STATES = frozenset({"rule", "user", "free"})
+#: Node kinds whose FLOPs may come from a registered rule (backward FLOPs are always counted).
+RULED_KINDS = frozenset({"module", "optimizer"})
+#: Rule states under which a call's own tensor operations are not needed (the rule says it all).
+RULED_STATES = frozenset({"rule", "user", "free"})
 
 # How a node is named when its parent holds no attribute naming it.
 _DEFAULT_NAMES = {"optimizer": "{}.step", "backward": "backward", "data": "data"}
@@ -70,6 +73,11 @@ _PAUSED = object()
 
 class Collector(CallTiming):
     """The tree of one profile plus the caches that keep the hot path cheap."""
+
+    #: Whether calls are recorded in nodes of the tree (what the adapters may add rows to, learn
+    #: a node's operation counts in); a running total keeps none (see
+    #: :class:`tracetorch.engine.tally.TallyCollector`).
+    records_tree = True
 
     def __init__(self, root: CallNode, model: Any, *, registry: FlopRegistry | None = None,
                  clock: Clock | None = None, timeline: bool = False,
@@ -114,11 +122,6 @@ class Collector(CallTiming):
         self._originals: dict[str, CallNode] = {}
         self.recompute_of: dict[CallNode, CallNode] = {}
         self._warm = WarmNodes()
-        #: A recording opened once and read for its FLOP total alone (``count_flops``): it
-        #: remembers nothing for a next opening (the nodes, what tells a replaced parameter),
-        #: numbers its nodes under their parents instead of naming them by their paths, keys
-        #: no node by its module, and notes no call's shapes.
-        self.one_shot = False
         # Each torch module node's parameter_ids(owner) when it was last adopted or taken up
         # (see _check_parameters), and the structure generation when this opening started.
         self._parameter_ids: dict[CallNode, tuple[int, ...]] = {}
@@ -188,9 +191,8 @@ class Collector(CallTiming):
         for node in self._adopted:
             state = node.engine
             frame = state.frame
-            if not self.one_shot and ((frame is not None and node.parent is not None
-                                       and not warm.remember(node, frame, generation))
-                                      or stale):
+            if ((frame is not None and node.parent is not None
+                    and not warm.remember(node, frame, generation)) or stale):
                 state.flops_cache.clear()
             state.child_frames.clear()
             state.frame = None
@@ -232,15 +234,12 @@ class Collector(CallTiming):
             child = self._install_frame(node, Frame.of(self, node, owner, ops, observe))
             frame.child_frames[id(owner)] = child
             return child
-        type_name = _type_name(owner, kind, label)
+        type_name = call_type_name(owner, kind, label)
         default = label or (_DEFAULT_NAMES[kind].format(type_name) if kind in _DEFAULT_NAMES
                             else type_name)
         if kind == "optimizer" and label is None:
             default += self._scope_of(owner)
-        if self.one_shot:
-            # Nobody reads a name: a number under the parent spares the model's walk.
-            name = f"{default}#{len(parent_node.children) + 1}"
-        elif parent_owner is None or parent_node.kind == "thread":
+        if parent_owner is None or parent_node.kind == "thread":
             # One naming however the profile was opened: the model is "", as named_modules()
             # names it; without one given, the first layer called at the top stands for it. A
             # layer of it called from outside every layer (model.encoder(x) in the loop) is
@@ -258,7 +257,7 @@ class Collector(CallTiming):
                 name = default
         else:
             name = self.ids.name_in(parent_owner, owner) or default
-        if kind == "module" and self._through_wrappers and not self.one_shot:
+        if kind == "module" and self._through_wrappers:
             # DDP/FSDP: the user's module names
             name = wrapper_name(name, owner, parent_owner, self.model)
         existing = parent_node.children.get(name)
@@ -271,8 +270,7 @@ class Collector(CallTiming):
             found = existing.engine.frame
             return found if found is not None else self.adopt(existing, owner, kind, flops_fn,
                                                               frame.ops)
-        # (A one-shot count keys no node: a key is what tells call sites and openings apart.)
-        key = "" if self.one_shot else self.ids.module_key(owner)
+        key = self.ids.module_key(owner)
         if existing is not None and existing.module_key != key:
             if kind == "module":
                 # The parent holds another module under this name now (model.fc = ..., between
@@ -348,17 +346,17 @@ class Collector(CallTiming):
         if flops_fn is not None:
             state.rule_state = "user"
             self._user_rules[node] = flops_fn
-        elif kind in _RULED_KINDS:
+        elif kind in RULED_KINDS:
             rule = self.registry.lookup(type(owner))
             state.rule_state = "none" if rule is NO_RULE else ("free" if rule is None else "rule")
         counts_ops = parent_ops
         torch_module = is_torch_module(owner)
         if torch_module:
-            if not self.one_shot:  # (read when a next opening takes the node up)
-                self._parameter_ids[node] = parameter_ids(owner)
+            # (read when a next opening takes the node up)
+            self._parameter_ids[node] = parameter_ids(owner)
             # A plain nn.Sequential runs no operation of its own: counting off inside it spares
             # switching torch's function mode around each of its (ruled) children.
-            counts_ops = (self.count_ops and state.rule_state not in _RULED_STATES
+            counts_ops = (self.count_ops and state.rule_state not in RULED_STATES
                           and not only_calls_children(owner))
         elif kind == "optimizer":
             # An update is elementwise maths over every parameter, no product to count, and
@@ -371,18 +369,20 @@ class Collector(CallTiming):
         return self.ids.module_key(owner)
 
     # ------------------------------------------------------------------ FLOPs
-    def first_call(self, node: CallNode, owner: Any, args: tuple[Any, ...],
-                   kwargs: dict[str, Any], output: Any) -> list[Any]:
-        """The first call of ``node`` with its key (input shapes and dtypes, grad mode, layer
-        structures: see :func:`~tracetorch.engine.hotpath.call_key`): note the shapes, run the
-        rule, measure the sizes.
+    def first_entry(self, node: CallNode, owner: Any, key: Any, shape: Any,
+                    args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> list[Any]:
+        """The counter of the first call of ``node`` with ``key`` (input shapes and dtypes, grad
+        mode, layer structures: see :func:`~tracetorch.engine.hotpath.call_key`), made and kept
+        in the node's ``flops_cache``: note the shapes, run the rule, measure the sizes. The
+        wrappers call it at such a call's end.
 
-        Returns the counter (:data:`~tracetorch.records.tree.ENTRY_FIELDS`; ``None`` FLOPs when the
+        The counter (:data:`~tracetorch.records.tree.ENTRY_FIELDS`; ``None`` FLOPs when the
         node's FLOPs come from counted operations instead of a rule; bytes 0 with
-        ``profile(memory=False)``; its key left for the caller to fill in).
+        ``profile(memory=False)``) is kept under the call's ``shape`` (one tensor's, or ``None``)
+        while no other key of that shape is, else under ``key``: each counter under one key
+        only, as the fold counts them.
         """
-        if not self.one_shot:
-            node.note_shapes(signature(args, kwargs), signature((output,)))
+        node.note_shapes(signature(args, kwargs), signature((output,)))
         if self._uncounted and node in self._uncounted:
             del self._uncounted[node]
             # Its lazy weights have shapes now.
@@ -398,24 +398,20 @@ class Collector(CallTiming):
         if state == "user":
             entry[FLOPS] = int(self._user_rules[node](*args, **kwargs))
         elif state == "rule":
-            # Rules read positional inputs: keyword arguments go where the forward takes them.
-            inputs = bound_inputs(owner, args, kwargs)
-            result = self.registry.lookup(type(owner))(owner, inputs, output)
-            if isinstance(result, FlopCount):
-                macs = result.macs if result.macs is not None else result.gemm // 2
-                entry[FLOPS], entry[GEMM_FLOPS], entry[MACS] = (
-                    int(result.flops), int(result.gemm), int(macs))
-            else:
-                entry[FLOPS] = int(result)
+            entry[FLOPS], entry[GEMM_FLOPS], entry[MACS] = rule_flops(
+                self.registry.lookup(type(owner)), owner, args, kwargs, output)
         elif (state == "none" and node.kind == "module" and not engine.op_flops
               and not node.children and node.flops_source == "none"):
             if (not node.ops and engine.frame is not None and engine.frame.ops
-                    and is_torch_module(owner) and _returns_an_input(args, kwargs, output)):
+                    and is_torch_module(owner) and returns_an_input(args, kwargs, output)):
                 # A torch module whose operations were counted ran none and handed back what
                 # it was given (a DropPath in eval): it costs a known 0.
                 node.flops_source = "ops"
             elif self.warn_unsupported:
-                warn_unsupported(node.type_name, runs_compiled_graph(owner), stacklevel=3)
+                warn_unsupported(node.type_name, runs_compiled_graph(owner), stacklevel=2)
+        entry[KEY] = key
+        cache = engine.flops_cache
+        cache[shape if shape is not None and shape not in cache else key] = entry
         return entry
 
     def fold(self, root: CallNode | None = None) -> None:
@@ -550,7 +546,13 @@ class Collector(CallTiming):
         outer.dropped_events += self.dropped_events
 
 
-def _type_name(owner: Any, kind: str, label: str | None) -> str:
+def call_type_name(owner: Any, kind: str, label: str | None) -> str:
+    """The type name of a call of ``owner`` recorded as ``kind`` (``label``: a function's).
+
+    Example:
+        >>> call_type_name(len, "function", None), call_type_name(3, "module", None)
+        ('len', 'int')
+    """
     if kind == "backward":
         return "backward"
     if kind == "data":
@@ -560,6 +562,18 @@ def _type_name(owner: Any, kind: str, label: str | None) -> str:
     return type(owner).__name__
 
 
-def _returns_an_input(args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> bool:
-    return any(output is value for value in args) or any(
-        output is value for value in kwargs.values())
+def rule_flops(rule: Callable[..., Any], owner: Any, args: tuple[Any, ...],
+               kwargs: dict[str, Any], output: Any) -> tuple[int, int, int]:
+    """What a FLOP rule says of one call of ``owner``: its FLOPs, their matrix-product part and
+    its MACs (a rule returning a plain number counts no product).
+
+    Example:
+        >>> rule_flops(lambda layer, inputs, output: 2 * inputs[0], None, (3,), {}, None)
+        (6, 0, 0)
+    """
+    # Rules read positional inputs: keyword arguments go where the forward takes them.
+    result = rule(owner, bound_inputs(owner, args, kwargs), output)
+    if isinstance(result, FlopCount):
+        macs = result.macs if result.macs is not None else result.gemm // 2
+        return int(result.flops), int(result.gemm), int(macs)
+    return int(result), 0, 0

@@ -501,7 +501,7 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
         entry, key, shape = (found if found is not None
                              else _lookup(inner.flops_cache, args, kwargs, owner, grad))
         if entry is None:
-            entry = _first_entry(collector, node, owner, key, shape, args, kwargs, output)
+            entry = collector.first_entry(node, owner, key, shape, args, kwargs, output)
         calls = entry[CALLS]  # count_call, inlined
         entry[CALLS] = calls + 1
         if not calls:
@@ -614,18 +614,4 @@ def counter_of(cache: dict[Any, list[Any]], key: Any) -> list[Any] | None:
         entry = cache.get(key[0])
         if entry is not None and entry[KEY] != key:
             entry = None
-    return entry
-
-
-def _first_entry(collector: Collector, node: CallNode, owner: Any, key: Any, shape: Any,
-                 args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> list[Any]:
-    """The counter of a call with a key ``node`` has not seen: its rule's FLOPs, its sizes.
-
-    It is kept under the call's ``shape`` (one tensor's, or ``None``) while no other key of that
-    shape is, else under ``key``: each counter under one key only, as the fold counts them.
-    """
-    entry = collector.first_call(node, owner, args, kwargs, output)
-    entry[KEY] = key
-    cache = node.engine.flops_cache
-    cache[shape if shape is not None and shape not in cache else key] = entry
     return entry

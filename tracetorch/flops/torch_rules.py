@@ -42,6 +42,12 @@ from tracetorch.flops.torch_functions import CRITERION_PARAMETERS
 __all__ = ("register_torch_rules", "linear_rule", "mha_count")
 
 
+_Tensor = torch.Tensor
+# Every rule's result is made by _gemm or _elementwise: tuple.__new__ skips FlopCount's own
+# __new__, a Python frame.
+_new_count = tuple.__new__
+
+
 def _first_tensor(value: Any) -> torch.Tensor | None:
     if isinstance(value, torch.Tensor):
         return value
@@ -56,16 +62,18 @@ def _first_tensor(value: Any) -> torch.Tensor | None:
 
 
 def _numel(value: Any) -> int:
+    if value.__class__ is _Tensor:  # (the common call: a plain tensor, without a call)
+        return value.numel()
     tensor = _first_tensor(value)
     return int(tensor.numel()) if tensor is not None else 0
 
 
 def _gemm(gemm: int, other: int = 0) -> FlopCount:
-    return FlopCount(int(gemm + other), int(gemm), int(gemm // 2))
+    return _new_count(FlopCount, (int(gemm + other), int(gemm), int(gemm // 2)))
 
 
 def _elementwise(flops: int) -> FlopCount:
-    return FlopCount(int(flops), 0, None)
+    return _new_count(FlopCount, (int(flops), 0, None))
 
 
 # ----------------------------------------------------------------------------- products

@@ -28,7 +28,7 @@ from typing import Any
 
 __all__ = ("declared_attribute", "is_layer", "is_torch_module", "is_stateless",
            "only_calls_children", "runs_compiled_graph",
-           "bound_inputs",
+           "bound_inputs", "returns_an_input",
            "named_submodules", "named_children_of", "layer_classes")
 
 # Attributes never worth descending into when walking a duck-typed model.
@@ -318,6 +318,18 @@ def _forward_signature(cls: type) -> inspect.Signature | None:
     except TypeError:  # a class that cannot be weakly referenced: read again next time
         pass
     return found
+
+
+def returns_an_input(args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> bool:
+    """Whether a call handed back one of its own arguments (an identity, a DropPath in eval).
+
+    Example:
+        >>> x = [1]
+        >>> returns_an_input((x,), {}, x), returns_an_input((x,), {}, [1])
+        (True, False)
+    """
+    return any(output is value for value in args) or any(
+        output is value for value in kwargs.values())
 
 
 def bound_inputs(layer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:

@@ -111,6 +111,10 @@ class profile(ProfileResult):
         0
     """
 
+    #: What records each opening's calls (a subclass may record otherwise: ``count_flops``
+    #: keeps a running total, :class:`tracetorch.engine.tally.TallyCollector`).
+    _recorder: type[Collector] = Collector
+
     def __init__(self, model: Any = None, *, timing: bool = True, timeline: bool = False,
                  max_events: int = 100_000,
                  flop_rules: dict[type, Any] | None = None,
@@ -149,7 +153,7 @@ class profile(ProfileResult):
             timeline=timeline, max_events=max_events, warn_unsupported=warn_unsupported,
             count_ops=bool(ops), memory=bool(memory), params=bool(params),
             op_timing=bool(op_timing), nvtx=bool(nvtx))
-        self._collector = Collector(self.root, **self._settings)
+        self._collector = self._recorder(self.root, **self._settings)
         self.timeline = self._collector.events
         self.backward_timeline = self._collector.backward_events
         if schedule is not None and not callable(schedule):
@@ -327,7 +331,7 @@ class profile(ProfileResult):
     def _renew_collector(self) -> None:
         # A frame of the old collector may survive in the context it was entered in; a fresh
         # collector (same tree, same settings) keeps that frame from ever recording again.
-        self._collector = Collector(self.root, **self._settings)
+        self._collector = self._recorder(self.root, **self._settings)
         self.timeline = self._collector.events
         self.backward_timeline = self._collector.backward_events
         self._stale = False

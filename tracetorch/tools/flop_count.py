@@ -78,29 +78,25 @@ def _call_arguments(model: Any, inputs: Any) -> tuple[tuple[Any, ...], dict[str,
 
 
 @functools.cache
-def _one_shot_class() -> type:
-    """The profile class of a count: it counts FLOPs once (no timing, sizes or parameter counts)
-    and is read for nothing else, so it keeps nothing for another opening and notes none of
-    what a report reads (its nodes numbered, not named, nor keyed, their shapes unnoted: see
-    ``Collector.one_shot``; the run's facts, the unsupported layers' list: a layer without a
-    rule still warns at its call)."""
+def _counting_class() -> type:
+    """The profile class of a count: a :class:`tracetorch.engine.tally.TallyCollector` records
+    it (a running FLOP total, no tree), with no timing, sizes or parameter counts; nothing is
+    noted for a reader (the run's facts, the unsupported layers' list: a layer without a rule
+    still warns at its call)."""
     # Imported here: the engine imports the adapters, which a parameter count never needs.
+    from tracetorch.engine.tally import TallyCollector
     from tracetorch.profiler import profile
 
-    class OneShot(profile):
+    class Counting(profile):
+        _recorder = TallyCollector
+
         def __init__(self, model: Any) -> None:
             super().__init__(model, timing=False, isolated=True, memory=False, params=False)
-            self._collector.one_shot = True
 
         def _note_run(self) -> None:
-            """Nothing: the count is the profile's only reader."""
+            """Nothing: the total is the count's only reading."""
 
-    return OneShot
-
-
-def _one_shot_profile(model: Any) -> Any:
-    """count_flops's profile of ``model`` (see :func:`_one_shot_class`)."""
-    return _one_shot_class()(model)
+    return Counting
 
 
 def forward_flops_and_output(model: Any, *args: Any, **kwargs: Any) -> tuple[int, Any]:
@@ -114,7 +110,7 @@ def forward_flops_and_output(model: Any, *args: Any, **kwargs: Any) -> tuple[int
         (2, 3)
     """
     call = as_callable(model, "model")
-    with _one_shot_profile(model) as prof:
+    with _counting_class()(model) as counting:
         if is_torch_module(model):
             import torch  # a torch model exists, so torch is already imported
 
@@ -122,7 +118,7 @@ def forward_flops_and_output(model: Any, *args: Any, **kwargs: Any) -> tuple[int
                 out = call(*args, **kwargs)
         else:
             out = call(*args, **kwargs)
-    flops = prof.forward_flops
-    # Nothing else reads this profile: freed now rather than by the cyclic garbage collector.
-    prof._collector.release()
-    return flops, out
+    collector = counting._collector
+    # Nothing else reads this recording: freed now rather than by the cyclic garbage collector.
+    collector.release()
+    return collector.total, out

@@ -442,6 +442,17 @@ def compiled_call(original: Callable[..., Any]) -> Callable[..., Any]:
         with mode_off(), session.board.suspended(), counting:
             output = original(module, *args, **kwargs)
         elapsed = clock() - start
+        if not frame.collector.records_tree:
+            # A running total (count_flops) keeps no rows: the region's FLOPs, its layers'
+            # included, are operations of its own call.
+            if isinstance(replay, str):
+                assert isinstance(counting, DispatchedFlops)
+                flops = counting.flops
+            else:
+                flops = replay.inclusive_flops[0]
+            if flops:
+                session.counter.charge("compiled", flops, True, 1)
+            return output
         facts = session.facts(frame.node, inner, frame.collector)
         compiling = facts.note_call(before, _dynamo_state())
         grad = torch.is_grad_enabled()

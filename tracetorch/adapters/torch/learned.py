@@ -222,11 +222,14 @@ class OpLearner:
                owner: Any, entry: list[Any] | None) -> Frame:
         """The frame to run this call of ``frame``'s node with (see the class docstring);
         ``entry``: the call's counter where the engine found it."""
+        collector = frame.collector
+        if not collector.records_tree:  # a running total: one call per node, nothing to learn
+            return frame
         node = frame.node
         watched = self.observing.pop(node, None)
         if watched is not None:
             self._settle(frame, *watched)
-        if frame.collector.op_timing or _current_node() is not None:
+        if collector.op_timing or _current_node() is not None:
             return frame
         depth = _stack_len()
         try:

@@ -1,7 +1,7 @@
 """What torch's autograd keeps for the backward pass of one layer call.
 
 Read from the graph the call built, once per input shape (from
-:meth:`~tracetorch.engine.collector.Collector.first_call`): from the call's outputs back to its
+:meth:`~tracetorch.engine.collector.Collector.first_entry`): from the call's outputs back to its
 inputs, each graph node's saved tensors (the ``_saved_*`` attributes torch's generated nodes
 expose, ``saved_tensors`` of a Python ``autograd.Function``), stopping at the nodes a layer
 called inside it made (marked by that layer's call: measured there, and possibly packed by

@@ -149,8 +149,8 @@ class _OpenStep:
 def _first_entry(collector: Any, node: CallNode, args: tuple[Any, ...],
                  kwargs: dict[str, Any], counted: int | FlopCount | None) -> list[Any]:
     """The counter of a step's first call with these arguments and this count (see
-    :data:`~tracetorch.records.tree.ENTRY_FIELDS`): what ``Collector.first_call`` makes for a layer,
-    with the FLOPs counted before the step instead of a rule run after it."""
+    :data:`~tracetorch.records.tree.ENTRY_FIELDS`): what ``Collector.first_entry`` makes for a
+    layer, with the FLOPs counted before the step instead of a rule run after it."""
     node.note_shapes(signature(args, kwargs), signature((None,)))
     entry = new_entry()
     if collector.memory:

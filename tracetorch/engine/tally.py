@@ -1,0 +1,234 @@
+"""A recording that keeps only a running FLOP total: what ``count_flops`` reads, and nothing else.
+
+A profile keeps a node per call path, a counter per input key and folds them into each node's
+own FLOPs when it stops; a one-shot count reads one number from all that. :class:`TallyCollector`
+speaks the same protocol to the wrappers (each call gets a :class:`~tracetorch.engine.hotpath.
+Frame` from :meth:`~TallyCollector.new_child` and ends in :meth:`~TallyCollector.first_entry`)
+but makes a :class:`Tally` per call instead of a node, keeps no frame for a next call (so every
+call is a first one), and at each call's end adds the call's own share to the total, as the
+fold would add it to the call's node:
+
+- a call with a rule costs what its rule says (its own operations were the rule's subject);
+  one whose rule says it costs nothing, what its children cost; any other, its own counted
+  operations plus its children;
+- its own share is that minus what its children's calls cost, never below 0.
+
+A call inside a backward pass (a forward computing gradients, activation checkpointing
+recomputing a layer) counts nothing, as backward and recompute nodes count nothing in
+``forward_flops``. The shares are per call where a profile's are per node: the two differ only
+where a rule smaller than its children's rules clamps some calls of one node and not others.
+
+Example:
+    >>> import numpy as np
+    >>> from tracetorch.core import Linear, ReLU, Sequential, Tensor
+    >>> from tracetorch.profiler import profile
+    >>> class Counting(profile):
+    ...     _recorder = TallyCollector
+    >>> model = Sequential(Linear(4, 3), ReLU())
+    >>> with Counting(model) as counted:
+    ...     _ = model(Tensor(np.ones((2, 4))))
+    >>> with profile(model) as named:
+    ...     _ = model(Tensor(np.ones((2, 4))))
+    >>> counted._collector.total, named.forward_flops
+    (54, 54)
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Callable
+
+from tracetorch.engine.collector import (
+    RULED_KINDS,
+    RULED_STATES,
+    Collector,
+    call_type_name,
+    rule_flops,
+)
+from tracetorch.engine.hotpath import Frame
+from tracetorch.engine.unsupported import warn_unsupported
+from tracetorch.flops.registry import NO_RULE
+from tracetorch.models.introspect import (
+    is_torch_module,
+    only_calls_children,
+    returns_an_input,
+    runs_compiled_graph,
+)
+from tracetorch.records.tree import CALLS, CallNode, NodeKind, new_entry
+
+__all__ = ("Tally", "TallyCollector")
+
+# Kinds whose calls, and everything below them, are no forward work (see the module docstring).
+_NOT_FORWARD = frozenset({"backward", "recompute"})
+
+_new_tuple = tuple.__new__
+# A tally frame's per-key counters and children's frames: always empty (every call is a first
+# call, and its counter is kept nowhere), so one dict serves every frame.
+_NONE_KEPT: dict[Any, Any] = {}
+
+
+class Tally:
+    """One open call of a :class:`TallyCollector`: what its frame's ``node`` is.
+
+    It answers what the wrappers and the operation counters ask of a node during a forward
+    call (``engine.op_flops``, ``note_op``, ``flops_source``, ``rule_state``, ``kind``,
+    ``type_name``) and holds what the call's end needs: the FLOPs its children's calls
+    reported, and whether it saw any operation or child at all (an unsupported layer's test).
+
+    Example:
+        >>> call = Tally(None, "Attention", "module", "none", None, True, True)
+        >>> call.note_op("matmul", 1, 8); call.engine.op_flops, call.saw_ops
+        (0, True)
+    """
+
+    __slots__ = ("parent", "type_name", "kind", "rule_state", "rule", "counts", "counts_ops",
+                 "op_flops", "op_gemm", "below", "saw_ops", "saw_children", "flops_source")
+
+    def __init__(self, parent: Tally | CallNode | None, type_name: str, kind: NodeKind,
+                 rule_state: str, rule: Callable[..., Any] | None, counts: bool,
+                 counts_ops: bool) -> None:
+        self.parent = parent
+        self.type_name = type_name
+        self.kind = kind
+        self.rule_state = rule_state
+        #: The registered rule (``"rule"``) or ``instrument(flops=...)``'s function (``"user"``).
+        self.rule = rule
+        #: Whether its share goes to the total (not inside a backward pass).
+        self.counts = counts
+        #: Whether the operations run directly in it are counted.
+        self.counts_ops = counts_ops
+        self.op_flops = 0
+        self.op_gemm = 0
+        #: FLOPs its children's calls reported (each one's inclusive count).
+        self.below = 0
+        self.saw_ops = False
+        self.saw_children = False
+        self.flops_source = "none"
+
+    #: A tally keeps no children (their calls report to :attr:`below`): a backward pass run
+    #: inside a counted call finds none to subtract.
+    children: Mapping[str, Any] = MappingProxyType({})
+
+    @property
+    def engine(self) -> Tally:
+        """Itself: a node keeps these counts in its engine state, a tally in itself."""
+        return self
+
+    def note_op(self, name: str, calls: int, flops: int = 0, elapsed_ns: int = 0) -> None:
+        """An operation ran directly in this call (its FLOPs are charged to ``op_flops``)."""
+        self.saw_ops = True
+
+
+class TallyCollector(Collector):
+    """A collector for one forward call whose only reading is :attr:`total` (see the module
+    docstring); its tree stays empty but for the operations run outside every layer, which
+    its root counts as a profile's root does.
+
+    Everything a profile would keep for a report (times, failures, backward work, a node's
+    counters) is dropped: nobody reads it.
+    """
+
+    records_tree = False
+
+    def __init__(self, root: CallNode, model: Any, **settings: Any) -> None:
+        super().__init__(root, model, **settings)
+        self._total = 0
+        # Per layer class, what new_child decides from the class alone (see _class_facts).
+        self._classes: dict[type, tuple[str, str, Any, bool, bool | None]] = {}
+
+    @property
+    def total(self) -> int:
+        """Forward FLOPs of the calls recorded so far: each call's own share, and the root's
+        own operations (those run outside every layer)."""
+        root = self.root  # (its own operations: folded into its flops at the stop)
+        return self._total + root.flops + root.engine.op_flops
+
+    def new_child(self, frame: Frame, owner: Any, kind: NodeKind, label: str | None,
+                  flops_fn: Callable[..., int] | None) -> Frame:
+        """The frame of this one call of ``owner`` under ``frame``: whether its operations are
+        counted is decided as :meth:`Collector.adopt` decides it."""
+        parent = frame.node
+        # (a layer's facts depend on its class alone: looked up once per class and count)
+        by_class = kind == "module" and flops_fn is None
+        facts = self._classes.get(owner.__class__) if by_class else None
+        if facts is None:
+            facts = self._class_facts(owner, kind, label, flops_fn)
+            if by_class:
+                self._classes[owner.__class__] = facts
+        type_name, rule_state, rule, torch_module, ops = facts
+        counts = kind not in _NOT_FORWARD and (parent.__class__ is not Tally or parent.counts)
+        if ops is None:  # as its caller
+            ops = frame.ops
+        call = Tally(parent, type_name, kind, rule_state, rule, counts, ops)
+        return _new_tuple(Frame, (self, call, owner, ops, torch_module, [], _NONE_KEPT,
+                                  _NONE_KEPT))
+
+    def _class_facts(self, owner: Any, kind: NodeKind, label: str | None,
+                     flops_fn: Callable[..., int] | None
+                     ) -> tuple[str, str, Any, bool, bool | None]:
+        # A call's type name, rule state and rule, whether it is a torch module, and whether
+        # its operations are counted (None: as its caller's are), as Collector.adopt decides.
+        rule: Any = flops_fn
+        if flops_fn is not None:
+            rule_state = "user"
+        elif kind in RULED_KINDS:
+            rule = self.registry.lookup(type(owner))
+            rule_state = "none" if rule is NO_RULE else ("free" if rule is None else "rule")
+        else:
+            rule_state = "none"
+        torch_module = is_torch_module(owner)
+        ops: bool | None = None
+        if torch_module:
+            ops = (self.count_ops and rule_state not in RULED_STATES
+                   and not only_calls_children(owner))
+        elif kind == "optimizer":
+            ops = False
+        return call_type_name(owner, kind, label), rule_state, rule, torch_module, ops
+
+    def first_entry(self, node: Any, owner: Any, key: Any, shape: Any,
+                    args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> list[Any]:
+        """The end of one call (``node``, its :class:`Tally`): its own share to the total, its
+        inclusive FLOPs to its parent's; a counter that is kept nowhere."""
+        state = node.rule_state
+        below = node.below
+        if state == "rule":
+            inclusive = rule_flops(node.rule, owner, args, kwargs, output)[0]
+        elif state == "user":
+            inclusive = int(node.rule(*args, **kwargs))
+        elif state == "free":
+            inclusive = below
+        else:
+            inclusive = node.op_flops + below
+            if (not inclusive and not node.saw_children and node.kind == "module"
+                    and node.flops_source == "none" and self.warn_unsupported
+                    and not (not node.saw_ops and node.counts_ops and is_torch_module(owner)
+                             and returns_an_input(args, kwargs, output))):
+                # (a torch module that ran nothing and handed back its input costs a known 0)
+                warn_unsupported(node.type_name, runs_compiled_graph(owner), stacklevel=2)
+        if node.counts and inclusive > below:
+            self._total += inclusive - below
+        parent = node.parent
+        if parent.__class__ is Tally:
+            parent.below += inclusive
+            parent.saw_children = True
+        entry = new_entry()
+        entry[CALLS] = 1  # (counted already: no fold is to take it up)
+        return entry
+
+    def record_failure(self, node: Any, start: int, end: int) -> None:
+        """Nothing: the count fails with the call."""
+
+    def add_duration(self, node: Any, start: int, end: int) -> None:
+        """Nothing: a count times nothing."""
+
+    def add_backward(self, node: Any, flops: int, gemm: bool, elapsed_ns: int) -> None:
+        """Nothing: backward work is no forward FLOPs."""
+
+    def add_backward_pass(self, spent: dict[Any, int], flops: dict[Any, int]) -> None:
+        """Nothing: backward work is no forward FLOPs."""
+
+    def flush_backward(self, pass_node: Any = None) -> None:
+        """Nothing: backward work is no forward FLOPs."""
+
+    def touch(self, node: Any) -> None:
+        """Nothing: no node waits for a fold."""
