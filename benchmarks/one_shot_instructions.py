@@ -41,8 +41,8 @@ from torch_peers import module_calls
 import tracetorch
 from tracetorch.engine.tally import TallyCollector
 from tracetorch.flops.registry import NO_RULE, FlopRegistry
+from tracetorch.profiler.counting import count_forward
 from tracetorch.records.tree import CALLS, new_entry
-from tracetorch.tools.flop_count import _counting_class
 
 #: The models counted, by ``--models`` name: label, builder, input shape (batch 1, as
 #: enter_exit.py's one-shot rows).
@@ -100,16 +100,18 @@ BREAKDOWN = ("block alone", "block, forward", "block, forward twice")
 
 def breakdown_ways(build: Callable[[], nn.Module], shape: tuple[int, ...]
                    ) -> dict[str, Callable[[], None]]:
-    """Where a one-shot count's instructions go: ``count_flops``'s block (its own recording)
+    """Where a one-shot count's instructions go: ``count_flops``'s opening (``count_forward``)
     around nothing, one forward, and two forwards (the second one's calls recorded as the
     first one's, its layer classes wrapped already)."""
     model, x = build(), torch.randn(shape)
 
     def block(forwards: int) -> Callable[[], None]:
+        def forward() -> None:
+            for _ in range(forwards):
+                model(x)
+
         def run() -> None:
-            with _counting_class()(model):  # count_flops's own
-                for _ in range(forwards):
-                    model(x)
+            count_forward(model, forward)
         return run
 
     return dict(zip(BREAKDOWN, (block(0), block(1), block(2))))

@@ -11,7 +11,7 @@ import tracetorch  # noqa: E402
 from test_torch_tracers import run_case  # noqa: E402
 from tracetorch.adapters.torch.tracing import tracing  # noqa: E402
 from tracetorch.engine.patches import BOARD, is_instrumented  # noqa: E402
-from tracetorch.profiler.block import _ADAPTERS  # noqa: E402
+from tracetorch.profiler.block import ADAPTERS  # noqa: E402
 
 nn = torch.nn
 CALL_IMPL = vars(nn.Module)["_call_impl"]
@@ -101,7 +101,7 @@ def test_a_models_classes_are_wrapped_on_entry_with_the_torch_guard():
         model(torch.ones(2))
     assert prof.find("inner").calls == 1
     with tracetorch.profile():
-        targets = [t for t in _ADAPTERS.targets(model)
+        targets = [t for t in ADAPTERS.targets(model)
                    if t.attr == "forward" and issubclass(t.cls, nn.Module)]
     assert {t.cls for t in targets} == {Outer, Mixin}
     assert all(t.guard is tracing for t in targets)

@@ -309,6 +309,23 @@ def test_a_model_compiled_in_place_has_the_eager_rows_and_is_not_compiled_again(
     assert "__call__" not in vars(CNN)  # the class's own __call__, while profiling, is gone
 
 
+def test_a_layer_with_a_rule_compiled_in_place_is_counted_once() -> None:
+    # Its region's replay charges the layer's FLOPs: its rule must not count them again, forward
+    # or backward, nor in count_flops's running total.
+    model, x = mlp(), torch.randn(2, 16)
+    with tracetorch.profile(model) as eager:
+        step(model, x)
+    forward = tracetorch.count_flops(model, x)
+    model[0].compile(backend="aot_eager")  # the first Linear alone, in place
+    step(model, x)
+    with tracetorch.profile(model) as prof:
+        step(model, x)
+    assert rows(prof) == rows(eager)
+    assert (prof.forward_flops, prof.backward_flops) == (eager.forward_flops,
+                                                         eager.backward_flops)
+    assert tracetorch.count_flops(model, x) == forward == 2 * 2 * 16 * 32 + 2 * 32 + 2 * 2 * 32 * 4
+
+
 @pytest.mark.parametrize("layers", [1, 2])
 def test_a_replayed_compiled_module_is_not_called_unsupported(layers: int) -> None:
     class Tiny(torch.nn.Module):  # a class of its own: warned about at most once per type

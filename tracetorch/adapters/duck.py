@@ -52,26 +52,24 @@ def instance_forwards(model: Any) -> Iterator[Any]:
         True
     """
     for layer in _layers_of(model):
-        try:
-            own = vars(layer).get("forward")
-        except TypeError:  # no __dict__
-            continue
-        if callable(own) and not is_instrumented(own) and _hashable(layer):
+        own = getattr(layer, "__dict__", _NO_DICT).get("forward")  # (without one: no dict)
+        if own is not None and callable(own) and not is_instrumented(own) and _hashable(layer):
             yield layer
 
+
+_NO_DICT: dict[str, Any] = {}
 
 #: Per model: weak references to it and the layers below it (those that take one: a layer
 #: without a ``__dict__`` can have no forward of its own).
 _LAYERS: weakref.WeakKeyDictionary[Any, list[weakref.ref]] = weakref.WeakKeyDictionary()
 
 
-def _layers_of(model: Any) -> Iterator[Any]:
+def _layers_of(model: Any) -> list[Any]:
+    # (A list, not a generator: asked at each opening, for every layer of the model.)
     try:
         refs = _LAYERS.get(model)
     except TypeError:  # unhashable, or no weak reference: walked each time
-        yield model
-        yield from (layer for _, layer in named_submodules(model))
-        return
+        return [model, *(layer for _, layer in named_submodules(model))]
     if refs is None:
         refs = []
         for layer in [model] + [layer for _, layer in named_submodules(model)]:
@@ -80,10 +78,7 @@ def _layers_of(model: Any) -> Iterator[Any]:
             except TypeError:
                 pass
         _LAYERS[model] = refs
-    for ref in refs:
-        layer = ref()
-        if layer is not None:
-            yield layer
+    return [layer for layer in [ref() for ref in refs] if layer is not None]
 
 
 def _hashable(layer: Any) -> bool:

@@ -53,8 +53,7 @@ from tracetorch.records.tree import (
     new_entry,
 )
 
-__all__ = ("Collector", "FOLD_EVERY_TOUCHED", "RULED_KINDS", "RULED_STATES", "call_type_name",
-           "rule_flops")
+__all__ = ("Collector", "FOLD_EVERY_TOUCHED", "RULED_KINDS", "RULED_STATES", "call_type_name")
 
 #: Touched nodes a step may leave unfolded (see :meth:`Collector.end_step`).
 FOLD_EVERY_TOUCHED = 4096
@@ -398,7 +397,7 @@ class Collector(CallTiming):
         if state == "user":
             entry[FLOPS] = int(self._user_rules[node](*args, **kwargs))
         elif state == "rule":
-            entry[FLOPS], entry[GEMM_FLOPS], entry[MACS] = rule_flops(
+            entry[FLOPS], entry[GEMM_FLOPS], entry[MACS] = _rule_flops(
                 self.registry.lookup(type(owner)), owner, args, kwargs, output)
         elif (state == "none" and node.kind == "module" and not engine.op_flops
               and not node.children and node.flops_source == "none"):
@@ -562,13 +561,13 @@ def call_type_name(owner: Any, kind: str, label: str | None) -> str:
     return type(owner).__name__
 
 
-def rule_flops(rule: Callable[..., Any], owner: Any, args: tuple[Any, ...],
+def _rule_flops(rule: Callable[..., Any], owner: Any, args: tuple[Any, ...],
                kwargs: dict[str, Any], output: Any) -> tuple[int, int, int]:
     """What a FLOP rule says of one call of ``owner``: its FLOPs, their matrix-product part and
     its MACs (a rule returning a plain number counts no product).
 
     Example:
-        >>> rule_flops(lambda layer, inputs, output: 2 * inputs[0], None, (3,), {}, None)
+        >>> _rule_flops(lambda layer, inputs, output: 2 * inputs[0], None, (3,), {}, None)
         (6, 0, 0)
     """
     # Rules read positional inputs: keyword arguments go where the forward takes them.

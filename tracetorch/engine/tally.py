@@ -18,18 +18,15 @@ recomputing a layer) counts nothing, as backward and recompute nodes count nothi
 ``forward_flops``. The shares are per call where a profile's are per node: the two differ only
 where a rule smaller than its children's rules clamps some calls of one node and not others.
 
-Example:
+Example (``count_forward`` opens the engine with one):
     >>> import numpy as np
     >>> from tracetorch.core import Linear, ReLU, Sequential, Tensor
     >>> from tracetorch.profiler import profile
-    >>> class Counting(profile):
-    ...     _recorder = TallyCollector
-    >>> model = Sequential(Linear(4, 3), ReLU())
-    >>> with Counting(model) as counted:
-    ...     _ = model(Tensor(np.ones((2, 4))))
+    >>> from tracetorch.profiler.counting import count_forward
+    >>> model, x = Sequential(Linear(4, 3), ReLU()), Tensor(np.ones((2, 4)))
     >>> with profile(model) as named:
-    ...     _ = model(Tensor(np.ones((2, 4))))
-    >>> counted._collector.total, named.forward_flops
+    ...     _ = model(x)
+    >>> count_forward(model, lambda: model(x))[0], named.forward_flops
     (54, 54)
 """
 from __future__ import annotations
@@ -38,17 +35,12 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Callable
 
-from tracetorch.engine.collector import (
-    RULED_KINDS,
-    RULED_STATES,
-    Collector,
-    call_type_name,
-    rule_flops,
-)
+from tracetorch.engine.collector import RULED_KINDS, RULED_STATES, Collector, call_type_name
 from tracetorch.engine.hotpath import Frame
 from tracetorch.engine.unsupported import warn_unsupported
-from tracetorch.flops.registry import NO_RULE
+from tracetorch.flops.registry import NO_RULE, FlopCount
 from tracetorch.models.introspect import (
+    bound_inputs,
     is_torch_module,
     only_calls_children,
     returns_an_input,
@@ -65,6 +57,9 @@ _new_tuple = tuple.__new__
 # A tally frame's per-key counters and children's frames: always empty (every call is a first
 # call, and its counter is kept nowhere), so one dict serves every frame.
 _NONE_KEPT: dict[Any, Any] = {}
+# What a call's end hands the wrappers: a counter counted already (no fold is to take it up).
+_COUNTED = new_entry()
+_COUNTED[CALLS] = 1
 
 
 class Tally:
@@ -192,7 +187,10 @@ class TallyCollector(Collector):
         state = node.rule_state
         below = node.below
         if state == "rule":
-            inclusive = rule_flops(node.rule, owner, args, kwargs, output)[0]
+            # (keyword arguments go where the forward takes them: rules read positions)
+            result = node.rule(owner, bound_inputs(owner, args, kwargs) if kwargs else args,
+                               output)
+            inclusive = int(result.flops if result.__class__ is FlopCount else result)
         elif state == "user":
             inclusive = int(node.rule(*args, **kwargs))
         elif state == "free":
@@ -211,9 +209,7 @@ class TallyCollector(Collector):
         if parent.__class__ is Tally:
             parent.below += inclusive
             parent.saw_children = True
-        entry = new_entry()
-        entry[CALLS] = 1  # (counted already: no fold is to take it up)
-        return entry
+        return _COUNTED.copy()
 
     def record_failure(self, node: Any, start: int, end: int) -> None:
         """Nothing: the count fails with the call."""

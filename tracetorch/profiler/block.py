@@ -40,12 +40,13 @@ from tracetorch.records.result import ProfileResult
 from tracetorch.records.tree import CallNode
 from tracetorch.records.views import view
 
-__all__ = ("profile",)
+__all__ = ("ADAPTERS", "profile")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# One set of adapters for the one patch board of the process.
-_ADAPTERS = AdapterSet(BOARD)
+#: The framework adapters each opening starts on the process's one patch board (a profile's,
+#: a count's: see .counting).
+ADAPTERS = AdapterSet(BOARD)
 
 
 class profile(ProfileResult):
@@ -111,10 +112,6 @@ class profile(ProfileResult):
         0
     """
 
-    #: What records each opening's calls (a subclass may record otherwise: ``count_flops``
-    #: keeps a running total, :class:`tracetorch.engine.tally.TallyCollector`).
-    _recorder: type[Collector] = Collector
-
     def __init__(self, model: Any = None, *, timing: bool = True, timeline: bool = False,
                  max_events: int = 100_000,
                  flop_rules: dict[type, Any] | None = None,
@@ -153,7 +150,7 @@ class profile(ProfileResult):
             timeline=timeline, max_events=max_events, warn_unsupported=warn_unsupported,
             count_ops=bool(ops), memory=bool(memory), params=bool(params),
             op_timing=bool(op_timing), nvtx=bool(nvtx))
-        self._collector = self._recorder(self.root, **self._settings)
+        self._collector = Collector(self.root, **self._settings)
         self.timeline = self._collector.events
         self.backward_timeline = self._collector.backward_events
         if schedule is not None and not callable(schedule):
@@ -194,7 +191,7 @@ class profile(ProfileResult):
             return self
         if self._stale and not self._entries:
             self._renew_collector()
-        BOARD.acquire(_ADAPTERS.targets(self.model), on_first=_ADAPTERS.open)
+        BOARD.acquire(ADAPTERS.targets(self.model), on_first=ADAPTERS.open)
         enclosing = None
         if not self.isolated and frame is not None and frame.collector.active:
             enclosing = frame
@@ -203,7 +200,7 @@ class profile(ProfileResult):
         self._entries.append(entry)
         try:
             if first:
-                _ADAPTERS.configure(self._collector)
+                ADAPTERS.configure(self._collector)
                 if self.all_threads:
                     self._watch_all_threads()
                 self._open_distributed()
@@ -331,7 +328,7 @@ class profile(ProfileResult):
     def _renew_collector(self) -> None:
         # A frame of the old collector may survive in the context it was entered in; a fresh
         # collector (same tree, same settings) keeps that frame from ever recording again.
-        self._collector = self._recorder(self.root, **self._settings)
+        self._collector = Collector(self.root, **self._settings)
         self.timeline = self._collector.events
         self.backward_timeline = self._collector.backward_events
         self._stale = False

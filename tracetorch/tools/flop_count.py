@@ -1,7 +1,8 @@
 """FLOPs of one forward pass, from an input shape or from real inputs.
 
 Rather than re-deriving shapes by hand, :func:`count_flops` runs the model once under the engine
-(:class:`tracetorch.profile` with timing off) and returns what the engine's FLOP rules counted:
+(:func:`tracetorch.profiler.counting.count_forward`: what a profile with timing off counts, kept
+as a running total) and returns what the engine's FLOP rules counted:
 on a zero input of a given shape, or on the inputs the caller has (a tensor, token ids, a tuple
 of arguments, a dict of keyword arguments). It is therefore exact for every model whose forward
 runs on them: branches, residuals, functional matmuls and custom rules included. FLOPs cover the
@@ -15,7 +16,6 @@ Example:
 """
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
@@ -77,28 +77,6 @@ def _call_arguments(model: Any, inputs: Any) -> tuple[tuple[Any, ...], dict[str,
     return (inputs,), {}
 
 
-@functools.cache
-def _counting_class() -> type:
-    """The profile class of a count: a :class:`tracetorch.engine.tally.TallyCollector` records
-    it (a running FLOP total, no tree), with no timing, sizes or parameter counts; nothing is
-    noted for a reader (the run's facts, the unsupported layers' list: a layer without a rule
-    still warns at its call)."""
-    # Imported here: the engine imports the adapters, which a parameter count never needs.
-    from tracetorch.engine.tally import TallyCollector
-    from tracetorch.profiler import profile
-
-    class Counting(profile):
-        _recorder = TallyCollector
-
-        def __init__(self, model: Any) -> None:
-            super().__init__(model, timing=False, isolated=True, memory=False, params=False)
-
-        def _note_run(self) -> None:
-            """Nothing: the total is the count's only reading."""
-
-    return Counting
-
-
 def forward_flops_and_output(model: Any, *args: Any, **kwargs: Any) -> tuple[int, Any]:
     """Run ``model(*args, **kwargs)`` once under the engine: its forward FLOPs and its output.
 
@@ -110,15 +88,15 @@ def forward_flops_and_output(model: Any, *args: Any, **kwargs: Any) -> tuple[int
         (2, 3)
     """
     call = as_callable(model, "model")
-    with _counting_class()(model) as counting:
-        if is_torch_module(model):
-            import torch  # a torch model exists, so torch is already imported
+    # Imported here: the engine imports the adapters, which a parameter count never needs.
+    from tracetorch.profiler.counting import count_forward
 
+    if is_torch_module(model):
+        import torch  # a torch model exists, so torch is already imported
+
+        def run() -> Any:
             with torch.no_grad():
-                out = call(*args, **kwargs)
-        else:
-            out = call(*args, **kwargs)
-    collector = counting._collector
-    # Nothing else reads this recording: freed now rather than by the cyclic garbage collector.
-    collector.release()
-    return collector.total, out
+                return call(*args, **kwargs)
+
+        return count_forward(model, run)
+    return count_forward(model, lambda: call(*args, **kwargs))

@@ -433,6 +433,9 @@ def compiled_call(original: Callable[..., Any]) -> Callable[..., Any]:
         if frame is None or frame.owner is not module or not _SESSIONS:
             return original(module, *args, **kwargs)
         session = _SESSIONS[-1]
+        # What the call costs comes from its replay (or its dispatched operations): the rule of
+        # a layer compiled in place (module.compile()) would count it again at its node.
+        frame.node.engine.rule_state = "none"
         inner = _compiled_module(module)
         replay = session.replay(inner, args, kwargs, make=False)
         counting = DispatchedFlops() if isinstance(replay, str) else contextlib.nullcontext()
