@@ -173,6 +173,23 @@ def test_a_count_inside_a_profile_adds_nothing_to_it():
     assert outer.find("0").calls == 2
 
 
+def test_a_profile_opened_inside_the_forward_hands_its_flops_to_the_count():
+    class Watched(nn.Module):  # a model that profiles a part of its own forward
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc, self.head = nn.Linear(8, 8), nn.Linear(8, 2)
+
+        def forward(self, x):
+            with tracetorch.profile(timing=False) as self.inner:
+                x = torch.relu(self.fc(x))
+            return self.head(x)
+
+    model, x = Watched(), torch.ones(4, 8)
+    expected = 2 * 4 * 8 * 8 + 4 * 8 + 2 * 4 * 8 * 2
+    assert tracetorch.count_flops(model, x) == _profiled(model, x) == expected
+    assert model.inner.forward_flops == 2 * 4 * 8 * 8 + 4 * 8  # its own record, as ever
+
+
 def test_a_compiled_model_counts_what_the_eager_one_counts():
     model, x = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).eval(), \
         torch.ones(2, 8)

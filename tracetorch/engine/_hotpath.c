@@ -51,7 +51,7 @@ static PyObject *s_FRAME, *s_op_replay, *s_op_hold, *s_op_observing, *s_op_switc
     *s_all_threads,
     *s_call_key, *s_grad_mode, *s_structure, *s_training, *s_QUIET_READS, *s_quiet_reads,
     *s_SHAPELESS, *s_INT_SHAPED,
-    *s_dtype, *s_first_entry, *s_FLUSH_EVERY,
+    *s_dtype, *s_first_entry, *s_FLUSH_EVERY, *s_NO_COUNTERS,
     *s_plain_clock, *s_record_failure, *s_time, *s_flush, *s_touch,
     *s_shape, *s_flush_backward, *s_backward_on, *s_new_child,
     *s_Frame, *s_ENTRY_FIELDS, *s_fields, *s_collector, *s_node, *s_owner, *s_ops, *s_observe,
@@ -490,6 +490,15 @@ lookup_entry(Wrapper *self, PyObject *cache, PyObject *owner, PyObject *args, Py
 {
     PyObject *key = NULL, *entry = NULL, *shape = NULL, *dtype = NULL;
     int status = -1;
+    PyObject *kept_nowhere = global(self, s_NO_COUNTERS);
+    if (kept_nowhere == NULL)
+        return -1;
+    if (cache == kept_nowhere) {  /* a frame that keeps no counter (a running total's): no key */
+        *entry_out = NULL;
+        *key_out = Py_NewRef(Py_None);
+        *shape_out = NULL;
+        return 0;
+    }
     PyObject *structure = global(self, s_structure);
     if (structure == NULL)
         return -1;
@@ -1008,6 +1017,7 @@ PyInit__hotpath(void)
     INTERN(s_INT_SHAPED, "_INT_SHAPED");
     INTERN(s_dtype, "dtype");
     INTERN(s_first_entry, "first_entry");
+    INTERN(s_NO_COUNTERS, "NO_COUNTERS");
     INTERN(s_FLUSH_EVERY, "FLUSH_EVERY");
     INTERN(s_plain_clock, "plain_clock");
     INTERN(s_record_failure, "record_failure");

@@ -531,6 +531,12 @@ class Collector(CallTiming):
     def graft_into(self, source: CallNode, frame: Frame) -> None:
         """Hand the folded recording ``source`` to another profile, under its open call
         ``frame`` (call before :meth:`stop`, while the owners are still known)."""
+        if not frame.collector.records_tree:
+            # A running total keeps no rows: what the inner recording counted forward is work
+            # of the call open there, as its own operations are (under a rule: covered by it).
+            frame.node.engine.op_flops += sum(node.flops for node in source.walk()
+                                              if node.kind not in ("backward", "recompute"))
+            return
         mapping = graft(source, self.owners_by_key(), frame)
         outer = frame.collector
         if outer.events is not None and self.events:

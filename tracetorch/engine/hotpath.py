@@ -52,7 +52,7 @@ __all__ = ("BackwardPassOwner", "Frame", "make_wrapper", "count_call", "current_
            "OpCounter", "set_exit_observer", "set_op_switch", "set_op_replay", "replay_learned",
            "counter_of", "record_all_threads",
            "all_threads_collector", "call_key", "training_flag", "set_grad_mode",
-           "structure_changed", "structure_generation")
+           "structure_changed", "structure_generation", "NO_COUNTERS")
 
 
 class Frame(NamedTuple):
@@ -552,6 +552,12 @@ def count_call(collector: Collector, node: CallNode, entry: list[Any]) -> None:
         collector.touch(node)
 
 
+#: The per-key counters of a frame that keeps none (a running total's: see
+#: :mod:`tracetorch.engine.tally`): always empty, and the wrappers make no key for its calls
+#: (its collector's ``first_entry`` is handed ``None`` for the key and the shape).
+NO_COUNTERS: dict[Any, list[Any]] = {}
+
+
 def _lookup(cache: dict[Any, list[Any]], args: tuple[Any, ...], kwargs: dict[str, Any],
             owner: Any, grad: Any) -> tuple[list[Any] | None, Any, Any]:
     """A call's counter in ``cache`` (``None`` where there is none yet), the key it is (or is
@@ -561,6 +567,8 @@ def _lookup(cache: dict[Any, list[Any]], args: tuple[Any, ...], kwargs: dict[str
     checks the rest of the key by identity first (dtypes, bools and small ints are
     singletons): the common call builds no key (the key handed back is then ``None``).
     """
+    if cache is NO_COUNTERS:
+        return None, None, None
     training = getattr(owner, "training", None)  # training_flag, inlined
     if training is not True and training is not False:
         training = None

@@ -54,7 +54,7 @@ C_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
         "hotpath": ("_FRAME", "_op_switch", "_op_replay", "_op_hold", "_op_observing",
                     "_exit_observer", "_observe_now",
                     "_all_threads", "call_key", "_grad_mode", "_structure", "_QUIET_READS",
-                    "quiet_reads", "_SHAPELESS", "_INT_SHAPED", "FLUSH_EVERY",
+                    "quiet_reads", "_SHAPELESS", "_INT_SHAPED", "FLUSH_EVERY", "NO_COUNTERS",
                     "Frame", "_ENTRY_FIELDS"),
         "Frame": ("collector", "node", "owner", "ops", "observe", "pending", "flops_cache",
                   "child_frames"),

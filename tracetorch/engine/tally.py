@@ -36,7 +36,7 @@ from types import MappingProxyType
 from typing import Any, Callable
 
 from tracetorch.engine.collector import RULED_KINDS, RULED_STATES, Collector, call_type_name
-from tracetorch.engine.hotpath import Frame
+from tracetorch.engine.hotpath import NO_COUNTERS, Frame
 from tracetorch.engine.unsupported import warn_unsupported
 from tracetorch.flops.registry import NO_RULE, FlopCount
 from tracetorch.models.introspect import (
@@ -54,9 +54,9 @@ __all__ = ("Tally", "TallyCollector")
 _NOT_FORWARD = frozenset({"backward", "recompute"})
 
 _new_tuple = tuple.__new__
-# A tally frame's per-key counters and children's frames: always empty (every call is a first
-# call, and its counter is kept nowhere), so one dict serves every frame.
-_NONE_KEPT: dict[Any, Any] = {}
+# A tally frame's children's frames: always empty (every call is a first call), one dict for
+# every frame; its counters are hotpath's NO_COUNTERS (no key is made for its calls).
+_NO_FRAMES: dict[int, Frame] = {}
 # What a call's end hands the wrappers: a counter counted already (no fold is to take it up).
 _COUNTED = new_entry()
 _COUNTED[CALLS] = 1
@@ -155,8 +155,8 @@ class TallyCollector(Collector):
         if ops is None:  # as its caller
             ops = frame.ops
         call = Tally(parent, type_name, kind, rule_state, rule, counts, ops)
-        return _new_tuple(Frame, (self, call, owner, ops, torch_module, [], _NONE_KEPT,
-                                  _NONE_KEPT))
+        return _new_tuple(Frame, (self, call, owner, ops, torch_module, [], NO_COUNTERS,
+                                  _NO_FRAMES))
 
     def _class_facts(self, owner: Any, kind: NodeKind, label: str | None,
                      flops_fn: Callable[..., int] | None

@@ -241,7 +241,8 @@ _ACTIVATIONS = {
 def activation_rule(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """Activations, softmax and GLU: the cost per output element of the function they apply
     (tracetorch.flops.elementwise: ReLU 1, Sigmoid 4, GELU 6, SiLU 5, Softmax 5...)."""
-    name = next(_ACTIVATIONS[klass] for klass in type(layer).__mro__ if klass in _ACTIVATIONS)
+    name = _ACTIVATIONS.get(type(layer)) or next(  # (a subclass: its base's function)
+        _ACTIVATIONS[klass] for klass in type(layer).__mro__ if klass in _ACTIVATIONS)
     return _elementwise(PER_ELEMENT[name] * _numel(output))
 
 
