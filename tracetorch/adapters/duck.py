@@ -15,7 +15,7 @@ Example:
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from tracetorch.engine.patches import PatchTarget, defining_class, is_instrumented
@@ -51,9 +51,12 @@ def instance_forwards(model: Any) -> Iterator[Any]:
         >>> list(instance_forwards(net)) == [net]
         True
     """
-    for layer in _layers_of(model):
-        own = getattr(layer, "__dict__", _NO_DICT).get("forward")  # (without one: no dict)
-        if own is not None and callable(own) and not is_instrumented(own) and _hashable(layer):
+    # (asked at each opening for every layer: one comprehension, the rare hit checked after)
+    found = [layer for layer in _layers_of(model)
+             if layer is not None and "forward" in getattr(layer, "__dict__", _NO_DICT)]
+    for layer in found:
+        own = vars(layer)["forward"]
+        if callable(own) and not is_instrumented(own) and _hashable(layer):
             yield layer
 
 
@@ -64,8 +67,8 @@ _NO_DICT: dict[str, Any] = {}
 _LAYERS: weakref.WeakKeyDictionary[Any, list[weakref.ref]] = weakref.WeakKeyDictionary()
 
 
-def _layers_of(model: Any) -> list[Any]:
-    # (A list, not a generator: asked at each opening, for every layer of the model.)
+def _layers_of(model: Any) -> Iterable[Any]:
+    # The layers of ``model`` (None for one no longer alive), from the model's remembered walk.
     try:
         refs = _LAYERS.get(model)
     except TypeError:  # unhashable, or no weak reference: walked each time
@@ -78,7 +81,10 @@ def _layers_of(model: Any) -> list[Any]:
             except TypeError:
                 pass
         _LAYERS[model] = refs
-    return [layer for layer in [ref() for ref in refs] if layer is not None]
+    return map(_dereference, refs)
+
+
+_dereference = weakref.ref.__call__
 
 
 def _hashable(layer: Any) -> bool:

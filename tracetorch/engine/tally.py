@@ -135,8 +135,7 @@ class TallyCollector(Collector):
     def total(self) -> int:
         """Forward FLOPs of the calls recorded so far: each call's own share, and the root's
         own operations (those run outside every layer)."""
-        root = self.root  # (its own operations: folded into its flops at the stop)
-        return self._total + root.flops + root.engine.op_flops
+        return self._total + self.root.engine.op_flops
 
     def new_child(self, frame: Frame, owner: Any, kind: NodeKind, label: str | None,
                   flops_fn: Callable[..., int] | None) -> Frame:
@@ -210,6 +209,11 @@ class TallyCollector(Collector):
             parent.below += inclusive
             parent.saw_children = True
         return _COUNTED.copy()
+
+    def stop(self) -> None:
+        """Stop recording: nothing to fold (the total is kept as calls end, the root's own
+        operations read where they are) and no frame kept to drop."""
+        self.set_active(False)
 
     def record_failure(self, node: Any, start: int, end: int) -> None:
         """Nothing: the count fails with the call."""
