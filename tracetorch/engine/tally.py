@@ -13,10 +13,11 @@ fold would add it to the call's node:
   operations plus its children;
 - its own share is that minus what its children's calls cost, never below 0.
 
-A call inside a backward pass (a forward computing gradients, activation checkpointing
-recomputing a layer) counts nothing, as backward and recompute nodes count nothing in
-``forward_flops``. The shares are per call where a profile's are per node: the two differ only
-where a rule smaller than its children's rules clamps some calls of one node and not others.
+A backward pass run inside a counted call (a forward computing gradients), and every layer it
+runs again (activation checkpointing), counts nothing, as backward and recompute nodes count
+nothing in ``forward_flops``. The shares are per call where a profile's are per node: the two
+differ only where a rule smaller than its children's rules clamps some calls of one node and
+not others.
 
 Example (``count_forward`` opens the engine with one):
     >>> import numpy as np
@@ -49,9 +50,6 @@ from tracetorch.models.introspect import (
 from tracetorch.records.tree import CALLS, CallNode, NodeKind, new_entry
 
 __all__ = ("Tally", "TallyCollector")
-
-# Kinds whose calls, and everything below them, are no forward work (see the module docstring).
-_NOT_FORWARD = frozenset({"backward", "recompute"})
 
 _new_tuple = tuple.__new__
 # A tally frame's children's frames: always empty (every call is a first call), one dict for
@@ -150,7 +148,8 @@ class TallyCollector(Collector):
             if by_class:
                 self._classes[owner.__class__] = facts
         type_name, rule_state, rule, torch_module, ops = facts
-        counts = kind not in _NOT_FORWARD and (parent.__class__ is not Tally or parent.counts)
+        # (a backward pass, and every layer it runs again, is no forward work)
+        counts = kind != "backward" and (parent.__class__ is not Tally or parent.counts)
         if ops is None:  # as its caller
             ops = frame.ops
         call = Tally(parent, type_name, kind, rule_state, rule, counts, ops)
