@@ -95,26 +95,28 @@ def switched_off(piece: str) -> Iterator[None]:
 
 
 #: The breakdown's blocks (see :func:`breakdown_ways`), in order.
-BREAKDOWN = ("block alone", "block, forward", "block, forward twice")
+BREAKDOWN = ("block alone", "block, forward", "block, forward and twin", "block, forward twice")
 
 
 def breakdown_ways(build: Callable[[], nn.Module], shape: tuple[int, ...]
                    ) -> dict[str, Callable[[], None]]:
     """Where a one-shot count's instructions go: ``count_flops``'s opening (``count_forward``)
-    around nothing, one forward, and two forwards (the second one's calls recorded as the
-    first one's, its layer classes wrapped already)."""
-    model, x = build(), torch.randn(shape)
+    around nothing, one forward, a forward and one of a twin model (the same layer classes,
+    wrapped already: its calls recorded as a first forward's are), and two forwards (the
+    second one takes up the first one's frames again: a loop's calls)."""
+    model, twin, x = build(), build(), torch.randn(shape)
 
-    def block(forwards: int) -> Callable[[], None]:
+    def block(*forwards: nn.Module) -> Callable[[], None]:
         def forward() -> None:
-            for _ in range(forwards):
-                model(x)
+            for layer in forwards:
+                layer(x)
 
         def run() -> None:
             count_forward(model, forward)
         return run
 
-    return dict(zip(BREAKDOWN, (block(0), block(1), block(2))))
+    return dict(zip(BREAKDOWN, (block(), block(model), block(model, twin),
+                                block(model, model))))
 
 
 #: The name of ``count_flops`` counted with the garbage collector off, before :data:`PIECES`.
@@ -198,15 +200,17 @@ def report(models: list[str], per_call: dict[str, int],
                 line += (f"   {n / reference:.2f}x FlopCounterMode's "
                          f"({(n - plain) / (reference - plain):.2f}x its added)")
             print(line)
-        alone, once, twice = (ways[way] for way in BREAKDOWN)
+        alone, once, twin, twice = (ways[way] for way in BREAKDOWN)
         module_calls_made = calls[label]
-        again = twice - once - plain  # every module call recorded, the classes wrapped already
-        wrapping = once - alone - plain - again
+        first = twin - once - plain  # every module call recorded, the classes wrapped already
+        again = twice - once - plain  # the same, each call's frame taken up again
+        wrapping = once - alone - plain - first
         print(f"    count_flops's block, garbage collector off: {alone / 1e6:.2f} M entering and "
               f"leaving; the first forward +{(once - alone - plain) / 1e6:.2f} M over a plain "
-              f"one:\n      its {module_calls_made} module calls {again / 1e6:.2f} M "
-              f"({again / module_calls_made:,.0f} each), wrapping the classes at their first "
-              f"calls {wrapping / 1e6:.2f} M")
+              f"one:\n      its {module_calls_made} module calls {first / 1e6:.2f} M "
+              f"({first / module_calls_made:,.0f} each; {again / module_calls_made:,.0f} each "
+              f"again in a loop), wrapping the classes at their first calls "
+              f"{wrapping / 1e6:.2f} M")
         if ALL_ON in ways:
             every = ways[ALL_ON]
             drops = ", ".join(f"{piece} {(ways[piece] - every) / 1e6:+.2f} M" for piece in PIECES)

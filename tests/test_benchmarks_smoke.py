@@ -162,8 +162,8 @@ def test_one_shot_instructions_counts_each_way() -> None:
     assert re.search(r"count_flops .* [\d.]+x FlopCounterMode's \([\d.]+x its added\)", out)
     assert re.search(r"count_flops's block, garbage collector off: [\d.]+ M entering and "
                      r"leaving; the first forward \+[\d.]+ M over a plain one:\n      its 77 "
-                     r"module calls -?[\d.]+ M \(-?[\d,]+ each\), wrapping the classes at their "
-                     r"first calls -?[\d.]+ M", out), out
+                     r"module calls -?[\d.]+ M \(-?[\d,]+ each; -?[\d,]+ each again in a "
+                     r"loop\), wrapping the classes at their first calls -?[\d.]+ M", out), out
     assert re.search(r"count_flops with the garbage collector off [\d.]+ M \(-?[\d.]+ M less "
                      r"than with it on\); with one piece off at a time: the FLOP rules [+-][\d.]+ "
                      r"M, each call's end \(its rule, its share of the total\) [+-][\d.]+ M$",

@@ -64,6 +64,36 @@ def test_a_layer_called_many_times_counts_every_call():
     assert tracetorch.count_flops(model, x) == 3 * once + 4 * 8
 
 
+def test_a_layer_that_fails_once_and_is_called_again_counts_as_in_a_profile():
+    class Flaky(nn.Module):  # its first call of each forward raises after its product ran
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc, self.failed = nn.Linear(8, 8), False
+
+        def forward(self, x):
+            y = self.fc(x)
+            if not self.failed:
+                self.failed = True
+                raise RuntimeError("transient")
+            return y
+
+    class Retrying(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.flaky = Flaky()
+
+        def forward(self, x):
+            self.flaky.failed = False
+            try:
+                return self.flaky(x)
+            except RuntimeError:
+                return self.flaky(x)
+
+    model, x = Retrying(), torch.ones(4, 8)
+    # both products ran (the failed call's too, as a profile counts a failed call's work)
+    assert tracetorch.count_flops(model, x) == _profiled(model, x) == 2 * (2 * 4 * 8 * 8)
+
+
 def test_a_gradient_taken_inside_the_forward_is_no_forward_work():
     class Energy(nn.Module):  # forces as minus the gradient of an energy, as physics models do
         def __init__(self) -> None:

@@ -4,9 +4,10 @@ A profile keeps a node per call path, a counter per input key and folds them int
 own FLOPs when it stops; a one-shot count reads one number from all that. :class:`TallyCollector`
 speaks the same protocol to the wrappers (each call gets a :class:`~tracetorch.engine.hotpath.
 Frame` from :meth:`~TallyCollector.new_child` and ends in :meth:`~TallyCollector.first_entry`)
-but makes a :class:`Tally` per call instead of a node, keeps no frame for a next call (so every
-call is a first one), and at each call's end adds the call's own share to the total, as the
-fold would add it to the call's node:
+but makes a :class:`Tally` per call instead of a node (one per caller's call: a layer called in
+a loop of one call takes up its tally again), makes no per-key counter (so every call's end
+is a first one), and at each call's end adds the call's own share to the total, as the fold
+would add it to the call's node:
 
 - a call with a rule costs what its rule says (its own operations were the rule's subject);
   one whose rule says it costs nothing, what its children cost; any other, its own counted
@@ -52,9 +53,6 @@ from tracetorch.records.tree import CALLS, CallNode, NodeKind, new_entry
 __all__ = ("Tally", "TallyCollector")
 
 _new_tuple = tuple.__new__
-# A tally frame's children's frames: always empty (every call is a first call), one dict for
-# every frame; its counters are hotpath's NO_COUNTERS (no key is made for its calls).
-_NO_FRAMES: dict[int, Frame] = {}
 # What a call's end hands the wrappers: a counter counted already (no fold is to take it up).
 _COUNTED = new_entry()
 _COUNTED[CALLS] = 1
@@ -153,8 +151,13 @@ class TallyCollector(Collector):
         if ops is None:  # as its caller
             ops = frame.ops
         call = Tally(parent, type_name, kind, rule_state, rule, counts, ops)
-        return _new_tuple(Frame, (self, call, owner, ops, torch_module, [], NO_COUNTERS,
-                                  _NO_FRAMES))
+        # Its counters are hotpath's NO_COUNTERS: no key is made for its calls, and each call's
+        # end is a first_entry. Kept under its caller's frame, as a node's is, for the calls of
+        # one layer in a loop of one call (an RNN's cell): the same frame and tally again,
+        # emptied at each call's end.
+        child = _new_tuple(Frame, (self, call, owner, ops, torch_module, [], NO_COUNTERS, {}))
+        frame.child_frames[id(owner)] = child
+        return child
 
     def _class_facts(self, owner: Any, kind: NodeKind, label: str | None,
                      flops_fn: Callable[..., int] | None
@@ -207,12 +210,17 @@ class TallyCollector(Collector):
         if parent.__class__ is Tally:
             parent.below += inclusive
             parent.saw_children = True
+        # (empty for its next call, if its frame is called again from its caller's call)
+        node.below = node.op_flops = node.op_gemm = 0
+        node.saw_ops = node.saw_children = False
         return _COUNTED.copy()
 
     def stop(self) -> None:
         """Stop recording: nothing to fold (the total is kept as calls end, the root's own
-        operations read where they are) and no frame kept to drop."""
+        operations read where they are); the top-level calls' frames (and the user's objects
+        they hold) are dropped."""
         self.set_active(False)
+        self.root.engine.child_frames.clear()
 
     def record_failure(self, node: Any, start: int, end: int) -> None:
         """Nothing: the count fails with the call."""
