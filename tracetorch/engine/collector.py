@@ -46,6 +46,7 @@ from tracetorch.records.tree import (
     INPUT_BYTES,
     KEY,
     MACS,
+    NOT_FORWARD_KINDS,
     OUTPUT_BYTES,
     SAVED_BYTES,
     CallNode,
@@ -282,7 +283,7 @@ class Collector(CallTiming):
             name = f"{name}#{suffix}"
         # A layer called inside a backward pass, or below such a call, runs again to rebuild
         # what activation checkpointing threw away: a "recompute" node, apart from the forward.
-        recompute = kind == "module" and parent_node.kind in ("backward", "recompute")
+        recompute = kind == "module" and parent_node.kind in NOT_FORWARD_KINDS
         node = parent_node.child(name, type_name, key, "recompute" if recompute else kind)
         depth = node.depth
         if depth > self._deepest:  # the profiler's frames per level must fit on the stack
@@ -535,7 +536,7 @@ class Collector(CallTiming):
             # A running total keeps no rows: what the inner recording counted forward is work
             # of the call open there, as its own operations are (under a rule: covered by it).
             frame.node.engine.op_flops += sum(node.flops for node in source.walk()
-                                              if node.kind not in ("backward", "recompute"))
+                                              if node.kind not in NOT_FORWARD_KINDS)
             return
         mapping = graft(source, self.owners_by_key(), frame)
         outer = frame.collector

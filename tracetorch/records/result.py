@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from tracetorch.records import jsonio, jsonread, rows
 from tracetorch.records.phases import PHASES, top_level_totals
 from tracetorch.records.stats import TimeStats
-from tracetorch.records.tree import CallNode, Completeness, TimelineEvent
+from tracetorch.records.tree import NOT_FORWARD_KINDS, CallNode, Completeness, TimelineEvent
 from tracetorch.records.views import exporter, view
 
 if TYPE_CHECKING:  # the analyses and their machine are a layer above: annotations only
@@ -108,7 +108,7 @@ class ProfileResult:
 
     def _forward_nodes(self) -> list[CallNode]:
         # A backward node's FLOPs summarise its passes, whose work the layers already hold.
-        return [n for n in self.root.walk() if n.kind not in ("backward", "recompute")]
+        return [n for n in self.root.walk() if n.kind not in NOT_FORWARD_KINDS]
 
     @property
     def forward_flops(self) -> int:

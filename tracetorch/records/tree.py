@@ -19,7 +19,8 @@ from tracetorch.records.memory import MemoryStats
 from tracetorch.records.stats import TimeStats
 
 __all__ = ("CallNode", "Completeness", "ENTRY_FIELDS", "MAX_SHAPES", "NodeKind", "OpRow",
-           "RuleState", "Shape", "SubtreeSums", "new_entry", "set_engine_state",
+           "NOT_FORWARD_KINDS", "RuleState", "Shape", "SubtreeSums", "new_entry",
+           "set_engine_state",
            "ShapeSignature", "TimelineEvent",
            "CALLS", "FLOPS", "GEMM_FLOPS", "MACS", "INPUT_BYTES", "OUTPUT_BYTES", "SAVED_BYTES",
            "LEARNED",
@@ -30,6 +31,9 @@ __all__ = ("CallNode", "Completeness", "ENTRY_FIELDS", "MAX_SHAPES", "NodeKind",
 #: batches taken from a data loader, or the tree's root.
 NodeKind = Literal["root", "module", "function", "backward", "optimizer", "thread", "recompute",
                    "data"]
+#: Node kinds whose FLOPs are no forward work: a backward pass's node (a summary of work its
+#: layers hold) and a layer run again inside one (activation checkpointing's recomputation).
+NOT_FORWARD_KINDS = frozenset({"backward", "recompute"})
 #: Where a node's FLOPs come from: a registered rule, ``instrument(flops=...)``, a rule of
 #: ``None`` (declared free) or no rule (its counted tensor operations).
 RuleState = Literal["rule", "user", "free", "none"]

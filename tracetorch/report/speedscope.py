@@ -31,7 +31,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Any, Union
 
-from tracetorch.records.tree import CallNode
+from tracetorch.records.tree import NOT_FORWARD_KINDS, CallNode
 from tracetorch.report.table import node_label
 from tracetorch.text.units import printable
 
@@ -44,8 +44,6 @@ __all__ = ("SCHEMA_URL", "BACKWARD_FRAME", "speedscope_document", "export_speeds
 SCHEMA_URL = "https://www.speedscope.app/file-format-schema.json"
 #: The frame a layer's backward FLOPs are drawn on, under the layer's own frame.
 BACKWARD_FRAME = "[backward]"
-#: Node kinds whose own FLOPs are not work of their own (see :attr:`ProfileResult.total_flops`).
-_SUMMARY_KINDS = ("backward", "recompute")
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -88,7 +86,7 @@ def speedscope_document(result: ProfileResult, name: str = "tracetorch profile")
         if node.self_ns:
             time_samples.append(here)
             time_weights.append(int(node.self_ns))
-        if node.flops and node.kind not in _SUMMARY_KINDS:
+        if node.flops and node.kind not in NOT_FORWARD_KINDS:
             flop_samples.append(here)
             flop_weights.append(int(node.flops))
         if node.backward_flops:
