@@ -12,6 +12,8 @@ shows up as a ``threading._DummyThread``).
 """
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from types import ModuleType
@@ -102,3 +104,31 @@ def test_a_collective_completing_first_is_stamped_without_waiting_for_earlier_on
         assert done.wait(30)
     watchers = [t for t in threading.enumerate() if t.name == "tracetorch-collectives"]
     assert 2 <= len(watchers) <= WATCHERS
+
+
+def test_the_watchers_end_before_the_interpreter_finalizes(torch):
+    # Run at exit (atexit): a daemon thread found inside torch's C++ (a future's done(), which
+    # releases the GIL) when the interpreter finalizes is ended inside a noexcept destructor,
+    # and the rank aborts (SIGABRT, "terminate called without an active exception").
+    from tracetorch.distributed.mode import _Watcher
+
+    watcher, stamped = _Watcher(), []
+    pending, finished, done = torch.futures.Future(), torch.futures.Future(), threading.Event()
+    watcher.watch(pending, lambda: stamped.append("pending"))  # never completes before the stop
+    watcher.watch(finished, done.set)
+    finished.set_result(None)
+    assert done.wait(30)
+    watcher.stop(timeout=30)
+    assert watcher._workers and not any(worker.is_alive() for worker in watcher._workers)
+    pending.set_result(None)
+    watcher.watch(torch.futures.Future(), lambda: stamped.append("late"))  # stopped: ignored
+    assert stamped == [] and not any(worker.is_alive() for worker in watcher._workers)
+
+
+@pytest.mark.slow
+def test_the_processs_watcher_is_stopped_at_its_exit():
+    script = ("import tracetorch.distributed.mode as mode\n"
+              "mode._WATCHER.stop = lambda timeout=2.0: print('stopped at exit')\n")
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert (ran.returncode, ran.stdout) == (0, "stopped at exit\n"), ran.stderr

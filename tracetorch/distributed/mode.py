@@ -37,6 +37,7 @@ Example:
 """
 from __future__ import annotations
 
+import atexit
 import os
 import queue
 import threading
@@ -88,7 +89,7 @@ WATCHERS = 8
 class _Watcher:
     """Daemon threads stamping futures' completions, one thread per future in flight (up to
     :data:`WATCHERS`), started as needed and kept for the next ones; a forked child starts
-    afresh.
+    afresh, and :meth:`stop` ends them before the interpreter finalizes.
 
     Example:
         >>> import threading, torch
@@ -100,32 +101,59 @@ class _Watcher:
     """
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple[Any, Callable[[], None]]] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[Any, Callable[[], None]] | None] = (
+            queue.SimpleQueue())
         self._lock = threading.Lock()
-        self._threads = 0
+        self._workers: list[threading.Thread] = []
         self._free = 0     # threads not waiting for a future
         self._queued = 0   # futures handed over that no thread has taken yet
+        self.stopping = False
 
     def watch(self, future: Any, done: Callable[[], None]) -> None:
-        """Call ``done`` (on a watcher thread) once ``future`` has completed or failed."""
+        """Call ``done`` (on a watcher thread) once ``future`` has completed or failed (unless
+        the watchers stop first, at the interpreter's exit)."""
         with self._lock:
+            if self.stopping:
+                return
             self._queued += 1
-            if self._queued > self._free and self._threads < WATCHERS:
-                threading.Thread(target=self._run, name="tracetorch-collectives",
-                                 daemon=True).start()
-                self._threads += 1
+            if self._queued > self._free and len(self._workers) < WATCHERS:
+                worker = threading.Thread(target=self._run, name="tracetorch-collectives",
+                                          daemon=True)
+                worker.start()
+                self._workers.append(worker)
                 self._free += 1
         self._queue.put((future, done))
 
+    def stop(self, timeout: float = 2.0) -> None:
+        """End every watcher thread (waiting at most ``timeout`` seconds in all); the futures
+        still in flight are stamped no more.
+
+        Run at the interpreter's exit (atexit), before it finalizes: a daemon thread found
+        inside torch's C++ then (a future's ``done()`` releases the GIL) is ended from inside a
+        noexcept destructor, which aborts the process ("terminate called without an active
+        exception", a rank of a finished job killed by SIGABRT).
+        """
+        with self._lock:
+            self.stopping = True
+            workers = list(self._workers)
+        for _ in workers:
+            self._queue.put(None)  # (a thread waiting for work takes one and ends)
+        deadline = time.monotonic() + timeout
+        for worker in workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
+
     def _run(self) -> None:
         while True:
-            future, done = self._queue.get()
+            item = self._queue.get()
+            if item is None:
+                return
+            future, done = item
             with self._lock:
                 self._queued -= 1
                 self._free -= 1
-            _wait_for(future)
-            done()
-            del future, done  # not kept alive while the next one is waited for
+            if _wait_for(future, self):
+                done()
+            del item, future, done  # not kept alive while the next one is waited for
             with self._lock:
                 self._free += 1
 
@@ -135,15 +163,19 @@ class _Watcher:
 POLL_MAX_S = 100e-6
 
 
-def _wait_for(future: Any) -> None:
+def _wait_for(future: Any, watcher: _Watcher) -> bool:
+    """Whether ``future`` completed (False: ``watcher`` stopped first)."""
     # Looks, then sleeps, rather than Future.wait(): a thread blocked in torch's C++ wait when the
     # interpreter finalizes is woken by the process group's teardown and ended by Python inside
     # C++ (pthread_exit through a noexcept destructor), which aborts the process. A thread in
     # time.sleep is ended cleanly. The pauses start short, for short collectives.
     pause = 5e-6
     while not future.done():
+        if watcher.stopping:
+            return False
         time.sleep(pause)
         pause = min(2 * pause, POLL_MAX_S)
+    return True
 
 
 _WATCHER = _Watcher()
@@ -155,8 +187,14 @@ def _forked() -> None:
     _WATCHER = _Watcher()
 
 
+def _stop_watching() -> None:
+    # (the watcher of this process, a forked child's its own)
+    _WATCHER.stop()
+
+
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked)
+atexit.register(_stop_watching)
 
 
 def _work_of(output: Any) -> Any:
