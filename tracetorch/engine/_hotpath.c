@@ -44,6 +44,7 @@ typedef struct {
     int backward;         /* kind == "backward": flush the pass's samples after each call */
     int data;             /* kind == "data": StopIteration is the loop's end, not a failure */
     Py_ssize_t flush_every;  /* FLUSH_EVERY, a constant: read once */
+    PyObject *no_counters;   /* NO_COUNTERS, one dict for good: read once */
     Layout at;            /* where its namespace's records keep each field */
 } Wrapper;
 
@@ -108,6 +109,7 @@ Wrapper_traverse(Wrapper *self, visitproc visit, void *arg)
     Py_VISIT(self->guard);
     Py_VISIT(self->owner);
     Py_VISIT(self->child);
+    Py_VISIT(self->no_counters);
     Py_VISIT(self->at.frame_type);
     return 0;
 }
@@ -120,6 +122,7 @@ Wrapper_clear(Wrapper *self)
     Py_CLEAR(self->guard);
     Py_CLEAR(self->owner);
     Py_CLEAR(self->child);
+    Py_CLEAR(self->no_counters);
     Py_CLEAR(self->at.frame_type);
     return 0;
 }
@@ -167,7 +170,17 @@ Wrapper_init(Wrapper *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     self->flush_every = PyLong_AsSsize_t(flush);
-    return self->flush_every == -1 && PyErr_Occurred() ? -1 : 0;
+    if (self->flush_every == -1 && PyErr_Occurred())
+        return -1;
+    PyObject *no_counters = PyDict_GetItemWithError(ns, s_NO_COUNTERS);
+    if (no_counters == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetObject(PyExc_NameError, s_NO_COUNTERS);
+        return -1;
+    }
+    Py_INCREF(no_counters);
+    Py_XSETREF(self->no_counters, no_counters);
+    return 0;
 }
 
 /* A global of the hotpath module (borrowed; NULL with an error set when missing). */
@@ -490,10 +503,7 @@ lookup_entry(Wrapper *self, PyObject *cache, PyObject *owner, PyObject *args, Py
 {
     PyObject *key = NULL, *entry = NULL, *shape = NULL, *dtype = NULL;
     int status = -1;
-    PyObject *kept_nowhere = global(self, s_NO_COUNTERS);
-    if (kept_nowhere == NULL)
-        return -1;
-    if (cache == kept_nowhere) {  /* a frame that keeps no counter (a running total's): no key */
+    if (cache == self->no_counters) {  /* a frame keeping no counter (a running total's): no key */
         *entry_out = NULL;
         *key_out = Py_NewRef(Py_None);
         *shape_out = NULL;

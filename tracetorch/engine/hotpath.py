@@ -554,7 +554,8 @@ def count_call(collector: Collector, node: CallNode, entry: list[Any]) -> None:
 
 #: The per-key counters of a frame that keeps none (a running total's: see
 #: :mod:`tracetorch.engine.tally`): always empty, and the wrappers make no key for its calls
-#: (its collector's ``first_entry`` is handed ``None`` for the key and the shape).
+#: (its collector's ``first_entry`` is handed ``None`` for the key and the shape). Never
+#: replaced: the C wrapper reads it once, when it is made.
 NO_COUNTERS: dict[Any, list[Any]] = {}
 
 
