@@ -520,3 +520,48 @@ def test_a_scripted_module_is_a_node_with_unknown_flops_and_says_why(torch):
     messages = [str(w.message) for w in caught if "RecursiveScriptModule" in str(w.message)]
     assert len(messages) == 1 and "compiled graph" in messages[0]
     assert "flop_rule" not in messages[0]
+
+
+def test_ops_false_says_it_did_not_count_and_a_counting_profile_still_warns(torch):
+    import warnings
+
+    import tracetorch
+    from tracetorch.engine import unsupported
+
+    class Opaque(torch.nn.Module):  # no rule; its one operation counted only with ops on
+        def forward(self, x):
+            return x.exp()
+
+    layer = Opaque()
+    messages = []
+    for ops in (False, True):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with tracetorch.profile(layer, ops=ops) as prof:
+                layer(torch.ones(2, 3))
+        messages.append([str(w.message) for w in caught if "Opaque" in str(w.message)])
+        if not ops:
+            assert prof.find("").flops_unknown
+    (uncounted,), counted = messages
+    assert "ops=False" in uncounted and "ops=True" in uncounted
+    # The counting profile saw the operation: its FLOPs are known, nothing to warn about.
+    assert counted == [] and prof.find("").flops == 6
+
+    class Silent(torch.nn.Module):  # returns a kept tensor: no operation, no rule
+        def __init__(self):
+            super().__init__()
+            self.kept = torch.zeros(())
+
+        def forward(self, x):
+            return self.kept
+
+    silent = Silent()
+    for ops in (False, True):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with tracetorch.profile(silent, ops=ops):
+                silent(torch.ones(2))
+        said = [str(w.message) for w in caught if "Silent" in str(w.message)]
+        # each reason is said once per process, the first does not hide the second
+        assert len(said) == 1 and ("ops=False" in said[0]) is (not ops)
+    unsupported._WARNED.discard("Silent")

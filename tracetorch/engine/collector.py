@@ -408,7 +408,8 @@ class Collector(CallTiming):
                 # it was given (a DropPath in eval): it costs a known 0.
                 node.flops_source = "ops"
             elif self.warn_unsupported:
-                warn_unsupported(node.type_name, runs_compiled_graph(owner), stacklevel=2)
+                warn_unsupported(node.type_name, runs_compiled_graph(owner), stacklevel=2,
+                                 ops_counted=self.count_ops)
         entry[KEY] = key
         cache = engine.flops_cache
         cache[shape if shape is not None and shape not in cache else key] = entry

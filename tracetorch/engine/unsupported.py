@@ -20,8 +20,10 @@ from tracetorch.text.units import printable
 
 __all__ = ("unsupported_calls", "warn_unsupported")
 
-# Types already warned about as unsupported, process-wide, so a training loop warns once.
+# Types already warned about as unsupported, process-wide, so a training loop warns once; kept
+# apart for profiles that count no operations (``ops=False``), whose reason and advice differ.
 _WARNED: set[str] = set()
+_WARNED_UNCOUNTED: set[str] = set()
 
 
 def unsupported_calls(root: CallNode) -> dict[str, int]:
@@ -34,13 +36,25 @@ def unsupported_calls(root: CallNode) -> dict[str, int]:
     return counts
 
 
-def warn_unsupported(type_name: str, compiled: bool, stacklevel: int) -> None:
+def warn_unsupported(type_name: str, compiled: bool, stacklevel: int,
+                     ops_counted: bool = True) -> None:
     """Warn that ``type_name``'s FLOPs are unknown, unless this process warned about it already
-    (``compiled``: the layer runs a compiled graph). ``stacklevel`` is ``warnings.warn``'s, from
-    the caller's point of view."""
-    if type_name in _WARNED:
+    (``compiled``: the layer runs a compiled graph; ``ops_counted``: false for a profile with
+    ``ops=False``, which did not look for its operations). ``stacklevel`` is
+    ``warnings.warn``'s, from the caller's point of view.
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     warn_unsupported("MyDocLayer", compiled=False, stacklevel=1, ops_counted=False)
+        >>> "ops=False" in str(caught[0].message)
+        True
+    """
+    warned = _WARNED if ops_counted or compiled else _WARNED_UNCOUNTED
+    if type_name in warned:
         return
-    _WARNED.add(type_name)
+    warned.add(type_name)
     shown = printable(type_name)  # a class name with ESC or U+202E must not reach the terminal
     unknown = ("its FLOPs are unknown, shown as '?', and the FLOP counts that include it "
                "are lower bounds, marked '+'")
@@ -48,6 +62,10 @@ def warn_unsupported(type_name: str, compiled: bool, stacklevel: int) -> None:
         advice = (f"{shown} runs a compiled graph, which tracetorch cannot look "
                   f"into: {unknown}. Profile the module before compiling it for FLOPs; its "
                   f"time is measured either way.")
+    elif not ops_counted:
+        advice = (f"tracetorch has no FLOP rule for {shown}, and this profile counts no tensor "
+                  f"operations (ops=False): {unknown}. Profile with ops=True to count its "
+                  f"operations, or register a rule with @tracetorch.flop_rule({shown}).")
     else:
         advice = (f"tracetorch has no FLOP rule for {shown} and saw no countable "
                   f"tensor operations in it: {unknown}. Register one "
