@@ -102,9 +102,11 @@ class Collector(CallTiming):
         self._through_wrappers = naming_through_wrappers()
         # Storages already charged as saved for backward since the last fold: each once.
         self._saved_storages: set[int] = set()
-        # With ``ops=False`` nothing counts operations, the profile's root included: no function
-        # mode is pushed at all (torch backward passes are then found at their first node).
-        self.root_frame = Frame.of(self, root, None, count_ops)
+        #: The frame of the profile's top-level calls while it records (made by :meth:`start`);
+        #: ``None`` otherwise, for it refers to this collector: kept, it would leave a stopped
+        #: collector, and the model it holds, to the cyclic garbage collector once the profile
+        #: is dropped.
+        self.root_frame: Frame | None = None
         self.owner_thread = threading.get_ident()
         self._lock = threading.Lock()
         self._user_rules: dict[CallNode, Callable[..., int]] = {}
@@ -141,18 +143,21 @@ class Collector(CallTiming):
         self.set_active(True)
         STACK_ROOM.make_room(self._deepest)
         self._generation = structure_generation()
-        self.root_frame = Frame.of(self, target, None, self.count_ops)
+        # With ``ops=False`` nothing counts operations, the profile's root included: no function
+        # mode is pushed at all (torch backward passes are then found at their first node).
+        root = self.root_frame = Frame.of(self, target, None, self.count_ops)
         self.owner_thread = threading.get_ident()
-        return self.root_frame
+        return root
 
     def thread_frame(self) -> Frame | None:
         """For ``profile(all_threads=True)``: the frame of the calling thread, whose calls go
         under a ``thread <name>`` node of their own (``None`` in the profiling thread itself,
         or while the profile is paused by its schedule)."""
-        if self.root_frame.owner is not None or self.owner_thread == threading.get_ident():
+        root = self.root_frame  # (read once: the profiling thread may stop meanwhile)
+        if root is None or root.owner is not None or self.owner_thread == threading.get_ident():
             return None
         thread = threading.current_thread()
-        target = self.root_frame.node
+        target = root.node
         threads = target.engine.child_frames
         frame = threads.get(id(thread))
         if frame is None:
@@ -170,7 +175,9 @@ class Collector(CallTiming):
 
     def pause(self) -> None:
         """Stop taking calls from other threads until the next :meth:`start`."""
-        self.root_frame = Frame.of(self, self.root_frame.node, _PAUSED, self.count_ops)
+        root = self.root_frame
+        if root is not None:
+            self.root_frame = Frame.of(self, root.node, _PAUSED, self.count_ops)
 
     def stop(self) -> None:
         """Stop recording, fold the counters and drop every reference to the user's objects."""
@@ -182,6 +189,7 @@ class Collector(CallTiming):
             with self._folding:
                 fold_tree(self.root)
         self.touched.clear()
+        self.root_frame = None
         # Only the nodes this opening adopted hold frames (and so the user's objects).
         self.root.engine.child_frames.clear()
         warm, generation = self._warm, self.registry.generation
@@ -206,10 +214,10 @@ class Collector(CallTiming):
 
     def release(self) -> None:
         """Break the reference cycles of a stopped recording that nobody will read again (its
-        nodes' links to their parents, the root frame's to this collector), so that dropping it
-        frees it at once, by reference counting, instead of leaving ~18 objects per layer to the
-        cyclic garbage collector (``count_flops`` run in a loop). Nothing may record into this
-        collector afterwards.
+        nodes' links to their parents; the root frame's to this collector went at the stop), so
+        that dropping it frees it at once, by reference counting, instead of leaving ~18
+        objects per layer to the cyclic garbage collector (``count_flops`` run in a loop).
+        Nothing may record into this collector afterwards.
 
         Raises:
             RuntimeError: the collector is still recording.
@@ -217,7 +225,6 @@ class Collector(CallTiming):
         if self.active:
             raise RuntimeError("release: the recording is still active; stop it first")
         self.root.unlink()
-        del self.root_frame
 
     # ------------------------------------------------------------------ tree building
     def new_child(self, frame: Frame, owner: Any, kind: NodeKind, label: str | None,

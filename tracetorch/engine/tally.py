@@ -217,9 +217,10 @@ class TallyCollector(Collector):
 
     def stop(self) -> None:
         """Stop recording: nothing to fold (the total is kept as calls end, the root's own
-        operations read where they are); the top-level calls' frames (and the user's objects
-        they hold) are dropped."""
+        operations read where they are); the root frame and the top-level calls' frames (and
+        the user's objects they hold) are dropped."""
         self.set_active(False)
+        self.root_frame = None
         self.root.engine.child_frames.clear()
 
     def record_failure(self, node: Any, start: int, end: int) -> None:

@@ -409,6 +409,8 @@ def implicit_pass(mark: Mark) -> BackwardPass | None:
     parent = current_frame()
     if parent is None or parent.collector is not collector:
         parent = collector.root_frame
+        if parent is None:  # stopped meanwhile, by another thread
+            return None
     owner = _PASS_OWNERS[None]
     frame = parent.child_frames.get(id(owner))
     if frame is None:

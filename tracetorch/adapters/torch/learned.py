@@ -216,6 +216,9 @@ class OpLearner:
         self.observing: dict[CallNode, tuple[Any, dict[str, tuple[int, int]], int, int | None,
                                              ProductWatch | None]] = {}
         self._pruned_at = 64  # the size past which the watches of stopped profiles are dropped
+        # The counters whose learned calls hold a frame (and so its collector and the layer the
+        # frame calls): emptied by forget, else a profile's result would keep them alive.
+        self._framed: dict[int, list[Any]] = {}
         self._gemm, self._ambiguous = _gemm_names()
 
     def replay(self, frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -253,6 +256,7 @@ class OpLearner:
                 quiet = _new_tuple(Frame, frame[:_OPS] + (False,) + frame[_OPS + 1:])
                 learned = entry[LEARNED] = (*learned[:3], frame, quiet,
                                             *learned[LEARNED_PRODUCTS:])
+                self._framed[id(entry)] = entry
             replay_learned(node, learned)
             replayed: Frame = learned[LEARNED_QUIET]
             return replayed
@@ -371,11 +375,16 @@ class OpLearner:
             "TRACETORCH_LEARN_OPS=0 counts every call)", RuntimeWarning, stacklevel=2)
 
     def forget(self) -> None:
-        """Stop watching calls (the profiles closed: no node is kept alive); what is learned
-        stays in the counters, read by this learner only."""
+        """Stop watching calls and drop what this learner put in the counters with a frame (the
+        profiles closed: no node, collector or layer is kept alive by a profile's result; each
+        session learns anew, so nothing learned is lost to a later one)."""
         for node, watched in list(self.observing.items()):
             _unwatch(node, watched[4])
         self.observing.clear()
+        for entry in self._framed.values():
+            if self._state(entry).__class__ is tuple:
+                entry[LEARNED] = None
+        self._framed.clear()
 
 
 def _unwatch(node: CallNode, watch: ProductWatch | None) -> None:
