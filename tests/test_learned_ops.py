@@ -38,9 +38,10 @@ class _ModeCalls:
         monkeypatch.setattr(OpCountingMode, "__torch_function__", counted)
 
 
-def _run(monkeypatch, learn, model, inputs, steps=6, grad=False, **options):
+def _run(monkeypatch, learn, model, inputs, steps=6, grad=False, read=False, **options):
     """Profile ``steps`` steps of ``model(**inputs)``; returns its figures and the calls that
-    reached the mode at each step."""
+    reached the mode at each step (``read``: the tree is read after each step, which folds
+    it then, as a live view does)."""
     with monkeypatch.context() as patch:
         patch.setenv("TRACETORCH_LEARN_OPS", "1" if learn else "0")
         mode_calls = _ModeCalls(patch)
@@ -52,6 +53,8 @@ def _run(monkeypatch, learn, model, inputs, steps=6, grad=False, **options):
                 if grad:  # (a transformers model's output: its first tensor)
                     (out if isinstance(out, torch.Tensor) else out[0]).sum().backward()
                 prof.step()
+                if read:
+                    _ = prof.root
                 per_step.append(mode_calls.calls - before)
     return _figures(prof), per_step
 
@@ -413,3 +416,63 @@ def test_learned_counts_equal_the_modes_under_activation_checkpointing(monkeypat
     reference, learned = figures
     assert any(path.startswith("backward.") for path in reference)  # recomputed layers
     assert learned == reference
+
+
+class LateSecondKey(torch.nn.Module):
+    """Calls ``layer`` with one key at every step and, from the fourth step, with a second key
+    after it: the second key's first calls are watched while the first key's replayed calls of
+    the same step wait for the step's fold."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer, self.steps = Repeated(), 0
+        # (made here: the caller runs no operation of its own, whose count its own unchanged
+        # key would not tell apart from the fourth step on)
+        self.short, self.long = torch.ones(2), torch.ones(3)
+
+    def forward(self, x):
+        self.steps += 1
+        y = self.layer(self.short, 2)
+        if self.steps >= 4:
+            y = self.layer(self.long, 3)
+        return y
+
+
+def test_replayed_calls_folded_while_another_key_is_watched_are_not_taken_for_its_counts(
+        monkeypatch):
+    x = {"x": torch.ones(3)}
+    reference, _ = _run(monkeypatch, False, LateSecondKey(), x, steps=9, read=True)
+    learned, calls = _run(monkeypatch, True, LateSecondKey(), x, steps=9, read=True)
+    assert learned == reference
+    assert reference["layer"][-1] == [("add", 9 * 2 + 6 * 3, 9 * 2 * 2 + 6 * 3 * 3)]
+    assert calls[-2:] == [0, 0]  # both keys learned by then
+
+
+def test_a_replayed_call_that_raises_keeps_its_counts(monkeypatch):
+    class Failing(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            y = x * 2
+            if self.calls == 5:
+                raise ValueError("the fifth call")
+            return y
+
+    layer = Failing()
+    monkeypatch.setenv("TRACETORCH_LEARN_OPS", "1")
+    with torch.no_grad(), tracetorch.profile(layer) as prof:
+        for _ in range(4):
+            layer(torch.ones(4))
+        prof.step()
+        _ = prof.root  # folded: the raising call is its counter's only one since
+        with pytest.raises(ValueError, match="the fifth call"):
+            layer(torch.ones(4))
+        inside = [(op.name, op.calls, op.flops) for op in prof.find("").op_table()]
+    assert inside == [("mul", 5, 20)]  # read inside the block, as a live view reads it
+    node = prof.find("")
+    # every call ran its product: the raising one's counts were replayed before it raised
+    assert [(op.name, op.calls, op.flops) for op in node.op_table()] == [("mul", 5, 20)]
+    assert node.calls == 5 and node.errors == 1

@@ -17,7 +17,7 @@ from tracetorch.core import Linear, Module, ReLU, Sequential, Tensor
 from tracetorch.engine import fold, identities
 from tracetorch.models.params import count_parameters
 from tracetorch.models.subtree_params import subtree_parameter_counts
-from tracetorch.records.tree import CallNode
+from tracetorch.records.tree import CALLS, FLOPS, GEMM_FLOPS, MACS, CallNode, new_entry
 
 LINEAR_FLOPS = 2 * 2 * 2  # Linear(2, 2) on one row
 
@@ -125,6 +125,12 @@ def test_untouched_nodes_are_not_visited():
     assert (idle.engine.op_flops, idle.flops) == (5, 0)
 
 
+def _counter(calls: int, flops: int, gemm: int, macs: int) -> list[Any]:
+    entry = new_entry()
+    entry[CALLS], entry[FLOPS], entry[GEMM_FLOPS], entry[MACS] = calls, flops, gemm, macs
+    return entry
+
+
 def _mixed_tree() -> CallNode:
     """Rules under counted operations under a free container, with pending counters."""
     root = CallNode.root()
@@ -132,8 +138,7 @@ def _mixed_tree() -> CallNode:
     free.engine.rule_state = "free"
     ruled = free.child("attn", "Attention", "m1")
     ruled.engine.rule_state = "rule"
-    ruled.engine.flops_cache = {(2, 4): [3, 100, 64, 32, 0, 0, 0],
-                                (1, 4): [1, 50, 32, 16, 0, 0, 0]}
+    ruled.engine.flops_cache = {(2, 4): _counter(3, 100, 64, 32), (1, 4): _counter(1, 50, 32, 16)}
     inner = ruled.child("proj", "Custom", "m2")
     # more than the rule leaves: clamped, never negative
     inner.engine.op_flops, inner.engine.op_gemm = 30, 20
@@ -141,7 +146,7 @@ def _mixed_tree() -> CallNode:
     ops.engine.op_flops = 7
     user = root.child("fn", "fn", "m4", kind="function")
     user.engine.rule_state = "user"
-    user.engine.flops_cache = {None: [2, 9, 0, 0, 0, 0, 0]}
+    user.engine.flops_cache = {None: _counter(2, 9, 0, 0)}
     root.engine.op_flops = 1  # an operation outside every layer
     return root
 

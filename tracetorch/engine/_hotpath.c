@@ -26,11 +26,11 @@
  * NamedTuple: the profile, the node, the call's owner, whether operations are counted and the
  * output observed, and the node's pending durations, per-shape counters and its children's
  * frames by owner; ``size``: how many) and a per-shape counter's slots (tracetorch.records.tree.ENTRY_FIELDS:
- * the calls, the key it was measured for). */
+ * the calls, the key it was measured for, what is learned of it, the calls replayed from that). */
 typedef struct {
     PyObject *frame_type;  /* hotpath.Frame itself: an open call is an instance of it */
     Py_ssize_t collector, node, owner, ops, observe, pending, flops_cache, child_frames, size;
-    Py_ssize_t calls, key, learned;
+    Py_ssize_t calls, key, learned, replayed;
 } Layout;
 
 typedef struct {
@@ -56,8 +56,7 @@ static PyObject *s_FRAME, *s_op_replay, *s_op_hold, *s_op_observing, *s_op_switc
     *s_plain_clock, *s_record_failure, *s_time, *s_flush, *s_touch,
     *s_shape, *s_flush_backward, *s_backward_on, *s_new_child,
     *s_Frame, *s_ENTRY_FIELDS, *s_fields, *s_collector, *s_node, *s_owner, *s_ops, *s_observe,
-    *s_pending, *s_flops_cache, *s_child_frames, *s_calls, *s_key, *s_learned, *s_engine,
-    *s_op_flops, *s_op_gemm;
+    *s_pending, *s_flops_cache, *s_child_frames, *s_calls, *s_key, *s_learned, *s_replayed;
 static PyObject *one;
 
 static int guard_form_ok(PyObject *guard);
@@ -92,7 +91,8 @@ set_layout(Layout *at, PyObject *ns)
              && (at->size = PySequence_Size(frame)) >= 0
              && (at->calls = PySequence_Index(entry, s_calls)) >= 0
              && (at->key = PySequence_Index(entry, s_key)) >= 0
-             && (at->learned = PySequence_Index(entry, s_learned)) >= 0;
+             && (at->learned = PySequence_Index(entry, s_learned)) >= 0
+             && (at->replayed = PySequence_Index(entry, s_replayed)) >= 0;
     Py_DECREF(frame);
     if (!ok)
         return -1;
@@ -608,70 +608,16 @@ replay_held(Wrapper *self)
     return any_call_true(hold);
 }
 
-/* ``target[at] += amount`` for a list or an object's attribute ``name`` (at < 0); 0 or -1. */
+/* ``entry[at] += 1`` for a per-shape counter (a list); 0, or -1 with an error set. */
 static int
-add_to(PyObject *target, PyObject *name, Py_ssize_t at, PyObject *amount)
+bump(PyObject *entry, Py_ssize_t at)
 {
-    PyObject *before = at < 0 ? PyObject_GetAttr(target, name) : PyList_GetItem(target, at);
-    if (before == NULL)
+    if (!PyList_Check(entry) || PyList_GET_SIZE(entry) <= at) {
+        PyErr_SetString(PyExc_TypeError, "a per-shape entry must be a list of ENTRY_FIELDS");
         return -1;
-    PyObject *after = PyNumber_Add(before, amount);
-    if (at < 0)
-        Py_DECREF(before);
-    if (after == NULL)
-        return -1;
-    if (at >= 0)
-        return PyList_SetItem(target, at, after);  /* steals after */
-    int status = PyObject_SetAttr(target, name, after);
-    Py_DECREF(after);
-    return status;
-}
-
-/* hotpath.replay_learned: one call's learned counts ``(op FLOPs, GEMM FLOPs, rows, ...)``
- * added to ``node`` (its engine state's op_flops and op_gemm, its op table's rows). */
-static int
-replay_learned(PyObject *node, PyObject *learned)
-{
-    PyObject *rows = PyTuple_GET_ITEM(learned, 2);
-    PyObject *state = PyObject_GetAttr(node, s_engine);
-    if (state == NULL)
-        return -1;
-    int status = add_to(state, s_op_flops, -1, PyTuple_GET_ITEM(learned, 0)) < 0
-                 || add_to(state, s_op_gemm, -1, PyTuple_GET_ITEM(learned, 1)) < 0 ? -1 : 0;
-    Py_DECREF(state);
-    PyObject *ops = status == 0 ? PyObject_GetAttr(node, s_ops) : NULL;
-    if (ops == NULL)
-        return -1;
-    if (!PyDict_Check(ops) || !PyTuple_Check(rows)) {
-        PyErr_SetString(PyExc_TypeError, "learned rows must be a tuple, a node's ops a dict");
-        status = -1;
     }
-    for (Py_ssize_t i = 0; status == 0 && i < PyTuple_GET_SIZE(rows); i++) {
-        PyObject *row = PyTuple_GET_ITEM(rows, i);
-        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 3) {
-            PyErr_SetString(PyExc_TypeError, "a learned row must be (name, calls, FLOPs)");
-            status = -1;
-            break;
-        }
-        PyObject *name = PyTuple_GET_ITEM(row, 0), *calls = PyTuple_GET_ITEM(row, 1);
-        PyObject *flops = PyTuple_GET_ITEM(row, 2);
-        PyObject *counted = PyDict_GetItemWithError(ops, name);  /* borrowed */
-        if (counted == NULL) {
-            PyObject *fresh = PyErr_Occurred() ? NULL : Py_BuildValue("[OOi]", calls, flops, 0);
-            status = fresh != NULL && PyDict_SetItem(ops, name, fresh) == 0 ? 0 : -1;
-            Py_XDECREF(fresh);
-        }
-        else if (!PyList_Check(counted) || PyList_GET_SIZE(counted) < 2) {
-            PyErr_SetString(PyExc_TypeError, "an op-table row must be a list [calls, FLOPs, ...]");
-            status = -1;
-        }
-        else {
-            status = add_to(counted, NULL, 0, calls) < 0 || add_to(counted, NULL, 1, flops) < 0
-                     ? -1 : 0;
-        }
-    }
-    Py_DECREF(ops);
-    return status;
+    PyObject *after = PyNumber_Add(PyList_GET_ITEM(entry, at), one);
+    return after == NULL || PyList_SetItem(entry, at, after) < 0 ? -1 : 0;  /* steals after */
 }
 
 /* hotpath.count_call: entry[CALLS] += 1, and the counter's first call since the last fold
@@ -679,16 +625,9 @@ replay_learned(PyObject *node, PyObject *learned)
 static int
 count_call(Py_ssize_t calls_at, PyObject *collector, PyObject *node, PyObject *entry)
 {
-    if (!PyList_Check(entry) || PyList_GET_SIZE(entry) <= calls_at) {
-        PyErr_SetString(PyExc_TypeError, "a per-shape entry must be a list of ENTRY_FIELDS");
-        return -1;
-    }
-    PyObject *before = PyList_GET_ITEM(entry, calls_at);  /* borrowed */
-    int first = PyObject_Not(before);
-    if (first < 0)
-        return -1;
-    PyObject *calls = PyNumber_Add(before, one);
-    if (calls == NULL || PyList_SetItem(entry, calls_at, calls) < 0)  /* steals calls */
+    int first = PyList_Check(entry) && PyList_GET_SIZE(entry) > calls_at
+                ? PyObject_Not(PyList_GET_ITEM(entry, calls_at)) : 0;
+    if (first < 0 || bump(entry, calls_at) < 0)  /* (bump says what is wrong with entry) */
         return -1;
     if (!first)
         return 0;
@@ -831,8 +770,10 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
                 if (watched < 0)
                     goto out;
                 if (!watched) {
-                    Py_INCREF(learned);  /* (the slot may change while the counts are added) */
-                    int added = replay_learned(node, learned);
+                    /* the counter counts the call; its counts reach the node at the fold
+                     * (hotpath.settle_replayed) */
+                    Py_INCREF(learned);
+                    int added = bump(entry, self->at.replayed);
                     if (added == 0)
                         Py_SETREF(inner, Py_NewRef(PyTuple_GET_ITEM(learned, 4)));
                     Py_DECREF(learned);
@@ -1052,9 +993,7 @@ PyInit__hotpath(void)
     INTERN(s_calls, "calls");
     INTERN(s_key, "key");
     INTERN(s_learned, "learned");
-    INTERN(s_engine, "engine");
-    INTERN(s_op_flops, "op_flops");
-    INTERN(s_op_gemm, "op_gemm");
+    INTERN(s_replayed, "replayed");
     if ((one = PyLong_FromLong(1)) == NULL)
         return NULL;
     if (PyType_Ready(&WrapperType) < 0)

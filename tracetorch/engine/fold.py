@@ -19,8 +19,9 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from tracetorch.engine.hotpath import Frame, settle_replayed
 from tracetorch.records.memory import MemoryStats
 from tracetorch.records.tree import (
     CALLS,
@@ -29,12 +30,10 @@ from tracetorch.records.tree import (
     INPUT_BYTES,
     MACS,
     OUTPUT_BYTES,
+    REPLAYED,
     SAVED_BYTES,
     CallNode,
 )
-
-if TYPE_CHECKING:
-    from tracetorch.engine.hotpath import Frame
 
 __all__ = ("Counterpart", "fold_tree", "fold_touched", "merge_tree", "merge_below", "graft",
            "add_recorded", "clear_recorded")
@@ -42,7 +41,8 @@ __all__ = ("Counterpart", "fold_tree", "fold_touched", "merge_tree", "merge_belo
 # _fold_node reads a per-shape counter's slots by number, in the one loop that runs for every
 # node of every step: a name there is a global read, about 170 machine instructions more per
 # node folded than a constant. The numbers are checked against the counter's definition here.
-if (CALLS, FLOPS, GEMM_FLOPS, MACS, INPUT_BYTES, OUTPUT_BYTES, SAVED_BYTES) != tuple(range(7)):
+if (CALLS, FLOPS, GEMM_FLOPS, MACS, INPUT_BYTES, OUTPUT_BYTES, SAVED_BYTES,
+        REPLAYED) != (*range(7), 9):
     raise ImportError("tracetorch.records.tree.ENTRY_FIELDS changed: update _fold_node's slots")
 
 #: The same node in the source tree and in the tree it was merged into.
@@ -128,7 +128,9 @@ def _fold_node(node: CallNode, flops: int, gemm: int, macs: int) -> tuple[int, i
     inclusive = inclusive_gemm = inclusive_macs = 0
     read = written = saved = 0
     for entry in engine.flops_cache.values():
-        calls = entry[0]  # CALLS (the slots by number: see the check at the top)
+        if entry[9]:  # REPLAYED (the slots by number: see the check at the top)
+            settle_replayed(node, entry)  # (also for a replayed call that raised: no call)
+        calls = entry[0]  # CALLS
         if not calls:
             continue
         # Not "= 0": another thread may have counted a call meanwhile (folded at the latest

@@ -42,7 +42,15 @@ from tracetorch.models.tensors import (
     typed_signature,
 )
 from tracetorch.records.stats import FLUSH_EVERY
-from tracetorch.records.tree import CALLS, ENTRY_FIELDS, KEY, LEARNED, CallNode, NodeKind
+from tracetorch.records.tree import (
+    CALLS,
+    ENTRY_FIELDS,
+    KEY,
+    LEARNED,
+    REPLAYED,
+    CallNode,
+    NodeKind,
+)
 
 if TYPE_CHECKING:
     from tracetorch.engine.collector import Collector
@@ -50,6 +58,7 @@ if TYPE_CHECKING:
 __all__ = ("BackwardPassOwner", "Frame", "make_wrapper", "count_call", "current_frame",
            "innermost_frame", "open_root", "close_root",
            "OpCounter", "set_exit_observer", "set_op_switch", "set_op_replay", "replay_learned",
+           "settle_replayed",
            "counter_of", "record_all_threads",
            "all_threads_collector", "call_key", "training_flag", "set_grad_mode",
            "structure_changed", "structure_generation", "NO_COUNTERS")
@@ -181,8 +190,9 @@ def set_op_replay(replay: OpReplay | None, hold: tuple[Callable[[], Any], ...] =
     Before each call of a frame with ``ops``, while every callable of ``hold`` returns something
     false, the call's counter is looked up (as after the call: :func:`call_key`) and
     where its ``learned`` slot holds ``(op FLOPs, GEMM FLOPs, rows, frame, quiet frame, ...)``
-    made for this very frame (and the node is not in ``observing``), those counts are added to
-    the node (:func:`replay_learned`) and the call runs with the quiet frame (``ops`` off);
+    made for this very frame (and the node is not in ``observing``), the counter's ``replayed``
+    slot counts the call (its counts are added to the node at the fold:
+    :func:`settle_replayed`) and the call runs with the quiet frame (``ops`` off);
     otherwise ``replay(frame, args, kwargs, owner, counter or None)`` hands back the frame to
     run the call with, having added what it replays itself. The replay decides what goes in
     the slot; the engine only reads it.
@@ -193,27 +203,51 @@ def set_op_replay(replay: OpReplay | None, hold: tuple[Callable[[], Any], ...] =
     return previous
 
 
-def replay_learned(node: CallNode, learned: tuple[Any, ...]) -> None:
-    """Add one call's learned operation counts, ``(op FLOPs, GEMM FLOPs, rows, ...)`` with
-    rows of ``(name, calls, FLOPs)``, to ``node``, as the operations' own counting would have.
+def replay_learned(node: CallNode, learned: tuple[Any, ...], times: int = 1) -> None:
+    """Add ``times`` calls' learned operation counts, ``(op FLOPs, GEMM FLOPs, rows, ...)``
+    with rows of ``(name, calls, FLOPs)`` for one call, to ``node``, as the operations' own
+    counting would have.
 
     Example:
         >>> node = CallNode.root().child("att", "Attention", "m0")
-        >>> replay_learned(node, (12, 8, (("matmul", 1, 8), ("add", 1, 4))))
+        >>> replay_learned(node, (12, 8, (("matmul", 1, 8), ("add", 1, 4))), times=2)
         >>> node.engine.op_flops, node.engine.op_gemm, node.ops["matmul"][:2]
-        (12, 8, [1, 8])
+        (24, 16, [2, 16])
     """
     counted = node.engine
-    counted.op_flops += learned[0]
-    counted.op_gemm += learned[1]
+    counted.op_flops += times * learned[0]
+    counted.op_gemm += times * learned[1]
     ops = node.ops
     for name, calls, flops in learned[2]:
         row = ops.get(name)
         if row is None:
-            ops[name] = [calls, flops, 0]
+            ops[name] = [times * calls, times * flops, 0]
         else:
-            row[0] += calls
-            row[1] += flops
+            row[0] += times * calls
+            row[1] += times * flops
+
+
+def settle_replayed(node: CallNode, entry: list[Any]) -> None:
+    """Add to ``node`` the calls since the last fold that ``entry``'s learned counts stand in
+    for (its ``replayed`` slot, emptied). A replayed call only counts itself in its counter —
+    the node's operation counts and op-table rows, in memory the layer's other calls do not
+    touch, would cost each call their cache misses between a model's large products — so this
+    runs where the node is folded, and before the learned counts are dropped or changed.
+
+    Example:
+        >>> from tracetorch.records.tree import new_entry
+        >>> node = CallNode.root().child("att", "Attention", "m0")
+        >>> entry = new_entry()
+        >>> entry[LEARNED], entry[REPLAYED] = (12, 8, (("matmul", 1, 8),)), 3
+        >>> settle_replayed(node, entry)
+        >>> node.engine.op_flops, node.ops["matmul"][:2], entry[REPLAYED]
+        (36, [3, 24], 0)
+    """
+    replayed = entry[REPLAYED]
+    if replayed:
+        # (not "= 0": another thread may replay a call meanwhile)
+        entry[REPLAYED] -= replayed
+        replay_learned(node, entry[LEARNED], replayed)
 
 
 def _held() -> bool:
@@ -453,14 +487,14 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
             # (what makes the key is read before the call)
             if not _held():
                 found = _lookup(inner.flops_cache, args, kwargs, owner, grad)
-            learned = found[0][LEARNED] if found is not None and found[0] is not None else None
-            if (learned.__class__ is tuple and learned[3] is inner
+            counter = found[0] if found is not None else None
+            learned = counter[LEARNED] if counter is not None else None
+            if (counter is not None and learned.__class__ is tuple and learned[3] is inner
                     and node not in _op_observing):
-                replay_learned(node, learned)
+                counter[REPLAYED] += 1  # (added to the node at its fold: settle_replayed)
                 inner = learned[4]
             else:
-                inner = _op_replay(inner, args, kwargs, owner,
-                                   found[0] if found is not None else None)
+                inner = _op_replay(inner, args, kwargs, owner, counter)
         switched = ops is not inner.ops and _op_switch is not None and _op_switch(inner.ops)
         token = _FRAME.set(inner)
         clock = collector.clock

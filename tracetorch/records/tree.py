@@ -44,9 +44,10 @@ Completeness = Literal["complete", "partial", "unknown"]
 #: The slots of a per-shape counter in a node's ``engine.flops_cache``: calls since the last
 #: fold, the rule's inclusive FLOPs (``None``: the node's FLOPs come from counted operations),
 #: its GEMM FLOPs and MACs, one call's input, output and saved-for-backward bytes, the call
-#: key they were measured for (:func:`tracetorch.engine.hotpath.call_key`), and what is learned
+#: key they were measured for (:func:`tracetorch.engine.hotpath.call_key`), what is learned
 #: of the operations such a call runs (``None`` until an adapter learns something: see
-#: :func:`tracetorch.engine.hotpath.set_op_replay`). An adapter may keep
+#: :func:`tracetorch.engine.hotpath.set_op_replay`), and how many calls since the last fold
+#: its learned counts stand in for (added to the node at the fold). An adapter may keep
 #: what it derives once per key after these (torch: the call's gradient parts).
 #:
 #: A list rather than an object with attributes: the hot path bumps ``calls`` on every layer
@@ -54,7 +55,7 @@ Completeness = Literal["complete", "partial", "unknown"]
 #: reads the slots by name, through the indices below; the C finds them in this tuple by name
 #: when it starts (``tests/test_c_contract.py`` checks the names it asks for).
 ENTRY_FIELDS = ("calls", "flops", "gemm_flops", "macs", "input_bytes", "output_bytes",
-                "saved_bytes", "key", "learned")
+                "saved_bytes", "key", "learned", "replayed")
 CALLS = ENTRY_FIELDS.index("calls")
 FLOPS = ENTRY_FIELDS.index("flops")
 GEMM_FLOPS = ENTRY_FIELDS.index("gemm_flops")
@@ -64,6 +65,7 @@ OUTPUT_BYTES = ENTRY_FIELDS.index("output_bytes")
 SAVED_BYTES = ENTRY_FIELDS.index("saved_bytes")
 KEY = ENTRY_FIELDS.index("key")
 LEARNED = ENTRY_FIELDS.index("learned")
+REPLAYED = ENTRY_FIELDS.index("replayed")
 #: A counter with nothing counted yet: no call, no rule's FLOPs, no bytes, no key, nothing learned.
 _EMPTY_ENTRY = [None if name in ("flops", "key", "learned") else 0 for name in ENTRY_FIELDS]
 

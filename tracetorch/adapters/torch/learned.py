@@ -72,10 +72,10 @@ from tracetorch.engine.hotpath import (
     call_key,
     counter_of,
     innermost_frame,
-    replay_learned,
+    settle_replayed,
 )
 from tracetorch.flops.torch_functions import torch_function_formulas
-from tracetorch.records.tree import KEY, LEARNED, CallNode
+from tracetorch.records.tree import KEY, LEARNED, REPLAYED, CallNode
 
 __all__ = ("LEARNED_PRODUCTS", "LEARNED_QUIET", "OpLearner", "disturb", "learning_enabled",
            "note_marked")
@@ -257,12 +257,16 @@ class OpLearner:
                 learned = entry[LEARNED] = (*learned[:3], frame, quiet,
                                             *learned[LEARNED_PRODUCTS:])
                 self._framed[id(entry)] = entry
-            replay_learned(node, learned)
+            entry[REPLAYED] += 1  # (added to the node at its fold)
             replayed: Frame = learned[LEARNED_QUIET]
             return replayed
         if state.__class__ is not _Never:
             if len(self.observing) >= self._pruned_at:
                 self._prune()
+            # The op table before the call, with the node's replayed calls in it: a fold
+            # before the watched call is settled must not add them to what the call counted.
+            for counter in node.engine.flops_cache.values():
+                settle_replayed(node, counter)
             before = {name: (row[0], row[1]) for name, row in node.ops.items()}
             watch = None
             if _grad_enabled():
@@ -367,6 +371,7 @@ class OpLearner:
         """A replayed call's products were not where the learned calls' were (another graph for
         the same key): its key is counted by the function mode from the next call on, and what
         this call's products add to the backward pass is missing, which a warning says."""
+        settle_replayed(frame.node, entry)  # (this call's counts stand, as the docstring says)
         entry[LEARNED] = _Never(self)
         warnings.warn(
             f"tracetorch: a call of {frame.node.type_name} built another autograd graph than "
@@ -382,7 +387,9 @@ class OpLearner:
             _unwatch(node, watched[4])
         self.observing.clear()
         for entry in self._framed.values():
-            if self._state(entry).__class__ is tuple:
+            learned = self._state(entry)
+            if learned.__class__ is tuple:
+                settle_replayed(learned[3].node, entry)  # (a fold settled them, unless raced)
                 entry[LEARNED] = None
         self._framed.clear()
 
