@@ -132,3 +132,50 @@ def test_the_processs_watcher_is_stopped_at_its_exit():
     ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=120)
     assert (ran.returncode, ran.stdout) == (0, "stopped at exit\n"), ran.stderr
+
+
+def test_an_object_gather_leaves_each_of_its_tensors_to_the_calling_thread(group, monkeypatch):
+    # gloo's worker destroying a gather's work dropped the last reference to its Python
+    # tensors, taking the GIL on its own thread: during the interpreter's exit, an abort.
+    from tracetorch.distributed import objects
+
+    counts: list[list[int]] = []
+    let_go = objects._let_go
+
+    def checked(tensors):
+        let_go(tensors)
+        counts.append([tensor._use_count() for tensor in tensors])
+
+    monkeypatch.setattr(objects, "_let_go", checked)
+    payload = {"rank": 0, "tree": [{"path": "0", "calls": 3}] * 50}
+    for _ in range(20):
+        assert objects.gather_objects(payload, 0, 1) == [payload]
+    # each gather's tensors: the payload, its size, the sizes and received payloads of the one
+    # rank, the padded payload
+    assert counts and all(count == [1] * 5 for count in counts)
+    assert objects._STILL_HELD == []
+
+
+def test_the_calling_thread_waits_until_the_backend_lets_go(torch):
+    from tracetorch.distributed import objects
+
+    tensor = torch.zeros(3)
+    backend = [tensor.view(3)]  # a reference another thread drops a moment later
+    dropping = threading.Timer(0.05, backend.clear)
+    dropping.start()
+    began = time.monotonic()
+    objects._let_go([tensor])
+    waited = time.monotonic() - began
+    dropping.join()
+    assert tensor._use_count() == 1 and waited >= 0.04 and objects._STILL_HELD == []
+
+
+def test_a_tensor_the_backend_keeps_holding_is_kept_for_good(monkeypatch, torch):
+    from tracetorch.distributed import objects
+
+    monkeypatch.setattr(objects, "LET_GO_S", 0.01)
+    monkeypatch.setattr(objects, "_STILL_HELD", [])
+    free, held = torch.zeros(3), torch.zeros(3)
+    holder = held.view(3)  # another reference to it: "the backend's", never dropped
+    objects._let_go([free, held])
+    assert objects._STILL_HELD == [held] and holder is not None

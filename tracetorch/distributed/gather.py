@@ -2,11 +2,11 @@
 
 Each rank contributes its profile as the versioned dict of :mod:`tracetorch.records.jsonio`
 (its timeline left out: merging does not read it). With a process group alive they travel by
-``gather_object`` to rank 0, which folds them into a :class:`~.merge.RankMerge` one at a time;
-with ``tree=True`` (the default beyond :data:`TREE_FROM` ranks) they are reduced up a binomial
-tree instead, each rank merging its subtree's partial merge before passing it on, so no rank
-ever holds more than two merges (O(nodes) each). Given a ``path``, every rank first writes its own
-profile (timeline included) next to it, ``job.json`` -> ``job.rank3.json``, before any
+a gather to rank 0 (:mod:`~.objects`), which folds them into a :class:`~.merge.RankMerge` one
+at a time; with ``tree=True`` (the default beyond :data:`TREE_FROM` ranks) they are reduced up a
+binomial tree instead, each rank merging its subtree's partial merge before passing it on, so no
+rank ever holds more than two merges (O(nodes) each). Given a ``path``, every rank first writes its
+own profile (timeline included) next to it, ``job.json`` -> ``job.rank3.json``, before any
 collective: a rank that crashes later leaves the others' files behind. Without a process group
 (the script destroyed it), those files are the way: rank 0 waits for them (``timeout``), merges
 those it finds of the same job (:func:`~.meet.job_id`; a file left by an earlier launch is not
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 import warnings
 from collections.abc import Sequence
@@ -35,6 +34,7 @@ from typing import Any
 from tracetorch.distributed.meet import job_id, meet
 from tracetorch.distributed.merge import RankMerge
 from tracetorch.distributed.merged import META_KEY
+from tracetorch.distributed.objects import gather_objects, recv_object, send_object
 from tracetorch.distributed.rank import group_alive, rank_facts
 from tracetorch.records.jsonio import deep_recursion, save_result
 from tracetorch.records.result import ProfileResult
@@ -184,9 +184,7 @@ def _of(payload: dict[str, Any]) -> RankMerge:
 
 
 def _gather_to_zero(payload: dict[str, Any], rank: int, world: int) -> RankMerge | None:
-    dist = sys.modules["torch.distributed"]
-    received: list[Any] | None = [None] * world if rank == 0 else None
-    dist.gather_object(payload, received, dst=0)
+    received = gather_objects(payload, rank, world)
     if received is None:
         return None
     state = RankMerge()
@@ -197,17 +195,14 @@ def _gather_to_zero(payload: dict[str, Any], rank: int, world: int) -> RankMerge
 
 
 def _tree_reduce(payload: dict[str, Any], rank: int, world: int) -> RankMerge | None:
-    dist = sys.modules["torch.distributed"]
     state = _of(payload)
     step = 1
     while step < world:
         if rank % (2 * step) == step:
-            dist.send_object_list([state.result().to_dict()], dst=rank - step)
+            send_object(state.result().to_dict(), rank - step)
             return None
         if rank + step < world:
-            box: list[Any] = [None]
-            dist.recv_object_list(box, src=rank + step)
-            state.merge(_of(box[0]))
+            state.merge(_of(recv_object(rank + step)))
         step *= 2
     return state
 
