@@ -131,4 +131,16 @@ def failing_job(rank: int, world: int, port: int, path: str, fail: int, how: str
         finally:
             with open(f"{path}.rank{rank}.warnings", "w", encoding="utf-8") as out:
                 out.write("\n".join(str(w.message) for w in caught))
+            _let_gloo_finish()
     dist.destroy_process_group()
+
+
+def _let_gloo_finish() -> None:
+    """Release the GIL a moment before the rank ends. torch's backward stashes a Python object
+    (a copy of the context) in thread-local state, which every collective issued in it keeps,
+    and gloo's worker frees it after the collective completes, taking the GIL: a rank ending
+    right after its last backward (one that trains without a profile, whose exit would meet the
+    others first) may be finalizing by then, and aborts ("terminate called without an active
+    exception"; a core shows ~AsyncAllreduceWork freeing that context on the worker). torch's
+    race, with or without tracetorch: waited out here, in the job, not in the library."""
+    time.sleep(0.05)
