@@ -34,7 +34,7 @@ per row tracetorch's added cost as a ratio of forward hooks' and torch.profiler'
 most 5% added to a BERT-sized training step on CPU).
 
 Run: ``python benchmarks/peers.py [--rounds 15] [--sample-ms 50] [--rows mlp,bert]
-[--clock cpu|wall] [--warmup 2] [--quick]``
+[--clock cpu|wall] [--warmup 2] [--columns tracetorch,...] [--quick]``
 """
 from __future__ import annotations
 
@@ -129,14 +129,16 @@ def _mlp(train: bool) -> tuple[torch.nn.Module, Step]:
     return model, (_training_step(model, lambda: model(x)) if train else lambda: model(x))
 
 
-def _bert(train: bool, step: bool = True) -> tuple[torch.nn.Module, Step]:
-    # ``train``: train() mode, and with ``step`` a whole training step (else its forward).
+def _bert(train: bool, step: bool = True, tiny: bool = False) -> tuple[torch.nn.Module, Step]:
+    # ``train``: train() mode, and with ``step`` a whole training step (else its forward);
+    # ``tiny``: the same 79 module calls around products too small to matter (hidden 32, seq 8).
     from transformers import BertConfig, BertModel
 
-    config = BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                        intermediate_size=1024)
+    width = 32 if tiny else 256
+    config = BertConfig(hidden_size=width, num_hidden_layers=4, num_attention_heads=4,
+                        intermediate_size=4 * width)
     model = BertModel(config).train(train)
-    ids = torch.randint(0, config.vocab_size, (1, 128))
+    ids = torch.randint(0, config.vocab_size, (1, 8 if tiny else 128))
     if train and step:
         return model, _training_step(model, lambda: model(input_ids=ids).last_hidden_state)
     return model, lambda: model(input_ids=ids)
@@ -154,6 +156,10 @@ WORK = [
          lambda: _bert(train=True, step=False)),
     Work("bert-train", "same BERT, **training step** (forward, backward, SGD)", True,
          lambda: _bert(train=True)),
+    # (not in the default rows: what the wrapper costs per call where the products cost
+    # nothing, counted under callgrind in minutes where the full BERT takes half an hour)
+    Work("tiny-bert-infer", "transformers BERT (hidden 32, 4 layers, seq 8), inference", False,
+         lambda: _bert(train=False, tiny=True)),
 ]
 
 
@@ -356,7 +362,15 @@ def main(argv: list[str] | None = None) -> int:
                              "layer's operation counts from its first two calls)")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke test: 2 rounds of ~2 ms samples")
+    parser.add_argument("--columns", default=",".join(COLUMNS),
+                        help="comma-separated variants to time (default: all); fewer columns "
+                             "make rounds shorter, so more of them fit the same time")
     args = parser.parse_args(argv)
+    chosen = [name.strip() for name in args.columns.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in COLUMNS]
+    if unknown or not chosen:
+        parser.error(f"--columns: {', '.join(unknown) or 'none given'}; choose from "
+                     f"{', '.join(COLUMNS)}")
     if args.rounds < 2:
         parser.error("--rounds must be at least 2 (the noise is a spread over rounds)")
     if args.warmup < 1:
@@ -364,11 +378,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.rounds, args.sample_ms = 2, 2.0
     torch.set_num_threads(1)
-    missing: dict[str, str] = {}
+    missing = {name: "not timed (--columns)" for name in COLUMNS if name not in chosen}
     try:
         import_deepspeed()  # before any timing, so that every round runs with it imported
     except ImportError as error:
-        missing["DeepSpeed profiler"] = failure_reason(error)
+        missing.setdefault("DeepSpeed profiler", failure_reason(error))
     print(f"torch {torch.__version__}, 1 thread, batch 1, {args.clock} clock, medians of "
           f"{args.rounds} interleaved rounds, samples of ~{args.sample_ms:g} ms plain after "
           f"{args.warmup} warm-up steps")

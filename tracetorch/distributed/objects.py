@@ -40,10 +40,8 @@ _STILL_HELD: list[Any] = []
 def gather_objects(obj: Any, rank: int, world: int) -> list[Any] | None:
     """Every rank's ``obj`` on rank 0, in rank order (``None`` on the other ranks); every rank
     calls it, as ``torch.distributed.gather_object(obj, ..., dst=0)``."""
-    torch, dist = _modules()
-    device = _device(dist)
-    mine = _to_tensor(obj).to(device)
-    size = torch.tensor([mine.numel()], dtype=torch.long, device=device)
+    torch, dist, device = _group()
+    mine, size = _sized(obj, device)
     sizes = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(world)]
     dist.all_gather(sizes, size)
     lengths = [int(one.item()) for one in sizes]
@@ -60,10 +58,8 @@ def gather_objects(obj: Any, rank: int, world: int) -> list[Any] | None:
 
 def send_object(obj: Any, dst: int) -> None:
     """Send ``obj`` to rank ``dst`` (which calls :func:`recv_object` with this rank)."""
-    torch, dist = _modules()
-    device = _device(dist)
-    payload = _to_tensor(obj).to(device)
-    size = torch.tensor([payload.numel()], dtype=torch.long, device=device)
+    _, dist, device = _group()
+    payload, size = _sized(obj, device)
     dist.send(size, dst)
     dist.send(payload, dst)
     _let_go([payload, size])
@@ -71,8 +67,7 @@ def send_object(obj: Any, dst: int) -> None:
 
 def recv_object(src: int) -> Any:
     """The object rank ``src`` sends with :func:`send_object`."""
-    torch, dist = _modules()
-    device = _device(dist)
+    torch, dist, device = _group()
     size = torch.zeros(1, dtype=torch.long, device=device)
     dist.recv(size, src)
     payload = torch.empty(int(size.item()), dtype=torch.uint8, device=device)
@@ -81,18 +76,22 @@ def recv_object(src: int) -> Any:
     return _from_tensor(payload, payload.numel())
 
 
-def _modules() -> tuple[Any, Any]:
-    return sys.modules["torch"], sys.modules["torch.distributed"]
-
-
-def _device(dist: Any) -> Any:
-    # Where the group's collectives take tensors: NCCL's on the current GPU, gloo's (and a
-    # "cpu:gloo,cuda:nccl" group's) on the CPU, as torch's own object collectives choose.
-    torch = sys.modules["torch"]
+def _group() -> tuple[Any, Any, Any]:
+    # torch, torch.distributed and where the group's collectives take tensors: NCCL's on the
+    # current GPU, gloo's (and a "cpu:gloo,cuda:nccl" group's) on the CPU, as torch's own
+    # object collectives choose.
+    torch, dist = sys.modules["torch"], sys.modules["torch.distributed"]
     backend = str(dist.get_backend()).lower()
     if "gloo" in backend or "mpi" in backend or not torch.cuda.is_available():
-        return torch.device("cpu")
-    return torch.device("cuda", torch.cuda.current_device())
+        return torch, dist, torch.device("cpu")
+    return torch, dist, torch.device("cuda", torch.cuda.current_device())
+
+
+def _sized(obj: Any, device: Any) -> tuple[Any, Any]:
+    # ``obj`` pickled into a tensor on ``device``, and its length as a one-item tensor there.
+    torch = sys.modules["torch"]
+    payload = _to_tensor(obj).to(device)
+    return payload, torch.tensor([payload.numel()], dtype=torch.long, device=device)
 
 
 def _to_tensor(obj: Any) -> Any:

@@ -61,18 +61,26 @@ static PyObject *one;
 
 static int guard_form_ok(PyObject *guard);
 
+/* ``name`` in the hotpath module's globals ``ns`` (borrowed; NULL with an error set, a
+ * NameError when missing). */
+static PyObject *
+ns_item(PyObject *ns, PyObject *name)
+{
+    PyObject *value = PyDict_GetItemWithError(ns, name);
+    if (value == NULL && !PyErr_Occurred())
+        PyErr_SetObject(PyExc_NameError, name);
+    return value;
+}
+
 /* Find a Layout's positions in the records of the hotpath module's globals ``ns`` (its
  * ``Frame`` and ``_ENTRY_FIELDS``); 0, or -1 with an error set. */
 static int
 set_layout(Layout *at, PyObject *ns)
 {
-    PyObject *frame_type = PyDict_GetItemWithError(ns, s_Frame);  /* borrowed */
-    PyObject *entry = frame_type != NULL ? PyDict_GetItemWithError(ns, s_ENTRY_FIELDS) : NULL;
-    if (entry == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetObject(PyExc_NameError, frame_type == NULL ? s_Frame : s_ENTRY_FIELDS);
+    PyObject *frame_type = ns_item(ns, s_Frame);
+    PyObject *entry = frame_type != NULL ? ns_item(ns, s_ENTRY_FIELDS) : NULL;
+    if (entry == NULL)
         return -1;
-    }
     if (!PyType_Check(frame_type)) {
         PyErr_SetString(PyExc_TypeError, "Wrapper: the namespace's Frame must be a class");
         return -1;
@@ -163,21 +171,15 @@ Wrapper_init(Wrapper *self, PyObject *args, PyObject *kwds)
     self->data = data;
     if (set_layout(&self->at, ns) < 0)
         return -1;
-    PyObject *flush = PyDict_GetItemWithError(ns, s_FLUSH_EVERY);
-    if (flush == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetObject(PyExc_NameError, s_FLUSH_EVERY);
+    PyObject *flush = ns_item(ns, s_FLUSH_EVERY);
+    if (flush == NULL)
         return -1;
-    }
     self->flush_every = PyLong_AsSsize_t(flush);
     if (self->flush_every == -1 && PyErr_Occurred())
         return -1;
-    PyObject *no_counters = PyDict_GetItemWithError(ns, s_NO_COUNTERS);
-    if (no_counters == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetObject(PyExc_NameError, s_NO_COUNTERS);
+    PyObject *no_counters = ns_item(ns, s_NO_COUNTERS);
+    if (no_counters == NULL)
         return -1;
-    }
     Py_INCREF(no_counters);
     Py_XSETREF(self->no_counters, no_counters);
     return 0;
@@ -187,10 +189,7 @@ Wrapper_init(Wrapper *self, PyObject *args, PyObject *kwds)
 static PyObject *
 global(Wrapper *self, PyObject *name)
 {
-    PyObject *value = PyDict_GetItemWithError(self->ns, name);
-    if (value == NULL && !PyErr_Occurred())
-        PyErr_SetObject(PyExc_NameError, name);
-    return value;
+    return ns_item(self->ns, name);
 }
 
 /* ------------------------------------------------------------------------------ guards
@@ -771,14 +770,10 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
                     goto out;
                 if (!watched) {
                     /* the counter counts the call; its counts reach the node at the fold
-                     * (hotpath.settle_replayed) */
-                    Py_INCREF(learned);
-                    int added = bump(entry, self->at.replayed);
-                    if (added == 0)
-                        Py_SETREF(inner, Py_NewRef(PyTuple_GET_ITEM(learned, 4)));
-                    Py_DECREF(learned);
-                    if (added < 0)
+                     * (hotpath.settle_replayed). (``learned`` stays in ``entry``, held here.) */
+                    if (bump(entry, self->at.replayed) < 0)
                         goto out;
+                    Py_SETREF(inner, Py_NewRef(PyTuple_GET_ITEM(learned, 4)));
                     replayed_here = 1;
                 }
             }
