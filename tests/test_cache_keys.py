@@ -335,3 +335,63 @@ def test_a_nan_argument_keeps_one_key(torch):
             for _ in range(5):
                 layer(torch.ones(2), type(nan)("nan"))  # a new object each call
         assert len(prof.find("").engine.flops_cache) == 1 and prof.find("").calls == 5
+
+
+def test_a_call_like_the_last_but_for_one_item_counts_under_its_own_key(torch):
+    # The C wrapper compares a call of several arguments with the key of the node's last such
+    # call before it makes one: every item must be compared (each argument's shape and dtype,
+    # plain values, keyword names, how many there are, the grad mode and training flag), and
+    # values a dict takes for one key (1, 1.0 and True) must find one counter, as they would.
+    from tracetorch.engine.hotpath import call_key, counter_of, structure_generation
+    from tracetorch.records.tree import CALLS
+
+    class Pair(torch.nn.Module):
+        def forward(self, x, y=None, scale=1, flag=False, extra=None):
+            return x
+
+    layer, x = Pair(), torch.ones(2, 3)
+    calls = [((x, x), {}), ((x, torch.ones(2, 4)), {}), ((x, x.double()), {}),
+             ((x, x), {"scale": 2}), ((x, x), {"scale": 1.0}), ((x, x), {"scale": True}),
+             ((x, x), {"flag": True}), ((x,), {"y": x}), ((x, x, 1), {}), ((x, x, 1, False), {}),
+             ((x,), {"y": x, "scale": 1}), ((x,), {"scale": 1, "y": x}), ((x, None), {}),
+             ((x, x), {}),
+             # a key that is the last one's first items: (1, generation, 0) == (True,
+             # generation, False), the context of a call with grad on in eval mode
+             ((x, None, torch.ones(1, structure_generation(), 0)), {}), ((x, None), {})]
+    expected: dict = {}
+    with tracetorch.profile(layer) as prof:
+        layer(x)  # the node's first call; its state read once (a read of the tree folds)
+        cache = prof.find("").engine.flops_cache
+        expected[call_key((x,), {}, layer)] = 0
+        for grad in (True, False):
+            for training in (True, False):
+                layer.train(training)
+                with torch.set_grad_enabled(grad):
+                    for args, kwargs in calls * 2:
+                        layer(*args, **kwargs)
+                        key = call_key(args, kwargs, layer)
+                        expected[key] = expected.get(key, 0) + 1
+                        assert counter_of(cache, key)[CALLS] == expected[key], (args, kwargs)
+        assert len(cache) == len(expected)
+    assert sum(expected.values()) == 4 * 2 * len(calls)
+
+
+def test_a_dropped_counter_is_never_counted_into_again(torch):
+    # drop_counters forgets the node's last counter with the others: the next call like the
+    # last is counted in a counter of the node's cache, not in the one dropped.
+    from tracetorch.records.tree import CALLS
+
+    class Pair(torch.nn.Module):
+        def forward(self, x, y):
+            return x + y
+
+    layer, x = Pair(), torch.ones(2, 3)
+    with torch.no_grad(), tracetorch.profile(layer) as prof:
+        layer(x, x)
+        layer(x, x)
+        state = prof.find("").engine
+        dropped = next(iter(state.flops_cache.values()))
+        state.drop_counters()
+        layer(x, x)
+        assert [counter[CALLS] for counter in state.flops_cache.values()] == [1]
+        assert state.last_counter[0] is not dropped

@@ -24,12 +24,13 @@
 /* Positions in the two records this file shares with Python, found by name when a Wrapper is
  * made (set_layout), never written here as numbers: a Frame's fields (hotpath.Frame, a
  * NamedTuple: the profile, the node, the call's owner, whether operations are counted and the
- * output observed, and the node's pending durations, per-shape counters and its children's
- * frames by owner; ``size``: how many) and a per-shape counter's slots (tracetorch.records.tree.ENTRY_FIELDS:
+ * output observed, and the node's pending durations, per-shape counters, the counter of its
+ * last call of several arguments and its children's frames by owner; ``size``: how many) and a per-shape counter's slots (tracetorch.records.tree.ENTRY_FIELDS:
  * the calls, the key it was measured for, what is learned of it, the calls replayed from that). */
 typedef struct {
     PyObject *frame_type;  /* hotpath.Frame itself: an open call is an instance of it */
-    Py_ssize_t collector, node, owner, ops, observe, pending, flops_cache, child_frames, size;
+    Py_ssize_t collector, node, owner, ops, observe, pending, flops_cache, last_counter,
+        child_frames, size;
     Py_ssize_t calls, key, learned, replayed;
 } Layout;
 
@@ -56,7 +57,7 @@ static PyObject *s_FRAME, *s_op_replay, *s_op_hold, *s_op_observing, *s_op_switc
     *s_plain_clock, *s_record_failure, *s_time, *s_flush, *s_touch,
     *s_shape, *s_flush_backward, *s_backward_on, *s_new_child,
     *s_Frame, *s_ENTRY_FIELDS, *s_fields, *s_collector, *s_node, *s_owner, *s_ops, *s_observe,
-    *s_pending, *s_flops_cache, *s_child_frames, *s_calls, *s_key, *s_learned, *s_replayed;
+    *s_pending, *s_flops_cache, *s_last_counter, *s_child_frames, *s_calls, *s_key, *s_learned, *s_replayed;
 static PyObject *one;
 
 static int guard_form_ok(PyObject *guard);
@@ -95,6 +96,7 @@ set_layout(Layout *at, PyObject *ns)
              && (at->observe = PySequence_Index(frame, s_observe)) >= 0
              && (at->pending = PySequence_Index(frame, s_pending)) >= 0
              && (at->flops_cache = PySequence_Index(frame, s_flops_cache)) >= 0
+             && (at->last_counter = PySequence_Index(frame, s_last_counter)) >= 0
              && (at->child_frames = PySequence_Index(frame, s_child_frames)) >= 0
              && (at->size = PySequence_Size(frame)) >= 0
              && (at->calls = PySequence_Index(entry, s_calls)) >= 0
@@ -399,13 +401,44 @@ shaped_key(PyObject *shape, PyObject *dtype, PyObject *grad, PyObject *structure
     return key;
 }
 
-/* One argument of a call into its key's ``items``, as tensors._collect_shapes enters it (for a
- * key): a value of a class in tensors.SHAPELESS as itself (a NaN as None), its shape as a
- * tuple and its dtype for one of a class in tensors.INT_SHAPED read directly. 1: entered; 0:
- * any other value, or a shape that cannot be read (hotpath.call_key then makes the whole key);
- * -1 with an error set. */
+/* Where the items of a call's key go as its arguments are walked (walk_key): appended to
+ * ``items`` (a key being made), or, where ``items`` is NULL, compared with those of ``key``
+ * from ``at`` on (a kept key checked against a call without making the call's). */
+typedef struct {
+    PyObject *items;
+    PyObject *key;
+    Py_ssize_t at;
+} KeySink;
+
+/* ``item`` appended, or compared with the kept key's next item by equality, as a dict compares
+ * two keys (identity first). 1: appended or equal; 0: not equal, or the kept key is shorter;
+ * -1 with an error set. ``dims``: a shape, entered as a plain tuple (compared as it is). */
 static int
-enter_argument(Wrapper *self, PyObject *value, PyObject *items, PyObject *shapeless,
+put_item(KeySink *sink, PyObject *item, int dims)
+{
+    if (sink->items != NULL) {
+        /* (torch.Size is a tuple: its items copied, no iteration) */
+        PyObject *entered = dims && PyTuple_Check(item) ? PyTuple_GetSlice(item, 0, PY_SSIZE_T_MAX)
+                            : dims ? PySequence_Tuple(item) : Py_NewRef(item);
+        if (entered == NULL)
+            return -1;
+        int appended = PyList_Append(sink->items, entered);
+        Py_DECREF(entered);
+        return appended < 0 ? -1 : 1;
+    }
+    if (sink->at >= PyTuple_GET_SIZE(sink->key))
+        return 0;
+    PyObject *kept = PyTuple_GET_ITEM(sink->key, sink->at++);
+    return kept == item ? 1 : PyObject_RichCompareBool(kept, item, Py_EQ);
+}
+
+/* One argument of a call into its key, as tensors._collect_shapes enters it (for a key): a
+ * value of a class in tensors.SHAPELESS as itself (a NaN as None), its shape as a tuple and
+ * its dtype for one of a class in tensors.INT_SHAPED read directly. 1: entered (or equal);
+ * 0: any other value, or a shape that cannot be read (hotpath.call_key then makes the whole
+ * key), or not equal; -1 with an error set. */
+static int
+enter_argument(Wrapper *self, PyObject *value, KeySink *sink, PyObject *shapeless,
                PyObject *int_shaped)
 {
     PyObject *cls = (PyObject *)Py_TYPE(value);
@@ -426,7 +459,7 @@ enter_argument(Wrapper *self, PyObject *value, PyObject *items, PyObject *shapel
             if (!equal)
                 entered = Py_None;
         }
-        return PyList_Append(items, entered) < 0 ? -1 : 1;
+        return put_item(sink, entered, 0);
     }
     if ((found = PySet_Contains(int_shaped, cls)) <= 0)
         return found;
@@ -434,30 +467,30 @@ enter_argument(Wrapper *self, PyObject *value, PyObject *items, PyObject *shapel
     if (direct <= 0)
         return direct;
     PyObject *shape = PyObject_GetAttr(value, s_shape);
-    PyObject *dims = shape != NULL ? PySequence_Tuple(shape) : NULL;
-    Py_XDECREF(shape);
-    if (dims == NULL) {
+    if (shape == NULL) {
         if (!PyErr_ExceptionMatches(PyExc_Exception))
             return -1;
         PyErr_Clear();
         return 0;
     }
-    PyObject *dtype = attr_or_none(value, s_dtype);
-    int entered = dtype != NULL && PyList_Append(items, dims) == 0
-                  && PyList_Append(items, dtype) == 0;
-    Py_DECREF(dims);
-    Py_XDECREF(dtype);
-    return entered ? 1 : -1;
+    int entered = put_item(sink, shape, 1);
+    Py_DECREF(shape);
+    if (entered == 1) {
+        PyObject *dtype = attr_or_none(value, s_dtype);
+        entered = dtype != NULL ? put_item(sink, dtype, 0) : -1;
+        Py_XDECREF(dtype);
+    }
+    return entered;
 }
 
-/* The key of a call of plain arguments (tensors of int-shaped classes, and None, flags,
- * numbers, strings), as hotpath.call_key makes it: each argument entered as enter_argument
- * does, positional ones then each keyword's name and value, then (grad, structure,
- * training). 1 with ``*key`` set; 0 where an argument is of any other kind (call_key makes the
- * key); -1 on error. */
+/* A call of plain arguments (tensors of int-shaped classes, and None, flags, numbers,
+ * strings) walked as hotpath.call_key makes its key: each argument entered as enter_argument
+ * does, positional ones then each keyword's name and value, then (grad, structure, training).
+ * 1: all entered (or equal, and the kept key has no more items); 0 where an argument is of
+ * any other kind or something differs; -1 on error. */
 static int
-plain_key(Wrapper *self, PyObject *args, PyObject *kwargs, PyObject *grad, PyObject *structure,
-          PyObject *training, PyObject **key)
+walk_key(Wrapper *self, PyObject *args, PyObject *kwargs, PyObject *grad, PyObject *structure,
+         PyObject *training, KeySink *sink)
 {
     PyObject *shapeless = global(self, s_SHAPELESS);
     PyObject *int_shaped = shapeless != NULL ? global(self, s_INT_SHAPED) : NULL;
@@ -467,46 +500,84 @@ plain_key(Wrapper *self, PyObject *args, PyObject *kwargs, PyObject *grad, PyObj
         PyErr_SetString(PyExc_TypeError, "_SHAPELESS and _INT_SHAPED must be sets of classes");
         return -1;
     }
-    PyObject *items = PyList_New(0);
-    if (items == NULL)
-        return -1;
     int made = 1;
     for (Py_ssize_t i = 0; made == 1 && i < PyTuple_GET_SIZE(args); i++)
-        made = enter_argument(self, PyTuple_GET_ITEM(args, i), items, shapeless, int_shaped);
+        made = enter_argument(self, PyTuple_GET_ITEM(args, i), sink, shapeless, int_shaped);
     PyObject *name, *value;
     Py_ssize_t at = 0;
     while (made == 1 && PyDict_Next(kwargs, &at, &name, &value)) {
-        made = PyList_Append(items, name) < 0 ? -1 : 1;
+        made = put_item(sink, name, 0);
         if (made == 1)
-            made = enter_argument(self, value, items, shapeless, int_shaped);
+            made = enter_argument(self, value, sink, shapeless, int_shaped);
     }
-    if (made == 1) {
-        PyObject *context = PyTuple_Pack(3, grad, structure, training);
-        made = context != NULL && PyList_Append(items, context) == 0
-               && (*key = PyList_AsTuple(items)) != NULL ? 1 : -1;
-        Py_XDECREF(context);
-    }
-    Py_DECREF(items);
+    if (made != 1)
+        return made;
+    PyObject *context = PyTuple_Pack(3, grad, structure, training);
+    if (context == NULL)
+        return -1;
+    made = put_item(sink, context, 0);
+    Py_DECREF(context);
+    return made == 1 && sink->items == NULL && sink->at != PyTuple_GET_SIZE(sink->key) ? 0 : made;
+}
+
+/* The key of a call of plain arguments (walk_key): 1 with ``*key`` set; 0 where an argument
+ * is of any other kind (call_key makes the key); -1 on error. */
+static int
+plain_key(Wrapper *self, PyObject *args, PyObject *kwargs, PyObject *grad, PyObject *structure,
+          PyObject *training, PyObject **key)
+{
+    KeySink sink = {PyList_New(0), NULL, 0};
+    if (sink.items == NULL)
+        return -1;
+    int made = walk_key(self, args, kwargs, grad, structure, training, &sink);
+    if (made == 1 && (*key = PyList_AsTuple(sink.items)) == NULL)
+        made = -1;
+    Py_DECREF(sink.items);
     return made;
 }
 
-/* The counter of this call, by its key (hotpath.call_key), as hotpath._lookup finds it: a
- * one-tensor call's first key is kept under its shape alone, and the rest of it checked by
- * identity, then by equality (``grad``: the grad mode, read already); another key of that
- * shape is built here, (shape, dtype, (grad, structure generation, training)). Sets ``*entry``
- * (NULL: none yet), ``*key`` (NULL where the shape found it; made where not found) and
- * ``*shape`` (NULL: not a one-tensor call), each a new reference; 0, or -1 with an error set. */
+/* Whether the counter ``entry`` (a list, or None) was made for this call of plain arguments:
+ * its key equal to the one plain_key would make, checked without making it. 1, 0, or -1 with
+ * an error set. */
 static int
-lookup_entry(Wrapper *self, PyObject *cache, PyObject *owner, PyObject *args, PyObject *kwargs,
+kept_for(Wrapper *self, PyObject *entry, PyObject *args, PyObject *kwargs, PyObject *grad,
+         PyObject *structure, PyObject *training)
+{
+    if (!PyList_Check(entry) || PyList_GET_SIZE(entry) <= self->at.key
+            || !PyTuple_Check(PyList_GET_ITEM(entry, self->at.key)))
+        return 0;
+    KeySink sink = {NULL, PyList_GET_ITEM(entry, self->at.key), 0};
+    Py_INCREF(sink.key);  /* (a comparison runs Python code, which could replace it) */
+    int kept = walk_key(self, args, kwargs, grad, structure, training, &sink);
+    Py_DECREF(sink.key);
+    return kept;
+}
+
+/* The counter of this call of the frame ``frame``, by its key (hotpath.call_key), as
+ * hotpath._lookup finds it: a one-tensor call's first key is kept under its shape alone, and
+ * the rest of it checked by identity, then by equality (``grad``: the grad mode, read
+ * already); another key of that shape is built here, (shape, dtype, (grad, structure
+ * generation, training)). A call of several plain arguments is first compared with the key of
+ * the node's last such call (its ``last_counter``), in place: the usual call of a block is
+ * the same as the last. Sets ``*entry`` (NULL: none yet), ``*key`` (NULL where the shape or
+ * the last counter found it; made where not found) and ``*shape`` (NULL: not a one-tensor
+ * call), each a new reference; 0, or -1 with an error set. */
+static int
+lookup_entry(Wrapper *self, PyObject *frame, PyObject *owner, PyObject *args, PyObject *kwargs,
              PyObject *grad, PyObject **entry_out, PyObject **key_out, PyObject **shape_out)
 {
     PyObject *key = NULL, *entry = NULL, *shape = NULL, *dtype = NULL;
+    PyObject *cache = PyTuple_GET_ITEM(frame, self->at.flops_cache);
+    PyObject *recent = PyTuple_GET_ITEM(frame, self->at.last_counter);
     int status = -1;
+    *entry_out = *key_out = *shape_out = NULL;
     if (cache == self->no_counters) {  /* a frame keeping no counter (a running total's): no key */
-        *entry_out = NULL;
         *key_out = Py_NewRef(Py_None);
-        *shape_out = NULL;
         return 0;
+    }
+    if (!PyList_Check(recent) || PyList_GET_SIZE(recent) != 1) {
+        PyErr_SetString(PyExc_TypeError, "a frame's last_counter must be a one-item list");
+        return -1;
     }
     PyObject *structure = global(self, s_structure);
     if (structure == NULL)
@@ -558,14 +629,28 @@ lookup_entry(Wrapper *self, PyObject *cache, PyObject *owner, PyObject *args, Py
         }
     }
     if (entry == NULL) {
+        int plain = 0;
         if (key == NULL && shape != NULL) {
             key = shaped_key(shape, dtype, grad, structure, training);
         }
         else if (key == NULL) {
-            int made = plain_key(self, args, kwargs, grad, structure, training, &key);
-            if (made < 0)
+            PyObject *last = Py_NewRef(PyList_GET_ITEM(recent, 0));
+            int kept = last == Py_None ? 0 : kept_for(self, last, args, kwargs, grad, structure,
+                                                      training);
+            if (kept != 0) {
+                if (kept > 0) {
+                    *entry_out = last;
+                    status = 0;
+                }
+                else {
+                    Py_DECREF(last);
+                }
                 goto done;
-            if (made == 0) {
+            }
+            Py_DECREF(last);
+            if ((plain = plain_key(self, args, kwargs, grad, structure, training, &key)) < 0)
+                goto done;
+            if (plain == 0) {
                 PyObject *call_key = global(self, s_call_key);
                 if (call_key == NULL)
                     goto done;
@@ -577,6 +662,11 @@ lookup_entry(Wrapper *self, PyObject *cache, PyObject *owner, PyObject *args, Py
         entry = PyDict_GetItemWithError(cache, key);
         if (entry == NULL && PyErr_Occurred())
             goto done;
+        if (plain && entry != NULL) {  /* the node's next call is compared with this one first */
+            Py_INCREF(entry);
+            if (PyList_SetItem(recent, 0, entry) < 0)  /* (steals the reference) */
+                goto done;
+        }
     }
     Py_XINCREF(entry);
     *entry_out = entry;
@@ -751,8 +841,7 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
                 goto out;
             if (!held) {  /* (what makes the counter's key is read before the call here) */
                 looked = 1;
-                if (lookup_entry(self, PyTuple_GET_ITEM(inner, self->at.flops_cache), owner,
-                                 args, kwargs, grad, &entry, &key, &shape) < 0)
+                if (lookup_entry(self, inner, owner, args, kwargs, grad, &entry, &key, &shape) < 0)
                     goto out;
             }
             PyObject *learned = entry != NULL && PyList_Check(entry)
@@ -840,8 +929,7 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
                        self->flush_every) < 0)
         goto out;
     /* The call's counter, by its key (hotpath.call_key), unless found before the call */
-    if (!looked && lookup_entry(self, PyTuple_GET_ITEM(inner, self->at.flops_cache), owner, args,
-                                kwargs, grad, &entry, &key, &shape) < 0)
+    if (!looked && lookup_entry(self, inner, owner, args, kwargs, grad, &entry, &key, &shape) < 0)
         goto out;
     if (entry == NULL) {
         entry = PyObject_CallMethodObjArgs(collector, s_first_entry, node, owner, key,
@@ -984,6 +1072,7 @@ PyInit__hotpath(void)
     INTERN(s_observe, "observe");
     INTERN(s_pending, "pending");
     INTERN(s_flops_cache, "flops_cache");
+    INTERN(s_last_counter, "last_counter");
     INTERN(s_child_frames, "child_frames");
     INTERN(s_calls, "calls");
     INTERN(s_key, "key");

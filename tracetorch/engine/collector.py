@@ -201,7 +201,7 @@ class Collector(CallTiming):
             frame = state.frame
             if ((frame is not None and node.parent is not None
                     and not warm.remember(node, frame, generation)) or stale):
-                state.flops_cache.clear()
+                state.drop_counters()
             state.child_frames.clear()
             state.frame = None
         self._adopted.clear()

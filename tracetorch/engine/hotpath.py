@@ -74,10 +74,10 @@ class Frame(NamedTuple):
     away) and everywhere with ``profile(ops=False)``; a framework whose operation counting has a
     cost per operation (torch's function mode) turns it off there through :func:`set_op_switch`.
 
-    The last three fields are the node's own containers that every call touches
-    (``node.time.pending``, and its engine state's ``flops_cache`` and ``child_frames``; none is
-    ever replaced while the node records): a tuple's item costs the hot path less than two
-    attribute reads. :meth:`of` fills them in.
+    The last four fields are the node's own containers that every call touches
+    (``node.time.pending``, and its engine state's ``flops_cache``, ``last_counter`` and
+    ``child_frames``; none is ever replaced while the node records): a tuple's item costs the hot
+    path less than two attribute reads. :meth:`of` fills them in.
     """
 
     collector: Collector
@@ -87,6 +87,7 @@ class Frame(NamedTuple):
     observe: bool
     pending: list[int]
     flops_cache: dict[Any, list[Any]]
+    last_counter: list[list[Any] | None]
     child_frames: dict[int, Frame]
 
     @classmethod
@@ -97,7 +98,7 @@ class Frame(NamedTuple):
         # on every node's first call.
         state: NodeState = node.engine
         return _new_tuple(cls, (collector, node, owner, ops, observe, node.time.pending,
-                                state.flops_cache, state.child_frames))
+                                state.flops_cache, state.last_counter, state.child_frames))
 
 
 _new_tuple = tuple.__new__

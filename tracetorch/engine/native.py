@@ -57,7 +57,7 @@ C_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
                     "quiet_reads", "_SHAPELESS", "_INT_SHAPED", "FLUSH_EVERY", "NO_COUNTERS",
                     "Frame", "_ENTRY_FIELDS"),
         "Frame": ("collector", "node", "owner", "ops", "observe", "pending", "flops_cache",
-                  "child_frames"),
+                  "last_counter", "child_frames"),
         "ENTRY_FIELDS": ("calls", "key", "learned", "replayed"),
         "NamedTuple": ("_fields",),
         "Collector": ("plain_clock", "record_failure", "touch", "flush_backward", "backward_on",

@@ -35,6 +35,11 @@ class NodeState:
             shape alone) a counter laid out as :data:`~tracetorch.records.tree.ENTRY_FIELDS`
             (the rule's FLOPs, the call's sizes), so a rule runs once per distinct key and a
             call costs one increment. Kept between openings of a profile.
+        last_counter: a one-item list: the counter of the node's last call whose key was made
+            of its arguments one by one (a call of several arguments), or ``None``. The C
+            wrapper compares the next such call's arguments with that counter's key in place
+            before it builds a key to look up; :meth:`drop_counters` empties it with the
+            counters.
         child_frames: ``id(owner) -> the child's Frame``, for each object this node's calls
             called, so naming runs once per child and a call finds its record in one lookup.
         rule_state: ``"rule"``, ``"user"``, ``"free"`` (a rule of ``None``) or ``"none"``.
@@ -45,15 +50,31 @@ class NodeState:
             openings.
     """
 
-    __slots__ = ("flops_cache", "child_frames", "rule_state", "op_flops", "op_gemm", "frame")
+    __slots__ = ("flops_cache", "last_counter", "child_frames", "rule_state", "op_flops",
+                 "op_gemm", "frame")
 
     def __init__(self) -> None:
         self.flops_cache: dict[Any, list[Any]] = {}
+        self.last_counter: list[list[Any] | None] = [None]
         self.child_frames: dict[int, Frame] = {}
         self.rule_state: RuleState = "none"
         self.op_flops = 0
         self.op_gemm = 0
         self.frame: Frame | None = None
+
+    def drop_counters(self) -> None:
+        """Forget every per-key counter (their counts folded already): a layer whose structure
+        or place changed is counted anew.
+
+        Example:
+            >>> state = NodeState()
+            >>> state.flops_cache["key"] = state.last_counter[0] = [0]
+            >>> state.drop_counters()
+            >>> state.flops_cache, state.last_counter
+            ({}, [None])
+        """
+        self.flops_cache.clear()
+        self.last_counter[0] = None
 
 
 set_engine_state(NodeState)

@@ -155,7 +155,8 @@ class TallyCollector(Collector):
         # end is a first_entry. Kept under its caller's frame, as a node's is, for the calls of
         # one layer in a loop of one call (an RNN's cell): the same frame and tally again,
         # emptied at each call's end.
-        child = _new_tuple(Frame, (self, call, owner, ops, torch_module, [], NO_COUNTERS, {}))
+        child = _new_tuple(Frame, (self, call, owner, ops, torch_module, [], NO_COUNTERS, [None],
+                                   {}))
         frame.child_frames[id(owner)] = child
         return child
 

@@ -64,6 +64,6 @@ class WarmNodes:
         ref, node, ops, observe, adopted_at = warm
         if (ref() is not owner or node.parent is not parent or flops_fn is not None
                 or generation != adopted_at):
-            node.engine.flops_cache.clear()
+            node.engine.drop_counters()
             return None
         return node, ops, observe
