@@ -156,7 +156,8 @@ def test_the_c_finds_the_fields_it_reads_by_name_when_it_is_made(torch):
     made = [(marker, marks, {"Frame": renamed}), (marker, marks, {"_PARTS": -1}),
             (boundary, backward, {"Frame": renamed}), (boundary, backward, {"_Hot": renamed}),
             (wrapper, hotpath, {"Frame": renamed}),
-            (wrapper, hotpath, {"_ENTRY_FIELDS": ("calls", "flops")})]
+            (wrapper, hotpath, {"_ENTRY_FIELDS": ("calls", "flops")}),
+            (wrapper, hotpath, {"_SETTING_NAMES": ("_grad_mode",)})]
     for kind, module, changed in made:
         arguments = (None, {**vars(module), **changed})
         with pytest.raises(ValueError):
@@ -175,6 +176,59 @@ def test_the_c_finds_the_fields_it_reads_by_name_when_it_is_made(torch):
     entry: list[Any] = [0] * marks._PARTS  # too short to hold parts where they are: Python's
     marker(lambda *args: handed.append(args), vars(marks))(frame, (), {}, output, entry)
     assert len(handed) == 1
+
+
+def test_every_setter_leaves_the_settings_the_c_reads_equal_to_the_globals():
+    # The C wrapper reads the settings from hotpath._SETTINGS, the Python wrapper from the
+    # module's globals: each setter must publish what it set.
+    from tracetorch.engine import hotpath
+
+    def published() -> bool:
+        return hotpath._SETTINGS == [vars(hotpath)[name] for name in hotpath._SETTING_NAMES]
+
+    def replay(*args: Any) -> Any:
+        return args[0]
+
+    assert published()
+    changes = [(hotpath.set_grad_mode, (lambda: False,)), (hotpath.set_op_switch, (bool,)),
+               (hotpath.set_op_replay, (replay, (bool,), {})),
+               (hotpath.set_exit_observer, (print, bool))]
+    for setter, arguments in changes:
+        previous = setter(*arguments)
+        assert published() and arguments[0] in hotpath._SETTINGS
+        setter(*previous) if isinstance(previous, tuple) else setter(previous)
+        assert published() and arguments[0] not in hotpath._SETTINGS
+    generation = hotpath.structure_generation()
+    hotpath.structure_changed()
+    assert published() and generation + 1 in hotpath._SETTINGS
+
+
+def test_calls_are_timed_on_perf_counter_ns_whoever_reads_it(torch):
+    # With the default clock the C wrapper reads the clock perf_counter_ns reads itself: the
+    # readings of a call lie between perf_counter_ns's around it (a failing call hands them
+    # to record_failure), and its duration is theirs.
+    import time
+
+    class Failing(torch.nn.Module):
+        def forward(self, x):
+            raise ValueError("no")
+
+    layer, seen = Failing(), []
+    with tracetorch.profile(layer) as prof:
+        collector = prof._collector
+        recorded = collector.record_failure
+        collector.record_failure = lambda node, start, end: (seen.append((start, end)),
+                                                             recorded(node, start, end))
+        around = []
+        for _ in range(2):  # (the first call makes the node; the second finds it)
+            before = time.perf_counter_ns()
+            with pytest.raises(ValueError):
+                layer(torch.ones(2))
+            around.append((before, time.perf_counter_ns()))
+    assert len(seen) == 2
+    for (start, end), (before, after) in zip(seen, around):
+        assert before <= start <= end <= after
+    assert prof.find("").time.total_ns == sum(end - start for start, end in seen)
 
 
 def test_the_c_wrapper_makes_a_first_call_node_itself_given_what_names_it():

@@ -3,10 +3,10 @@
  *
  * It is an accelerator, not a second engine: ``Wrapper(fallback, namespace, guard, owner,
  * backward, data)`` is handed the Python wrapper (``fallback``) and the hotpath module's
- * globals (``namespace``), and it reads every setting from there on each call (the frame
- * ContextVar, the op switch and the op replay, the exit observer and its gate, the grad-mode
- * reader, the all-threads collector), so installing or removing one in Python takes effect
- * here too. Whatever is not the common case goes to Python before anything is done (no frame
+ * globals (``namespace``), and it reads every setting on each call (the op switch and the op
+ * replay, the exit observer and its gate, the grad-mode reader: from the list
+ * hotpath._SETTINGS, which each of hotpath's setters updates; the all-threads collector from
+ * the globals), so installing or removing one in Python takes effect here too. Whatever is not the common case goes to Python before anything is done (no frame
  * but an all-threads profile, a profile not taking calls, timing other than plain or with call
  * hooks: ``Collector.plain_clock`` is None, a node's first call) or after the call, through
  * the same helpers the
@@ -20,6 +20,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <time.h>
 
 /* Positions in the two records this file shares with Python, found by name when a Wrapper is
  * made (set_layout), never written here as numbers: a Frame's fields (hotpath.Frame, a
@@ -29,6 +30,9 @@
  * the calls, the key it was measured for, what is learned of it, the calls replayed from that). */
 typedef struct {
     PyObject *frame_type;  /* hotpath.Frame itself: an open call is an instance of it */
+    /* positions in hotpath._SETTINGS of the settings read on every call (_SETTING_NAMES) */
+    Py_ssize_t grad_mode, structure, op_switch, op_replay, op_hold, op_observing, exit_observer,
+        observe_now, settings;
     Py_ssize_t collector, node, owner, ops, observe, pending, flops_cache, last_counter,
         child_frames, size;
     Py_ssize_t calls, key, learned, replayed;
@@ -46,6 +50,11 @@ typedef struct {
     int data;             /* kind == "data": StopIteration is the loop's end, not a failure */
     Py_ssize_t flush_every;  /* FLUSH_EVERY, a constant: read once */
     PyObject *no_counters;   /* NO_COUNTERS, one dict for good: read once */
+    /* What the hotpath module holds for good, read once: the frame ContextVar (_FRAME), the
+     * containers of tensors' classes (_QUIET_READS, _SHAPELESS, _INT_SHAPED; filled in place)
+     * and the list of the settings that its setters replace (_SETTINGS) */
+    PyObject *frame_var, *quiet_known, *shapeless, *int_shaped, *settings;
+    PyObject *perf_counter_ns;  /* time.perf_counter_ns (_PERF_COUNTER_NS): see Stopwatch */
     Layout at;            /* where its namespace's records keep each field */
 } Wrapper;
 
@@ -56,7 +65,7 @@ static PyObject *s_FRAME, *s_op_replay, *s_op_hold, *s_op_observing, *s_op_switc
     *s_dtype, *s_first_entry, *s_FLUSH_EVERY, *s_NO_COUNTERS,
     *s_plain_clock, *s_record_failure, *s_time, *s_flush, *s_touch,
     *s_shape, *s_flush_backward, *s_backward_on, *s_new_child,
-    *s_Frame, *s_ENTRY_FIELDS, *s_fields, *s_collector, *s_node, *s_owner, *s_ops, *s_observe,
+    *s_Frame, *s_ENTRY_FIELDS, *s_SETTINGS, *s_SETTING_NAMES, *s_PERF_COUNTER_NS, *s_fields, *s_collector, *s_node, *s_owner, *s_ops, *s_observe,
     *s_pending, *s_flops_cache, *s_last_counter, *s_child_frames, *s_calls, *s_key, *s_learned, *s_replayed;
 static PyObject *one;
 
@@ -74,13 +83,14 @@ ns_item(PyObject *ns, PyObject *name)
 }
 
 /* Find a Layout's positions in the records of the hotpath module's globals ``ns`` (its
- * ``Frame`` and ``_ENTRY_FIELDS``); 0, or -1 with an error set. */
+ * ``Frame``, ``_ENTRY_FIELDS`` and ``_SETTING_NAMES``); 0, or -1 with an error set. */
 static int
 set_layout(Layout *at, PyObject *ns)
 {
     PyObject *frame_type = ns_item(ns, s_Frame);
     PyObject *entry = frame_type != NULL ? ns_item(ns, s_ENTRY_FIELDS) : NULL;
-    if (entry == NULL)
+    PyObject *settings = entry != NULL ? ns_item(ns, s_SETTING_NAMES) : NULL;
+    if (settings == NULL)
         return -1;
     if (!PyType_Check(frame_type)) {
         PyErr_SetString(PyExc_TypeError, "Wrapper: the namespace's Frame must be a class");
@@ -102,7 +112,16 @@ set_layout(Layout *at, PyObject *ns)
              && (at->calls = PySequence_Index(entry, s_calls)) >= 0
              && (at->key = PySequence_Index(entry, s_key)) >= 0
              && (at->learned = PySequence_Index(entry, s_learned)) >= 0
-             && (at->replayed = PySequence_Index(entry, s_replayed)) >= 0;
+             && (at->replayed = PySequence_Index(entry, s_replayed)) >= 0
+             && (at->grad_mode = PySequence_Index(settings, s_grad_mode)) >= 0
+             && (at->structure = PySequence_Index(settings, s_structure)) >= 0
+             && (at->op_switch = PySequence_Index(settings, s_op_switch)) >= 0
+             && (at->op_replay = PySequence_Index(settings, s_op_replay)) >= 0
+             && (at->op_hold = PySequence_Index(settings, s_op_hold)) >= 0
+             && (at->op_observing = PySequence_Index(settings, s_op_observing)) >= 0
+             && (at->exit_observer = PySequence_Index(settings, s_exit_observer)) >= 0
+             && (at->observe_now = PySequence_Index(settings, s_observe_now)) >= 0
+             && (at->settings = PySequence_Size(settings)) >= 0;
     Py_DECREF(frame);
     if (!ok)
         return -1;
@@ -120,6 +139,12 @@ Wrapper_traverse(Wrapper *self, visitproc visit, void *arg)
     Py_VISIT(self->owner);
     Py_VISIT(self->child);
     Py_VISIT(self->no_counters);
+    Py_VISIT(self->frame_var);
+    Py_VISIT(self->quiet_known);
+    Py_VISIT(self->shapeless);
+    Py_VISIT(self->int_shaped);
+    Py_VISIT(self->settings);
+    Py_VISIT(self->perf_counter_ns);
     Py_VISIT(self->at.frame_type);
     return 0;
 }
@@ -133,6 +158,12 @@ Wrapper_clear(Wrapper *self)
     Py_CLEAR(self->owner);
     Py_CLEAR(self->child);
     Py_CLEAR(self->no_counters);
+    Py_CLEAR(self->frame_var);
+    Py_CLEAR(self->quiet_known);
+    Py_CLEAR(self->shapeless);
+    Py_CLEAR(self->int_shaped);
+    Py_CLEAR(self->settings);
+    Py_CLEAR(self->perf_counter_ns);
     Py_CLEAR(self->at.frame_type);
     return 0;
 }
@@ -179,12 +210,38 @@ Wrapper_init(Wrapper *self, PyObject *args, PyObject *kwds)
     self->flush_every = PyLong_AsSsize_t(flush);
     if (self->flush_every == -1 && PyErr_Occurred())
         return -1;
-    PyObject *no_counters = ns_item(ns, s_NO_COUNTERS);
-    if (no_counters == NULL)
+    PyObject *names[] = {s_NO_COUNTERS, s_FRAME, s_QUIET_READS, s_SHAPELESS, s_INT_SHAPED,
+                         s_SETTINGS, s_PERF_COUNTER_NS};
+    PyObject **into[] = {&self->no_counters, &self->frame_var, &self->quiet_known,
+                         &self->shapeless, &self->int_shaped, &self->settings,
+                         &self->perf_counter_ns};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        PyObject *held = ns_item(ns, names[i]);
+        if (held == NULL)
+            return -1;
+        Py_INCREF(held);
+        Py_XSETREF(*into[i], held);
+    }
+    if (!PyContextVar_CheckExact(self->frame_var) || !PyDict_Check(self->quiet_known)
+            || !PyAnySet_Check(self->shapeless) || !PyAnySet_Check(self->int_shaped)
+            || !PyList_Check(self->settings)) {
+        PyErr_SetString(PyExc_TypeError, "Wrapper: _FRAME must be a ContextVar, _QUIET_READS a "
+                        "dict, _SHAPELESS and _INT_SHAPED sets of classes, _SETTINGS a list");
         return -1;
-    Py_INCREF(no_counters);
-    Py_XSETREF(self->no_counters, no_counters);
+    }
     return 0;
+}
+
+/* The setting at ``at`` of hotpath._SETTINGS (borrowed; NULL with an error set where the list
+ * is shorter than _SETTING_NAMES: it was not published). */
+static PyObject *
+setting(Wrapper *self, Py_ssize_t at)
+{
+    if (PyList_GET_SIZE(self->settings) != self->at.settings) {
+        PyErr_SetString(PyExc_RuntimeError, "hotpath._SETTINGS does not hold _SETTING_NAMES");
+        return NULL;
+    }
+    return PyList_GET_ITEM(self->settings, at);
 }
 
 /* A global of the hotpath module (borrowed; NULL with an error set when missing). */
@@ -297,10 +354,79 @@ op_switch(PyObject *sw, int on)
     return changed;
 }
 
-static PyObject *
-read_clock(PyObject *clock)
+/* A call's start and end on its profile's clock (Collector.plain_clock). Where that is
+ * time.perf_counter_ns on Linux, both are read here from the clock it reads (CLOCK_MONOTONIC,
+ * in ns) with no Python call and no int object but the duration's; otherwise the clock is
+ * called and its readings are subtracted as Python does. */
+typedef struct {
+    PyObject *clock;
+    int native;
+    long long start_ns, end_ns;
+    PyObject *start, *end;  /* the readings as objects: the clock's, or made when asked */
+} Stopwatch;
+
+/* The monotonic clock in ns, as time.perf_counter_ns reads it on Linux; -1 with an error set. */
+static int
+monotonic_ns(long long *ns)
 {
-    return PyObject_CallNoArgs(clock);
+#ifdef __linux__
+    struct timespec now;
+    if (clock_gettime(CLOCK_MONOTONIC, &now) != 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    *ns = (long long)now.tv_sec * 1000000000LL + now.tv_nsec;
+    return 0;
+#else
+    PyErr_SetString(PyExc_SystemError, "no native clock here");  /* (never asked: see below) */
+    return -1;
+#endif
+}
+
+/* Read the clock into ``*ns`` (native) or ``*reading``; 0, or -1 with an error set. */
+static int
+read_clock(Stopwatch *watch, long long *ns, PyObject **reading)
+{
+    if (watch->native)
+        return monotonic_ns(ns);
+    return (*reading = PyObject_CallNoArgs(watch->clock)) == NULL ? -1 : 0;
+}
+
+static int
+stopwatch_start(Wrapper *self, Stopwatch *watch, PyObject *clock)
+{
+#ifdef __linux__
+    watch->native = clock == self->perf_counter_ns;
+#else
+    watch->native = 0;
+#endif
+    watch->clock = clock;
+    return read_clock(watch, &watch->start_ns, &watch->start);
+}
+
+static int
+stopwatch_stop(Stopwatch *watch)
+{
+    return read_clock(watch, &watch->end_ns, &watch->end);
+}
+
+/* end - start (a new reference), as the Python wrapper's ``end - start``. */
+static PyObject *
+stopwatch_elapsed(Stopwatch *watch)
+{
+    if (watch->native)
+        return PyLong_FromLongLong(watch->end_ns - watch->start_ns);
+    return PyNumber_Subtract(watch->end, watch->start);
+}
+
+/* The readings as objects (for Collector.record_failure); 0, or -1 with an error set. */
+static int
+stopwatch_readings(Stopwatch *watch)
+{
+    if (!watch->native)
+        return 0;
+    return (watch->start = PyLong_FromLongLong(watch->start_ns)) == NULL
+           || (watch->end = PyLong_FromLongLong(watch->end_ns)) == NULL ? -1 : 0;
 }
 
 /* A call's duration appended to its node's pending time batch (TimeStats.add, inlined as the
@@ -340,11 +466,8 @@ attr_or_none(PyObject *value, PyObject *name)
 static int
 reads_directly(Wrapper *self, PyObject *value)
 {
-    PyObject *known = global(self, s_QUIET_READS);
-    if (known == NULL)
-        return -1;
     PyObject *cls = (PyObject *)Py_TYPE(value);
-    PyObject *quiet = PyDict_GetItemWithError(known, cls);  /* borrowed */
+    PyObject *quiet = PyDict_GetItemWithError(self->quiet_known, cls);  /* borrowed */
     if (quiet != NULL)
         return quiet == Py_None;
     if (PyErr_Occurred())
@@ -492,14 +615,7 @@ static int
 walk_key(Wrapper *self, PyObject *args, PyObject *kwargs, PyObject *grad, PyObject *structure,
          PyObject *training, KeySink *sink)
 {
-    PyObject *shapeless = global(self, s_SHAPELESS);
-    PyObject *int_shaped = shapeless != NULL ? global(self, s_INT_SHAPED) : NULL;
-    if (int_shaped == NULL)
-        return -1;
-    if (!PyAnySet_Check(shapeless) || !PyAnySet_Check(int_shaped)) {
-        PyErr_SetString(PyExc_TypeError, "_SHAPELESS and _INT_SHAPED must be sets of classes");
-        return -1;
-    }
+    PyObject *shapeless = self->shapeless, *int_shaped = self->int_shaped;
     int made = 1;
     for (Py_ssize_t i = 0; made == 1 && i < PyTuple_GET_SIZE(args); i++)
         made = enter_argument(self, PyTuple_GET_ITEM(args, i), sink, shapeless, int_shaped);
@@ -579,7 +695,7 @@ lookup_entry(Wrapper *self, PyObject *frame, PyObject *owner, PyObject *args, Py
         PyErr_SetString(PyExc_TypeError, "a frame's last_counter must be a one-item list");
         return -1;
     }
-    PyObject *structure = global(self, s_structure);
+    PyObject *structure = setting(self, self->at.structure);
     if (structure == NULL)
         return -1;
     Py_INCREF(structure);
@@ -687,14 +803,17 @@ done:
 static int
 replay_held(Wrapper *self)
 {
-    PyObject *hold = global(self, s_op_hold);
+    PyObject *hold = setting(self, self->at.op_hold);
     if (hold == NULL)
         return -1;
     if (!PyTuple_Check(hold)) {
         PyErr_SetString(PyExc_TypeError, "_op_hold must be a tuple of callables");
         return -1;
     }
-    return any_call_true(hold);
+    Py_INCREF(hold);  /* (a callable could replace the setting) */
+    int held = any_call_true(hold);
+    Py_DECREF(hold);
+    return held;
 }
 
 /* ``entry[at] += 1`` for a per-shape counter (a list); 0, or -1 with an error set. */
@@ -747,10 +866,7 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
         if (yes)
             return call_wrapped(wrapped, args, kwargs);
     }
-    PyObject *frame_var = global(self, s_FRAME);
-    if (frame_var == NULL)
-        return NULL;
-    PyObject *frame;
+    PyObject *frame_var = self->frame_var, *frame;
     if (PyContextVar_Get(frame_var, NULL, &frame) < 0)
         return NULL;
     if (frame == NULL || frame == Py_None) {
@@ -763,9 +879,11 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
         return call_wrapped(wrapped, args, kwargs);
     }
     /* From here ``frame`` is a new reference, released at ``out``. */
-    PyObject *result = NULL, *node = NULL, *inner = NULL, *token = NULL, *start = NULL;
-    PyObject *clock = NULL, *output = NULL, *end = NULL, *elapsed = NULL, *entry = NULL;
+    PyObject *result = NULL, *node = NULL, *inner = NULL, *token = NULL;
+    PyObject *clock = NULL, *output = NULL, *elapsed = NULL, *entry = NULL;
+    Stopwatch watch = {NULL, 0, 0, 0, NULL, NULL};
     PyObject *sw = NULL, *grad_mode = NULL, *grad = NULL, *key = NULL, *shape = NULL;
+    PyObject *replay = NULL;
     int switched = 0, quiet = 0, looked = 0;
     if (!is_frame(&self->at, frame))
         goto out;
@@ -821,7 +939,7 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
     if (inner_ops < 0 || observe < 0)
         goto out;
     /* The grad mode, a part of the call's key (see hotpath.call_key) */
-    if ((grad_mode = global(self, s_grad_mode)) == NULL)
+    if ((grad_mode = setting(self, self->at.grad_mode)) == NULL)
         goto out;
     Py_INCREF(grad_mode);
     if (grad_mode == Py_None) {
@@ -832,9 +950,9 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
         goto out;
     }
     if (inner_ops) {  /* its counts learned: a frame with ops off (hotpath.set_op_replay) */
-        PyObject *replay = global(self, s_op_replay);
-        if (replay == NULL)
+        if ((replay = setting(self, self->at.op_replay)) == NULL)
             goto out;
+        Py_INCREF(replay);  /* (held: the calls below run Python code) */
         if (replay != Py_None) {
             int held = replay_held(self);  /* as _op_hold says */
             if (held < 0)
@@ -851,7 +969,7 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
             if (learned != NULL && PyTuple_CheckExact(learned) && PyTuple_GET_SIZE(learned) >= 5
                     && PyTuple_GET_ITEM(learned, 3) == inner
                     && is_frame(&self->at, PyTuple_GET_ITEM(learned, 4))) {
-                PyObject *observing = global(self, s_op_observing);
+                PyObject *observing = setting(self, self->at.op_observing);
                 if (observing == NULL)
                     goto out;
                 int watched = PySequence_Contains(observing, node);
@@ -879,7 +997,7 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
                 goto out;
         }
     }
-    sw = global(self, s_op_switch);
+    sw = setting(self, self->at.op_switch);
     if (sw == NULL)
         goto out;
     Py_INCREF(sw);
@@ -889,23 +1007,24 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
     }
     if ((token = PyContextVar_Set(frame_var, inner)) == NULL)
         goto out;
-    if ((start = read_clock(clock)) == NULL)
+    if (stopwatch_start(self, &watch, clock) < 0)
         goto out;
 
     output = call_wrapped(wrapped, args, kwargs);
     if (output == NULL) {
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
-        end = read_clock(clock);
-        if (end == NULL)
+        int stopped = stopwatch_stop(&watch) == 0 && stopwatch_readings(&watch) == 0;
+        if (!stopped)
             PyErr_Clear();
         if (PyContextVar_Reset(frame_var, token) < 0)
             PyErr_Clear();
         if (switched && op_switch(sw, ops) < 0)
             PyErr_Clear();
-        if (end != NULL && !(self->data && PyErr_GivenExceptionMatches(type, PyExc_StopIteration))) {
+        if (stopped && !(self->data && PyErr_GivenExceptionMatches(type, PyExc_StopIteration))) {
             /* (a data loader running out of batches is the loop's end, not a failed call) */
-            PyObject *r = PyObject_CallMethodObjArgs(collector, s_record_failure, node, start, end,
+            PyObject *r = PyObject_CallMethodObjArgs(collector, s_record_failure, node,
+                                                     watch.start, watch.end,
                                                      NULL);
             if (r == NULL)
                 PyErr_Clear();
@@ -914,7 +1033,7 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
         PyErr_Restore(type, value, tb);
         goto out;
     }
-    if ((end = read_clock(clock)) == NULL)
+    if (stopwatch_stop(&watch) < 0)
         goto out;
     if (PyContextVar_Reset(frame_var, token) < 0)
         goto out;
@@ -923,7 +1042,7 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
         if ((quiet = op_switch(sw, 0)) < 0)
             goto out;
     }
-    if ((elapsed = PyNumber_Subtract(end, start)) == NULL)
+    if ((elapsed = stopwatch_elapsed(&watch)) == NULL)
         goto out;
     if (add_plain_time(node, PyTuple_GET_ITEM(inner, self->at.pending), elapsed,
                        self->flush_every) < 0)
@@ -941,11 +1060,11 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
     if (count_call(self->at.calls, collector, node, entry) < 0)
         goto out;
     if (observe) {
-        PyObject *observer = global(self, s_exit_observer);
+        PyObject *observer = setting(self, self->at.exit_observer);
         if (observer == NULL)
             goto out;
         if (observer != Py_None) {
-            PyObject *now = global(self, s_observe_now);
+            PyObject *now = setting(self, self->at.observe_now);
             if (now == NULL)
                 goto out;
             /* (torch's gate is its grad mode, read above already) */
@@ -988,14 +1107,15 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
     result = output;
     output = NULL;
 out:
+    Py_XDECREF(replay);
     Py_XDECREF(frame);
     Py_XDECREF(node);
     Py_XDECREF(inner);
     Py_XDECREF(sw);
     Py_XDECREF(token);
     Py_XDECREF(clock);
-    Py_XDECREF(start);
-    Py_XDECREF(end);
+    Py_XDECREF(watch.start);
+    Py_XDECREF(watch.end);
     Py_XDECREF(elapsed);
     Py_XDECREF(entry);
     Py_XDECREF(key);
@@ -1064,6 +1184,9 @@ PyInit__hotpath(void)
     INTERN(s_new_child, "new_child");
     INTERN(s_Frame, "Frame");
     INTERN(s_ENTRY_FIELDS, "_ENTRY_FIELDS");
+    INTERN(s_SETTINGS, "_SETTINGS");
+    INTERN(s_SETTING_NAMES, "_SETTING_NAMES");
+    INTERN(s_PERF_COUNTER_NS, "_PERF_COUNTER_NS");
     INTERN(s_fields, "_fields");
     INTERN(s_collector, "collector");
     INTERN(s_node, "node");

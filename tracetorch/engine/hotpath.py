@@ -28,6 +28,7 @@ Example:
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Collection
 from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
@@ -150,6 +151,21 @@ _structure = 0
 #: The profile recording every thread's calls (``profile(all_threads=True)``), if any.
 _all_threads: Collector | None = None
 
+#: The settings above that the C wrapper reads on every call, by name, and their values in one
+#: list it holds (an item by position costs it less than a lookup in this module's globals,
+#: memory that the products run between two calls evict). Each setter below ends with
+#: :func:`_publish`, which copies the globals of these names into the list.
+_SETTING_NAMES = ("_grad_mode", "_structure", "_op_switch", "_op_replay", "_op_hold",
+                  "_op_observing", "_exit_observer", "_observe_now")
+_SETTINGS: list[Any] = []
+
+
+def _publish() -> None:
+    _SETTINGS[:] = [globals()[name] for name in _SETTING_NAMES]
+
+
+_publish()
+
 
 def all_threads_collector() -> Collector | None:
     """The profile currently recording every thread's calls, if any."""
@@ -171,6 +187,7 @@ def set_exit_observer(observer: Callable[..., None] | None,
     global _exit_observer, _observe_now
     previous = (_exit_observer, _observe_now)
     _exit_observer, _observe_now = observer, when or _always
+    _publish()
     return previous
 
 
@@ -178,6 +195,7 @@ def set_op_switch(switch: Callable[[bool], bool] | None) -> Callable[[bool], boo
     """Install (or with ``None`` remove) the operation-counting switch; returns the previous."""
     global _op_switch
     previous, _op_switch = _op_switch, switch
+    _publish()
     return previous
 
 
@@ -201,6 +219,7 @@ def set_op_replay(replay: OpReplay | None, hold: tuple[Callable[[], Any], ...] =
     global _op_replay, _op_hold, _op_observing
     previous = (_op_replay, _op_hold, _op_observing)
     _op_replay, _op_hold, _op_observing = replay, hold, observing
+    _publish()
     return previous
 
 
@@ -273,6 +292,7 @@ def set_grad_mode(reader: Callable[[], Any] | None) -> Callable[[], Any] | None:
     """
     global _grad_mode
     previous, _grad_mode = _grad_mode, reader
+    _publish()
     return previous
 
 
@@ -282,6 +302,7 @@ def structure_changed() -> None:
     figures again (the counts already made stay, for the next fold)."""
     global _structure
     _structure += 1
+    _publish()
 
 
 def structure_generation() -> int:
@@ -334,6 +355,9 @@ def call_key(args: tuple[Any, ...], kwargs: dict[str, Any], owner: Any = None
 _QUIET_READS = QUIET_READS
 _INT_SHAPED = INT_SHAPED
 _SHAPELESS = SHAPELESS
+#: The profiles' default clock: where a profile times calls with it, the C wrapper reads the
+#: clock it reads itself (on Linux: CLOCK_MONOTONIC), with no Python call.
+_PERF_COUNTER_NS = time.perf_counter_ns
 #: Where the C wrapper finds a per-shape counter's slots by name, as it finds a frame's in
 #: :class:`Frame` (every name it reads: :data:`tracetorch.engine.native.C_NAMES`).
 _ENTRY_FIELDS = ENTRY_FIELDS
