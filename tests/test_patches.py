@@ -289,6 +289,27 @@ def test_a_layer_method_binds_to_tracetorchs_own_bound_method():
         patch.restore()
 
 
+def test_a_call_without_keywords_hands_its_wrapper_an_empty_dict_each_time():
+    # (the C binding hands every such call one empty dict: one that a wrapper filled is not
+    # handed on)
+    from tracetorch.engine.patches import LayerMethod
+
+    seen = []
+
+    def filling(wrapped, instance, args, kwargs):
+        seen.append(dict(kwargs))
+        kwargs["left"] = True
+        return wrapped(*args)
+
+    patch = Patch.apply(Layer, "forward", LayerMethod(vars(Layer)["forward"], filling))
+    try:
+        layer = Layer()
+        assert [layer.forward(1), layer.forward(2), layer.forward(3, **{})] == [2, 3, 4]
+    finally:
+        patch.restore()
+    assert seen == [{}, {}, {}]
+
+
 def test_a_layer_method_binds_in_c_where_the_accelerator_is_built():
     # _call_impl reads self.forward at every layer call: a Python __get__ costs a frame there.
     from types import FunctionType

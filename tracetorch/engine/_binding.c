@@ -29,6 +29,7 @@
 static PyObject *s_wrapped, *s_self_wrapper, *s_doc, *s_module, *s_reduce;
 static PyObject *made;        /* the type made by layer_binding, kept for later calls */
 static PyObject *made_from;   /* its base */
+static PyObject *no_keywords; /* the empty dict handed for a call without keywords */
 /* The base's descriptors of ``__wrapped__`` and ``_self_wrapper``, read through directly on
  * a LayerMethod: a Python class over a base that defines ``__getattr__`` looks every attribute
  * up through a Python-level hook (a thousand instructions a read). Data descriptors, they are
@@ -141,12 +142,18 @@ Bound_dealloc(Bound *self)
 static PyObject *
 Bound_call(Bound *self, PyObject *args, PyObject *kwds)
 {
-    /* wrapt hands the wrapper a dict of keywords even when there are none */
+    /* wrapt hands the wrapper a dict of keywords even when there are none: one empty dict for
+     * all such calls, as the engine's wrappers never change the dict they are handed (made
+     * anew if someone else's code did) */
     PyObject *keywords = kwds;
-    if (keywords != NULL)
-        Py_INCREF(keywords);
-    else if ((keywords = PyDict_New()) == NULL)
-        return NULL;
+    if (keywords == NULL && PyDict_GET_SIZE(no_keywords)) {
+        PyObject *fresh = PyDict_New();
+        if (fresh == NULL)
+            return NULL;
+        Py_SETREF(no_keywords, fresh);
+    }
+    keywords = keywords != NULL ? keywords : no_keywords;
+    Py_INCREF(keywords);
     PyObject *stack[] = {self->bound, self->instance, args, keywords};
     PyObject *result = PyObject_Vectorcall(self->wrapper, stack, 4, NULL);
     Py_DECREF(keywords);
@@ -354,6 +361,8 @@ PyInit__binding(void)
     INTERN(s_doc, "__doc__");
     INTERN(s_module, "__module__");
     INTERN(s_reduce, "__reduce__");
+    if ((no_keywords = PyDict_New()) == NULL)
+        return NULL;
     if (PyType_Ready(&BoundType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&binding_module);

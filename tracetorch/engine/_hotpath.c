@@ -20,6 +20,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 #include <time.h>
 
 /* Positions in the two records this file shares with Python, found by name when a Wrapper is
@@ -40,6 +41,7 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
+    vectorcallfunc vectorcall;  /* Wrapper_call */
     PyObject *fallback;   /* the Python wrapper: the whole call, for the uncommon cases */
     PyObject *ns;         /* the hotpath module's globals */
     PyObject *guard;      /* None, a callable or (flags, calls): see guarded() */
@@ -70,6 +72,8 @@ static PyObject *s_FRAME, *s_op_replay, *s_op_hold, *s_op_observing, *s_op_switc
 static PyObject *one;
 
 static int guard_form_ok(PyObject *guard);
+static PyObject *Wrapper_call(Wrapper *self, PyObject *const *call_args, size_t nargsf,
+                              PyObject *kwnames);
 
 /* ``name`` in the hotpath module's globals ``ns`` (borrowed; NULL with an error set, a
  * NameError when missing). */
@@ -184,6 +188,7 @@ Wrapper_init(Wrapper *self, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTuple(args, "OO!OOpp|O:Wrapper", &fallback, &PyDict_Type, &ns, &guard, &owner,
                           &backward, &data, &child))
         return -1;
+    self->vectorcall = (vectorcallfunc)Wrapper_call;
     if (child != Py_None && (!PyTuple_Check(child) || PyTuple_GET_SIZE(child) != 3)) {
         PyErr_SetString(PyExc_TypeError, "Wrapper: child must be (kind, label, flops_fn) or None");
         return -1;
@@ -845,19 +850,19 @@ count_call(Py_ssize_t calls_at, PyObject *collector, PyObject *node, PyObject *e
 }
 
 static PyObject *
-Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
+Wrapper_call(Wrapper *self, PyObject *const *call_args, size_t nargsf, PyObject *kwnames)
 {
-    /* wrapt calls wrapper(wrapped, instance, args, kwargs), positionally */
-    if (!PyTuple_Check(call_args) || PyTuple_GET_SIZE(call_args) != 4
-            || (call_kwargs != NULL && PyDict_GET_SIZE(call_kwargs))
-            || !PyTuple_Check(PyTuple_GET_ITEM(call_args, 2))
-            || !PyDict_Check(PyTuple_GET_ITEM(call_args, 3))) {
+    /* wrapt calls wrapper(wrapped, instance, args, kwargs), positionally (a vectorcall: no
+     * tuple of the four is made) */
+    Py_ssize_t given = PyVectorcall_NARGS(nargsf);
+    if (given != 4 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))
+            || !PyTuple_Check(call_args[2]) || !PyDict_Check(call_args[3])) {
         PyErr_SetString(PyExc_TypeError,
                         "wrapper(wrapped, instance, args, kwargs) takes a tuple and a dict");
         return NULL;
     }
-    PyObject *wrapped = PyTuple_GET_ITEM(call_args, 0), *instance = PyTuple_GET_ITEM(call_args, 1);
-    PyObject *args = PyTuple_GET_ITEM(call_args, 2), *kwargs = PyTuple_GET_ITEM(call_args, 3);
+    PyObject *wrapped = call_args[0], *instance = call_args[1];
+    PyObject *args = call_args[2], *kwargs = call_args[3];
 
     if (self->guard != Py_None) {
         int yes = guarded(self->guard);
@@ -875,7 +880,7 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
         if (watcher == NULL)
             return NULL;
         if (watcher != Py_None)  /* a profile watching every thread: Python finds its frame */
-            return PyObject_Call(self->fallback, call_args, call_kwargs);
+            return PyObject_Vectorcall(self->fallback, call_args, 4, NULL);
         return call_wrapped(wrapped, args, kwargs);
     }
     /* From here ``frame`` is a new reference, released at ``out``. */
@@ -899,7 +904,7 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
     if ((clock = PyObject_GetAttr(collector, s_plain_clock)) == NULL)
         goto out;
     if (clock == Py_None) {
-        result = PyObject_Call(self->fallback, call_args, call_kwargs);
+        result = PyObject_Vectorcall(self->fallback, call_args, 4, NULL);
         goto out;
     }
     if (parent_owner == owner) {
@@ -920,7 +925,7 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
     }
     if (inner == NULL) {  /* its first call here: the collector names and makes the node */
         if (self->child == Py_None) {
-            result = PyObject_Call(self->fallback, call_args, call_kwargs);
+            result = PyObject_Vectorcall(self->fallback, call_args, 4, NULL);
             goto out;
         }
         inner = PyObject_CallMethodObjArgs(collector, s_new_child, frame, owner,
@@ -972,7 +977,9 @@ Wrapper_call(Wrapper *self, PyObject *call_args, PyObject *call_kwargs)
                 PyObject *observing = setting(self, self->at.op_observing);
                 if (observing == NULL)
                     goto out;
-                int watched = PySequence_Contains(observing, node);
+                /* (no call watched, the usual case: the node itself is not read) */
+                int watched = PyDict_CheckExact(observing) && !PyDict_GET_SIZE(observing)
+                              ? 0 : PySequence_Contains(observing, node);
                 if (watched < 0)
                     goto out;
                 if (!watched) {
@@ -1131,13 +1138,14 @@ static PyTypeObject WrapperType = {
     .tp_name = "tracetorch.engine._hotpath.Wrapper",
     .tp_doc = "The hot path's per-call wrapper (see tracetorch.engine.hotpath.make_wrapper).",
     .tp_basicsize = sizeof(Wrapper),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(Wrapper, vectorcall),
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Wrapper_init,
     .tp_dealloc = (destructor)Wrapper_dealloc,
     .tp_traverse = (traverseproc)Wrapper_traverse,
     .tp_clear = (inquiry)Wrapper_clear,
-    .tp_call = (ternaryfunc)Wrapper_call,
+    .tp_call = PyVectorcall_Call,
 };
 
 static struct PyModuleDef hotpath_module = {
