@@ -395,3 +395,51 @@ def test_a_dropped_counter_is_never_counted_into_again(torch):
         layer(x, x)
         assert [counter[CALLS] for counter in state.flops_cache.values()] == [1]
         assert state.last_counter[0] is not dropped
+
+
+def test_the_training_flag_is_read_as_getattr_reads_it(torch):
+    # The C wrapper reads a module's flag from its __dict__ where its class has nothing of the
+    # name: a class with a property of that name, or one answering it from __getattr__, must
+    # be read as getattr reads it (each call counted under call_key's key).
+    from tracetorch.engine.hotpath import call_key, counter_of
+    from tracetorch.records.tree import CALLS
+
+    class Switched(torch.nn.Module):
+        mode = True
+
+        @property
+        def training(self):
+            return type(self).mode
+
+        @training.setter
+        def training(self, value):  # (a stale value in the instance's dict, never read)
+            self.__dict__["training"] = value
+
+        def forward(self, x):
+            return x
+
+    class Answering(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            del self.__dict__["training"]
+
+        def __getattr__(self, name):
+            return False if name == "training" else super().__getattr__(name)
+
+        def forward(self, x):
+            return x
+
+    x = torch.ones(2, 3)
+    for layer, modes in ((Switched(), (True, False, False, True)), (Answering(), (False,) * 3)):
+        Switched.mode = True
+        with torch.no_grad(), tracetorch.profile(layer) as prof:
+            layer(x)  # (its state read once: a read of the tree folds)
+            cache = prof.find("").engine.flops_cache
+            counted: dict = {}
+            for mode in modes:
+                Switched.mode = mode
+                layer(x)
+                key = call_key((x,), {}, layer)
+                assert key[2][2] is mode
+                counted[key] = counted.get(key, 0) + 1
+                assert counter_of(cache, key)[CALLS] == counted[key]

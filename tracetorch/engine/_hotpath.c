@@ -40,6 +40,12 @@ typedef struct {
 } Layout;
 
 typedef struct {
+    PyObject *cls;    /* the class the plan was made for (strong); NULL: none yet */
+    PyObject *descr;  /* the data descriptor to call (strong), or NULL */
+    int from_dict;    /* read the instance's __dict__ (else: descr, or the generic read) */
+} ReadPlan;
+
+typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;  /* Wrapper_call */
     PyObject *fallback;   /* the Python wrapper: the whole call, for the uncommon cases */
@@ -57,10 +63,11 @@ typedef struct {
      * and the list of the settings that its setters replace (_SETTINGS) */
     PyObject *frame_var, *quiet_known, *shapeless, *int_shaped, *settings;
     PyObject *perf_counter_ns;  /* time.perf_counter_ns (_PERF_COUNTER_NS): see Stopwatch */
+    ReadPlan training_plan;     /* how its owners' ``training`` is read (see planned_read) */
     Layout at;            /* where its namespace's records keep each field */
 } Wrapper;
 
-static PyObject *s_FRAME, *s_op_replay, *s_op_hold, *s_op_observing, *s_op_switch, *s_exit_observer, *s_observe_now,
+static PyObject *s_getattribute, *s_FRAME, *s_op_replay, *s_op_hold, *s_op_observing, *s_op_switch, *s_exit_observer, *s_observe_now,
     *s_all_threads,
     *s_call_key, *s_grad_mode, *s_structure, *s_training, *s_QUIET_READS, *s_quiet_reads,
     *s_SHAPELESS, *s_INT_SHAPED,
@@ -149,6 +156,8 @@ Wrapper_traverse(Wrapper *self, visitproc visit, void *arg)
     Py_VISIT(self->int_shaped);
     Py_VISIT(self->settings);
     Py_VISIT(self->perf_counter_ns);
+    Py_VISIT(self->training_plan.cls);
+    Py_VISIT(self->training_plan.descr);
     Py_VISIT(self->at.frame_type);
     return 0;
 }
@@ -168,6 +177,8 @@ Wrapper_clear(Wrapper *self)
     Py_CLEAR(self->int_shaped);
     Py_CLEAR(self->settings);
     Py_CLEAR(self->perf_counter_ns);
+    Py_CLEAR(self->training_plan.cls);
+    Py_CLEAR(self->training_plan.descr);
     Py_CLEAR(self->at.frame_type);
     return 0;
 }
@@ -452,17 +463,86 @@ add_plain_time(PyObject *node, PyObject *pending, PyObject *elapsed, Py_ssize_t 
     return r == NULL ? -1 : 0;
 }
 
-/* getattr(value, name, None) as a new reference; NULL with an error set on any other error. */
-static PyObject *
-attr_or_none(PyObject *value, PyObject *name)
+/* ------------------------------------------------------------------------- attribute reads
+ * Read the generic way, an attribute's name is first looked up along its class's bases, in
+ * dicts that the products run between two calls evict, and a torch module's attribute twice
+ * (its class has a __getattr__, so its __getattribute__ is looked up too). What that lookup
+ * finds depends on the class only, so a ReadPlan keeps it for the last class it was asked
+ * about: where the class reads attributes as object.__getattribute__ does, a data descriptor
+ * of the name (a tensor's ``shape``) is called directly, and where the class has nothing of
+ * the name, the instance's __dict__ is read (a module's ``training``; not there: the generic
+ * read, then the class's __getattr__, as getattr does). Any other class reads generically.
+ * (A class changed after its first call is read as it was then.) ReadPlan: see the top. */
+
+static PyObject *object_getattribute;  /* object.__getattribute__, found once */
+
+/* Make ``plan`` the plan of reading ``name`` from instances of ``cls``; 0, or -1 with an error
+ * set. */
+static int
+make_plan(ReadPlan *plan, PyObject *cls, PyObject *name)
 {
-    PyObject *found = PyObject_GetAttr(value, name);
-    if (found == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
-        PyErr_Clear();
-        Py_INCREF(Py_None);
-        found = Py_None;
+    PyObject *descr = NULL;
+    int from_dict = 0;
+    if (((PyTypeObject *)cls)->tp_getattro == PyObject_GenericGetAttr
+            || _PyType_Lookup((PyTypeObject *)cls, s_getattribute) == object_getattribute) {
+        PyObject *found = _PyType_Lookup((PyTypeObject *)cls, name);  /* borrowed */
+        if (found == NULL)
+            from_dict = 1;
+        else if (Py_TYPE(found)->tp_descr_get != NULL && Py_TYPE(found)->tp_descr_set != NULL)
+            descr = Py_NewRef(found);
     }
-    return found;
+    Py_INCREF(cls);
+    Py_XSETREF(plan->cls, cls);
+    Py_XSETREF(plan->descr, descr);
+    plan->from_dict = from_dict;
+    return 0;
+}
+
+/* getattr(value, name) as ``plan`` reads it (made for ``value``'s class first, if need be):
+ * 1 with ``*found`` a new reference, 0 where ``value`` has no such attribute, -1 with an error
+ * set (as _PyObject_LookupAttr). */
+static int
+planned_read(ReadPlan *plan, PyObject *value, PyObject *name, PyObject **found)
+{
+    PyObject *cls = (PyObject *)Py_TYPE(value);
+    if (plan->cls != cls && make_plan(plan, cls, name) < 0)
+        return -1;
+    if (plan->descr != NULL) {
+        *found = Py_TYPE(plan->descr)->tp_descr_get(plan->descr, value, cls);
+        if (*found != NULL)
+            return 1;
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return -1;
+        PyErr_Clear();  /* (then getattr's way: a __getattr__ is asked) */
+    }
+    else if (plan->from_dict) {
+        PyObject *dict = PyObject_GenericGetDict(value, NULL);
+        if (dict == NULL)
+            PyErr_Clear();  /* (no __dict__: the generic read below says what there is) */
+        else {
+            *found = PyDict_GetItemWithError(dict, name);
+            Py_XINCREF(*found);
+            Py_DECREF(dict);
+            if (*found != NULL)
+                return 1;
+            if (PyErr_Occurred())
+                return -1;
+        }
+    }
+    return _PyObject_LookupAttr(value, name, found);
+}
+
+/* How the last tensor class is read: its ``shape`` and its ``dtype``. */
+static ReadPlan shape_plan, dtype_plan;
+
+/* getattr(value, name, None) as a new reference, read by ``plan``; NULL with an error set on
+ * any other error. */
+static PyObject *
+attr_or_none(ReadPlan *plan, PyObject *value, PyObject *name)
+{
+    PyObject *found = NULL;
+    return planned_read(plan, value, name, &found) < 0 ? NULL : found != NULL ? found
+           : Py_NewRef(Py_None);
 }
 
 /* Whether ``value``'s attributes are read as they are (1), or only quietly, through
@@ -504,12 +584,13 @@ made_for(Py_ssize_t key_at, PyObject *entry, PyObject *dtype, PyObject *grad,
            && PyTuple_GET_ITEM(context, 2) == training;
 }
 
-/* The owner's ``training`` flag if it is a bool, else None (hotpath.training_flag): borrowed. */
+/* The owner's ``training`` flag if it is a bool, else None (hotpath.training_flag): borrowed.
+ * (Read as the wrapper's plan says: the owners of one wrapper are mostly of one class.) */
 static PyObject *
-training_flag(PyObject *owner)
+training_flag(Wrapper *self, PyObject *owner)
 {
     PyObject *flag = NULL;
-    if (_PyObject_LookupAttr(owner, s_training, &flag) < 0)
+    if (planned_read(&self->training_plan, owner, s_training, &flag) < 0)
         PyErr_Clear();  /* a property that raises: no flag, as getattr(..., None) gives */
     Py_XDECREF(flag);  /* True and False are static objects: safe to return borrowed */
     return (flag == Py_True || flag == Py_False) ? flag : Py_None;
@@ -594,9 +675,9 @@ enter_argument(Wrapper *self, PyObject *value, KeySink *sink, PyObject *shapeles
     int direct = reads_directly(self, value);
     if (direct <= 0)
         return direct;
-    PyObject *shape = PyObject_GetAttr(value, s_shape);
-    if (shape == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_Exception))
+    PyObject *shape = NULL;
+    if (planned_read(&shape_plan, value, s_shape, &shape) <= 0) {
+        if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception))
             return -1;
         PyErr_Clear();
         return 0;
@@ -604,7 +685,7 @@ enter_argument(Wrapper *self, PyObject *value, KeySink *sink, PyObject *shapeles
     int entered = put_item(sink, shape, 1);
     Py_DECREF(shape);
     if (entered == 1) {
-        PyObject *dtype = attr_or_none(value, s_dtype);
+        PyObject *dtype = attr_or_none(&dtype_plan, value, s_dtype);
         entered = dtype != NULL ? put_item(sink, dtype, 0) : -1;
         Py_XDECREF(dtype);
     }
@@ -704,14 +785,14 @@ lookup_entry(Wrapper *self, PyObject *frame, PyObject *owner, PyObject *args, Py
     if (structure == NULL)
         return -1;
     Py_INCREF(structure);
-    PyObject *training = training_flag(owner);
+    PyObject *training = training_flag(self, owner);
     int direct = 0;
     if (PyTuple_GET_SIZE(args) == 1 && PyDict_GET_SIZE(kwargs) == 0
             && (direct = reads_directly(self, PyTuple_GET_ITEM(args, 0))) < 0)
         goto done;
     if (direct) {
         PyObject *value = PyTuple_GET_ITEM(args, 0);
-        if ((shape = attr_or_none(value, s_shape)) == NULL) {
+        if ((shape = attr_or_none(&shape_plan, value, s_shape)) == NULL) {
             /* a shape that cannot be read (a strided nested tensor): call_key's */
             if (!PyErr_ExceptionMatches(PyExc_Exception))
                 goto done;
@@ -722,7 +803,7 @@ lookup_entry(Wrapper *self, PyObject *frame, PyObject *owner, PyObject *args, Py
         }
     }
     if (shape != NULL) {
-        if ((dtype = attr_or_none(PyTuple_GET_ITEM(args, 0), s_dtype)) == NULL)
+        if ((dtype = attr_or_none(&dtype_plan, PyTuple_GET_ITEM(args, 0), s_dtype)) == NULL)
             goto done;
         entry = PyDict_GetItemWithError(cache, shape);  /* borrowed */
         if (entry == NULL && PyErr_Occurred()) {
@@ -1173,6 +1254,10 @@ PyInit__hotpath(void)
     INTERN(s_grad_mode, "_grad_mode");
     INTERN(s_structure, "_structure");
     INTERN(s_training, "training");
+    INTERN(s_getattribute, "__getattribute__");
+    if ((object_getattribute = _PyType_Lookup(&PyBaseObject_Type, s_getattribute)) == NULL)
+        return NULL;
+    Py_INCREF(object_getattribute);
     INTERN(s_QUIET_READS, "_QUIET_READS");
     INTERN(s_quiet_reads, "quiet_reads");
     INTERN(s_SHAPELESS, "_SHAPELESS");

@@ -66,7 +66,7 @@ C_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
         "CallNode": ("time",),
         "TimeStats": ("flush",),
         "tensor": ("shape", "dtype"),
-        "torch module": ("training",),
+        "torch module": ("training", "__getattribute__"),
     },
     "tracetorch.engine._binding": {
         "layer method": ("__wrapped__", "_self_wrapper", "__doc__", "__module__", "__reduce__"),
