@@ -27,16 +27,18 @@
  * made (set_layout), never written here as numbers: a Frame's fields (hotpath.Frame, a
  * NamedTuple: the profile, the node, the call's owner, whether operations are counted and the
  * output observed, and the node's pending durations, per-shape counters, the counter of its
- * last call of several arguments and its children's frames by owner; ``size``: how many) and a per-shape counter's slots (tracetorch.records.tree.ENTRY_FIELDS:
- * the calls, the key it was measured for, what is learned of it, the calls replayed from that). */
+ * last call of several arguments and its children's frames by owner; ``size``: how many), a
+ * per-shape counter's slots (tracetorch.records.tree.ENTRY_FIELDS: the calls, the key it was
+ * measured for, what is learned of it, the calls replayed from that) and the settings read on
+ * every call (hotpath._SETTING_NAMES; ``settings``: how many). Shorts: a Wrapper's fields that
+ * every call reads fit in few cache lines, which the products between two calls evict. */
 typedef struct {
     PyObject *frame_type;  /* hotpath.Frame itself: an open call is an instance of it */
-    /* positions in hotpath._SETTINGS of the settings read on every call (_SETTING_NAMES) */
-    Py_ssize_t grad_mode, structure, op_switch, op_replay, op_hold, op_observing, exit_observer,
+    short grad_mode, structure, op_switch, op_replay, op_hold, op_observing, exit_observer,
         observe_now, settings;
-    Py_ssize_t collector, node, owner, ops, observe, pending, flops_cache, last_counter,
+    short collector, node, owner, ops, observe, pending, flops_cache, last_counter,
         child_frames, size;
-    Py_ssize_t calls, key, learned, replayed;
+    short calls, key, learned, replayed;
 } Layout;
 
 typedef struct {
@@ -45,26 +47,27 @@ typedef struct {
     int from_dict;    /* read the instance's __dict__ (else: descr, or the generic read) */
 } ReadPlan;
 
+/* (The fields every call reads first, together; those of its uncommon cases last.) */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;  /* Wrapper_call */
-    PyObject *fallback;   /* the Python wrapper: the whole call, for the uncommon cases */
-    PyObject *ns;         /* the hotpath module's globals */
     PyObject *guard;      /* None, a callable or (flags, calls): see guarded() */
     PyObject *owner;      /* the shared owner of every call, or None */
-    PyObject *child;      /* (kind, label, flops_fn): what Collector.new_child makes a node of at
-                           * a first call here; None: the Python wrapper makes it */
+    /* What the hotpath module holds for good, read once: the frame ContextVar (_FRAME), the
+     * list of the settings that its setters replace (_SETTINGS), the containers of tensors'
+     * classes (_QUIET_READS, _SHAPELESS, _INT_SHAPED; filled in place) */
+    PyObject *frame_var, *settings, *quiet_known, *shapeless, *int_shaped;
+    PyObject *perf_counter_ns;  /* time.perf_counter_ns (_PERF_COUNTER_NS): see Stopwatch */
+    PyObject *no_counters;      /* NO_COUNTERS, one dict for good: read once */
+    Py_ssize_t flush_every;     /* FLUSH_EVERY, a constant: read once */
+    Layout at;            /* where its namespace's records keep each field */
+    ReadPlan training_plan;     /* how its owners' ``training`` is read (see planned_read) */
     int backward;         /* kind == "backward": flush the pass's samples after each call */
     int data;             /* kind == "data": StopIteration is the loop's end, not a failure */
-    Py_ssize_t flush_every;  /* FLUSH_EVERY, a constant: read once */
-    PyObject *no_counters;   /* NO_COUNTERS, one dict for good: read once */
-    /* What the hotpath module holds for good, read once: the frame ContextVar (_FRAME), the
-     * containers of tensors' classes (_QUIET_READS, _SHAPELESS, _INT_SHAPED; filled in place)
-     * and the list of the settings that its setters replace (_SETTINGS) */
-    PyObject *frame_var, *quiet_known, *shapeless, *int_shaped, *settings;
-    PyObject *perf_counter_ns;  /* time.perf_counter_ns (_PERF_COUNTER_NS): see Stopwatch */
-    ReadPlan training_plan;     /* how its owners' ``training`` is read (see planned_read) */
-    Layout at;            /* where its namespace's records keep each field */
+    PyObject *fallback;   /* the Python wrapper: the whole call, for the uncommon cases */
+    PyObject *ns;         /* the hotpath module's globals */
+    PyObject *child;      /* (kind, label, flops_fn): what Collector.new_child makes a node of at
+                           * a first call here; None: the Python wrapper makes it */
 } Wrapper;
 
 static PyObject *s_getattribute, *s_FRAME, *s_op_replay, *s_op_hold, *s_op_observing, *s_op_switch, *s_exit_observer, *s_observe_now,
