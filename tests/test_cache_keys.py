@@ -181,6 +181,32 @@ def test_a_replaced_submodule_resizes_its_parent_between_openings(torch):
     assert prof.root.children[""].memory.output_bytes == (2 * 4 + 2 * 8) * F32
 
 
+@pytest.mark.parametrize("grad", [True, False])
+def test_a_replaced_submodule_resizes_a_nested_parent_between_openings(torch, grad):
+    # The parent's counter is looked up before its call where its counts may be replayed
+    # (a layer without a rule): the call itself finds the replaced submodule, which changes
+    # the key, so the counter is looked up again after it.
+    class Outer(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = _model_with_fc(torch)
+
+        def forward(self, x):
+            return self.model(x) * 2
+
+    outer, x = Outer(), torch.ones(2, 4)
+    prof = tracetorch.profile(outer)
+    with torch.set_grad_enabled(grad):
+        with prof:
+            for _ in range(3):  # (its counts learned)
+                outer(x)
+        outer.model.fc = torch.nn.Linear(4, 8)
+        with prof:
+            outer(x)
+    # three calls returning 2x4 floats, one 2x8 (the last measured for its own key)
+    assert prof.find("model").memory.output_bytes == (3 * 2 * 4 + 2 * 8) * F32
+
+
 def test_the_registration_hooks_leave_with_the_block(torch):
     from torch.nn.modules import module
 

@@ -476,3 +476,27 @@ def test_a_replayed_call_that_raises_keeps_its_counts(monkeypatch):
     # every call ran its product: the raising one's counts were replayed before it raised
     assert [(op.name, op.calls, op.flops) for op in node.op_table()] == [("mul", 5, 20)]
     assert node.calls == 5 and node.errors == 1
+
+
+def test_a_model_called_at_the_top_of_a_block_is_replayed_by_the_engine(monkeypatch):
+    # At the top of a block the profile's mode is on the stack: the engine takes it off to
+    # read the call's key, so a learned model call is replayed without asking the learner
+    # (which read the key again in Python, quietly, at every step) and its counts stay exact.
+    from tracetorch.adapters.torch.learned import OpLearner
+
+    asked: list[str] = []
+    original = OpLearner.replay
+
+    def replay(learner, frame, *args):
+        asked.append(frame.node.path)
+        return original(learner, frame, *args)
+
+    torch.manual_seed(0)
+    model, x = Block().eval(), {"x": torch.randn(2, 4, 8)}
+    reference, _ = _run(monkeypatch, False, model, x)
+    with monkeypatch.context() as patch:
+        patch.setattr(OpLearner, "replay", replay)
+        learned, calls = _run(monkeypatch, True, model, x)
+    assert learned == reference
+    # asked at the first three steps (two watched, the third settles the second), then never
+    assert asked == ["", "attention"] * 3 and calls[3:] == [0] * 3

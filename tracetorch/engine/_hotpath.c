@@ -973,7 +973,8 @@ Wrapper_call(Wrapper *self, PyObject *const *call_args, size_t nargsf, PyObject 
     Stopwatch watch = {NULL, 0, 0, 0, NULL, NULL};
     PyObject *sw = NULL, *grad_mode = NULL, *grad = NULL, *key = NULL, *shape = NULL;
     PyObject *replay = NULL;
-    int switched = 0, quiet = 0, looked = 0;
+    int switched = 0, quiet = 0;
+    PyObject *looked = NULL;  /* the structure generation the counter was found for, if before */
     if (!is_frame(&self->at, frame))
         goto out;
     PyObject *collector = PyTuple_GET_ITEM(frame, self->at.collector);
@@ -1038,6 +1039,10 @@ Wrapper_call(Wrapper *self, PyObject *const *call_args, size_t nargsf, PyObject 
     else if ((grad = PyObject_CallNoArgs(grad_mode)) == NULL) {
         goto out;
     }
+    sw = setting(self, self->at.op_switch);
+    if (sw == NULL)
+        goto out;
+    Py_INCREF(sw);
     if (inner_ops) {  /* its counts learned: a frame with ops off (hotpath.set_op_replay) */
         if ((replay = setting(self, self->at.op_replay)) == NULL)
             goto out;
@@ -1046,11 +1051,28 @@ Wrapper_call(Wrapper *self, PyObject *const *call_args, size_t nargsf, PyObject 
             int held = replay_held(self);  /* as _op_hold says */
             if (held < 0)
                 goto out;
-            if (!held) {  /* (what makes the counter's key is read before the call here) */
-                looked = 1;
-                if (lookup_entry(self, inner, owner, args, kwargs, grad, &entry, &key, &shape) < 0)
-                    goto out;
+            /* A caller that counts has the profile's own mode on the stack (a model's call at
+             * the top of a block): off while the key is read, whose reads must reach no mode,
+             * where that leaves nothing to hold the replay (the call runs with it off anyway
+             * once replayed; else it is put back first) */
+            int lifted = held && ops && sw != Py_None ? op_switch(sw, 0) : 0;
+            if (lifted < 0 || (lifted && (held = replay_held(self)) < 0)) {
+                if (lifted > 0 && op_switch(sw, 1) < 0)
+                    PyErr_Clear();  /* (the first error is the one raised) */
+                goto out;
             }
+            if (!held) {  /* (what makes the counter's key is read before the call here) */
+                if ((looked = setting(self, self->at.structure)) == NULL)
+                    goto out;
+                Py_INCREF(looked);
+                if (lookup_entry(self, inner, owner, args, kwargs, grad, &entry, &key, &shape) < 0) {
+                    if (lifted && op_switch(sw, 1) < 0)
+                        PyErr_Clear();
+                    goto out;
+                }
+            }
+            if (lifted && op_switch(sw, 1) < 0)
+                goto out;
             PyObject *learned = entry != NULL && PyList_Check(entry)
                                 && PyList_GET_SIZE(entry) > self->at.learned
                                 ? PyList_GET_ITEM(entry, self->at.learned) : NULL;
@@ -1088,10 +1110,6 @@ Wrapper_call(Wrapper *self, PyObject *const *call_args, size_t nargsf, PyObject 
                 goto out;
         }
     }
-    sw = setting(self, self->at.op_switch);
-    if (sw == NULL)
-        goto out;
-    Py_INCREF(sw);
     if (ops != inner_ops && sw != Py_None) {
         if ((switched = op_switch(sw, inner_ops)) < 0)
             goto out;
@@ -1138,8 +1156,22 @@ Wrapper_call(Wrapper *self, PyObject *const *call_args, size_t nargsf, PyObject 
     if (add_plain_time(node, PyTuple_GET_ITEM(inner, self->at.pending), elapsed,
                        self->flush_every) < 0)
         goto out;
-    /* The call's counter, by its key (hotpath.call_key), unless found before the call */
-    if (!looked && lookup_entry(self, inner, owner, args, kwargs, grad, &entry, &key, &shape) < 0)
+    /* The call's counter, by its key (hotpath.call_key), unless found before the call with
+     * the structure generation still current (the call may have found a layer replaced since
+     * the last opening, which changes its key: structure_changed) */
+    if (looked != NULL) {
+        PyObject *now = setting(self, self->at.structure);
+        if (now == NULL)
+            goto out;
+        if (now != looked) {
+            Py_CLEAR(looked);
+            Py_CLEAR(entry);
+            Py_CLEAR(key);
+            Py_CLEAR(shape);
+        }
+    }
+    if (looked == NULL
+            && lookup_entry(self, inner, owner, args, kwargs, grad, &entry, &key, &shape) < 0)
         goto out;
     if (entry == NULL) {
         entry = PyObject_CallMethodObjArgs(collector, s_first_entry, node, owner, key,
@@ -1198,6 +1230,7 @@ Wrapper_call(Wrapper *self, PyObject *const *call_args, size_t nargsf, PyObject 
     result = output;
     output = NULL;
 out:
+    Py_XDECREF(looked);
     Py_XDECREF(replay);
     Py_XDECREF(frame);
     Py_XDECREF(node);

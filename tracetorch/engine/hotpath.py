@@ -506,12 +506,23 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
         if inner is None:
             inner = collector.new_child(frame, owner, kind, label, flops_fn)
         node = inner.node
-        found = None
+        found = looked = None
         grad = _grad_mode() if _grad_mode is not None else None
         if inner.ops and _op_replay is not None:  # its counts learned: a frame with ops off
-            # (what makes the key is read before the call)
-            if not _held():
-                found = _lookup(inner.flops_cache, args, kwargs, owner, grad)
+            # (what makes the key is read before the call, reaching no mode: a caller that
+            # counts has the profile's own on the stack, taken off for the reads where that
+            # leaves nothing to hold the replay; the call runs with it off anyway once replayed)
+            held = _held()
+            lifted = held and ops and _op_switch is not None and _op_switch(False)
+            if lifted:
+                held = _held()
+            try:
+                if not held:
+                    found = _lookup(inner.flops_cache, args, kwargs, owner, grad)
+                    looked = _structure
+            finally:
+                if lifted:
+                    _op_switch(True)  # type: ignore[misc]
             counter = found[0] if found is not None else None
             learned = counter[LEARNED] if counter is not None else None
             if (counter is not None and learned.__class__ is tuple and learned[3] is inner
@@ -556,8 +567,10 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
                 node.time.flush()
         else:
             collector.add_duration(node, start, end)
-        # The call's counter, by its key (call_key), unless found before the call.
-        entry, key, shape = (found if found is not None
+        # The call's counter, by its key (call_key), unless found before the call with the
+        # structure generation still current (the call may have found a layer replaced since
+        # the last opening, which changes its key: see structure_changed).
+        entry, key, shape = (found if found is not None and looked is _structure
                              else _lookup(inner.flops_cache, args, kwargs, owner, grad))
         if entry is None:
             entry = collector.first_entry(node, owner, key, shape, args, kwargs, output)
