@@ -17,7 +17,14 @@ a ratio of forward hooks'.
 
 A column not counted (``--columns``) or whose variant cannot run is ``–``.
 
-Run: ``python benchmarks/instructions.py [--rows mlp] [--steps 20] [--columns tracetorch,...]``
+With ``--cache-sim``, Valgrind also simulates the caches (first level 32 KiB each for code and
+data, the last level 1 MiB: one core's L2 on these machines) and a second table gives the misses
+each variant adds per module call: first-level code + data / last-level code + data. On a row
+whose products are large (BERT) they are what a call costs: the products between two calls
+evict the caches, so every cache line a call touches is a miss, however few its instructions.
+
+Run: ``python benchmarks/instructions.py [--rows mlp] [--steps 20] [--columns tracetorch,...]
+[--cache-sim]``
 (needs ``valgrind``; an mlp row with every column takes about five minutes, most of it
 importing torch under Valgrind; the BERT inference row with
 ``--columns "bare wrapt,forward hooks,tracetorch,tracetorch ops=False" --steps 3`` about 17).
@@ -45,7 +52,12 @@ from torch_peers import import_deepspeed, module_calls
 
 #: The C function whose calls callgrind counts, and after each of which it writes a dump.
 MEASURED = "functools_reduce"
-_TOTALS = re.compile(r"^totals:\s*(\d+)", re.MULTILINE)
+_TOTALS = re.compile(r"^totals:\s*([\d ]+)$", re.MULTILINE)
+_EVENTS = re.compile(r"^events:\s*(.+)$", re.MULTILINE)
+#: Valgrind's cache simulation for ``--cache-sim`` (sizes, ways, line size), and the misses it
+#: counts, by the events' names in a dump: first-level code and data reads, last level the same.
+CACHE_SIM = ["--cache-sim=yes", "--I1=32768,8,64", "--D1=32768,8,64", "--LL=1048576,16,64"]
+MISSES = ("I1mr", "D1mr", "ILmr", "DLmr")
 #: The plain step counted once more after every variant: how far two counts of the same work
 #: differ (the count's own noise), printed under the table.
 PLAIN_AGAIN = "plain again"
@@ -112,34 +124,40 @@ def run_counted(run: Callable[[], object], times: int, collector_off: bool) -> N
         gc.enable()
 
 
-def count_row(work: Work, steps: int, columns: list[str], valgrind: str) -> dict[str, Any]:
-    """Run ``work``'s child under callgrind; the instructions of each variant's steps."""
-    result, counts = run_under_callgrind(
+def count_row(work: Work, steps: int, columns: list[str], valgrind: str,
+              cache_sim: bool = False) -> dict[str, Any]:
+    """Run ``work``'s child under callgrind; the instructions of each variant's steps (and
+    with ``cache_sim``, their cache misses: ``MISSES``)."""
+    result, events = run_under_callgrind(
         valgrind, ["--child", work.name, "--steps", str(steps), "--columns", ",".join(columns)],
-        __file__)
+        __file__, CACHE_SIM if cache_sim else [])
     dumped = result["dumped"]
-    if len(counts) != len(dumped):
+    if len(events) != len(dumped):
         # A step that calls functools.reduce itself would toggle counting off inside it.
-        raise RuntimeError(f"{work.name}: {len(counts)} dumps for {len(dumped)} variants "
+        raise RuntimeError(f"{work.name}: {len(events)} dumps for {len(dumped)} variants "
                            f"(does the step call functools.reduce?)")
-    result["instructions"] = {name: count for name, count in zip(dumped, counts)
-                              if result["outcome"][name] == "ran"}
+    ran = [(name, counted) for name, counted in zip(dumped, events)
+           if result["outcome"][name] == "ran"]
+    result["instructions"] = {name: counted["Ir"] for name, counted in ran}
+    if cache_sim:
+        result["misses"] = {name: [counted[event] for event in MISSES] for name, counted in ran}
     return result
 
 
-def run_under_callgrind(valgrind: str, arguments: list[str], script: str) -> tuple[Any, list[int]]:
-    """Run ``python script *arguments`` under callgrind, counting only inside
-    ``functools.reduce`` calls (one dump after each): what the child printed last (one JSON
-    line) and each dump's instructions, in order.
+def run_under_callgrind(valgrind: str, arguments: list[str], script: str,
+                        options: list[str] | None = None) -> tuple[Any, list[dict[str, int]]]:
+    """Run ``python script *arguments`` under callgrind (with Valgrind's ``options``), counting
+    only inside ``functools.reduce`` calls (one dump after each): what the child printed last
+    (one JSON line) and each dump's events (``Ir``: instructions), in order.
 
     Raises:
         RuntimeError: the child failed.
     """
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "callgrind.out"
-        command = [valgrind, "--tool=callgrind", f"--toggle-collect={MEASURED}",
-                   f"--dump-after={MEASURED}", f"--callgrind-out-file={out}",
-                   sys.executable, script, *arguments]
+        command = [valgrind, "--tool=callgrind", *(options or []),
+                   f"--toggle-collect={MEASURED}", f"--dump-after={MEASURED}",
+                   f"--callgrind-out-file={out}", sys.executable, script, *arguments]
         env = dict(os.environ, PYTHONHASHSEED="0")  # the same dict layouts in every run
         done = subprocess.run(command, capture_output=True, text=True, env=env,
                               cwd=Path(script).parent)
@@ -149,15 +167,17 @@ def run_under_callgrind(valgrind: str, arguments: list[str], script: str) -> tup
         dumps = sorted(Path(folder).glob("callgrind.out.*"),
                        key=lambda path: int(path.suffix[1:]))
         return (json.loads(done.stdout.strip().splitlines()[-1]),
-                [callgrind_total(path) for path in dumps])
+                [callgrind_events(path) for path in dumps])
 
 
-def callgrind_total(dump: Path) -> int:
-    """The instructions a callgrind dump counted (its totals line)."""
-    found = _TOTALS.search(dump.read_text())
-    if found is None:
-        raise RuntimeError(f"{dump}: no totals line (not a callgrind dump?)")
-    return int(found.group(1))
+def callgrind_events(dump: Path) -> dict[str, int]:
+    """What a callgrind dump counted in all, by event (its ``events`` and ``totals`` lines:
+    ``Ir``, the instructions, and with the cache simulation its misses)."""
+    text = dump.read_text()
+    names, totals = _EVENTS.search(text), _TOTALS.search(text)
+    if names is None or totals is None:
+        raise RuntimeError(f"{dump}: no events or totals line (not a callgrind dump?)")
+    return dict(zip(names.group(1).split(), map(int, totals.group(1).split())))
 
 
 def report(rows: list[tuple[Work, dict[str, Any]]], steps: int) -> None:
@@ -189,6 +209,28 @@ def report(rows: list[tuple[Work, dict[str, Any]]], steps: int) -> None:
                 summary += f"; {name} +{100 * (counts[name] - plain) / plain:.2f}% of the step"
         notes.append(summary)
     print("\n".join(notes))
+    if any("misses" in result for _, result in rows):
+        report_misses(rows, steps)
+
+
+def report_misses(rows: list[tuple[Work, dict[str, Any]]], steps: int) -> None:
+    """The table of cache misses added per module call (``--cache-sim``)."""
+    print("\ncache misses added per module call (first-level code + data / last-level code + "
+          "data; 32 KiB and 1 MiB caches):\n")
+    print("| work | " + " | ".join(COLUMNS) + " |")
+    print("|---|" + "---|" * len(COLUMNS))
+    for work, result in rows:
+        calls, misses = int(result["calls"]), result["misses"]
+        plain = misses["plain"]
+        cells = []
+        for name in COLUMNS:
+            if name not in misses:
+                cells.append("–")
+                continue
+            i1, d1, il, dl = ((count - base) / (steps * calls)
+                              for count, base in zip(misses[name], plain))
+            cells.append(f"{i1:,.0f}+{d1:,.0f} / {il:,.0f}+{dl:,.0f}")
+        print(f"| {work.label} | " + " | ".join(cells) + " |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated variants to count (default: all of peers.py's; "
                              "torch.profiler and full backward hooks are the slow ones under "
                              "Valgrind)")
+    parser.add_argument("--cache-sim", action="store_true",
+                        help="also simulate the caches and print the misses added per call "
+                             "(slower)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.steps < 1:
@@ -222,8 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     works = select_work(args.rows)
     print(f"torch {torch.__version__}, 1 thread, batch 1, callgrind instruction counts")
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        results = list(pool.map(lambda work: count_row(work, args.steps, columns, valgrind),
-                                works))
+        results = list(pool.map(
+            lambda work: count_row(work, args.steps, columns, valgrind, args.cache_sim), works))
     report(list(zip(works, results)), args.steps)
     return 0
 

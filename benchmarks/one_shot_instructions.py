@@ -179,7 +179,8 @@ def count(models: list[str], counts: int, classes: int, pieces: bool, valgrind: 
     dumped = result["dumped"]
     if len(totals) != len(dumped):
         raise RuntimeError(f"{len(totals)} dumps for {len(dumped)} counted ways")
-    return {name: total // counts for name, total in zip(dumped, totals)}, result["calls"]
+    return ({name: total["Ir"] // counts for name, total in zip(dumped, totals)},
+            result["calls"])
 
 
 def report(models: list[str], per_call: dict[str, int],

@@ -168,3 +168,20 @@ def test_one_shot_instructions_counts_each_way() -> None:
                      r"than with it on\); with one piece off at a time: the FLOP rules [+-][\d.]+ "
                      r"M, each call's end \(its rule, its share of the total\) [+-][\d.]+ M$",
                      out, re.MULTILINE), out
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("torch_installed")
+def test_instructions_with_the_cache_simulation_counts_each_variants_misses() -> None:
+    require_valgrind("instructions.py")
+    out = run_benchmark("instructions.py", "--rows", "mlp-infer", "--steps", "2",
+                        "--columns", "tracetorch", "--cache-sim", timeout=900)
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("cache misses added"))
+    assert lines[start + 2] == lines[lines.index(HEADER)]  # the same columns
+    row = lines[start + 4].split(" | ")
+    assert row[0] == "| 50×(Linear(8,8),ReLU) batch 1, inference (`no_grad`)"
+    cell = re.fullmatch(r"(-?[\d,]+)\+(-?[\d,]+) / (-?[\d,]+)\+(-?[\d,]+)", row[6])
+    assert cell is not None and row[2] == "–", row
+    # a wrapper touches code and data the plain step does not: first-level misses of both
+    assert int(cell[1].replace(",", "")) > 0 and int(cell[2].replace(",", "")) > 0
