@@ -180,12 +180,17 @@ def callgrind_events(dump: Path) -> dict[str, int]:
     return dict(zip(names.group(1).split(), map(int, totals.group(1).split())))
 
 
+def print_header() -> None:
+    """A table's header: the work, then every column."""
+    print("| work | " + " | ".join(COLUMNS) + " |")
+    print("|---|" + "---|" * len(COLUMNS))
+
+
 def report(rows: list[tuple[Work, dict[str, Any]]], steps: int) -> None:
     """The table of instructions added per module call, then each row's plain step."""
     print("instructions added per module call (over the plain step, "
           f"{steps} steps per variant):\n")
-    print("| work | " + " | ".join(COLUMNS) + " |")
-    print("|---|" + "---|" * len(COLUMNS))
+    print_header()
     notes: list[str] = []
     for work, result in rows:
         calls, counts = int(result["calls"]), result["instructions"]
@@ -217,8 +222,7 @@ def report_misses(rows: list[tuple[Work, dict[str, Any]]], steps: int) -> None:
     """The table of cache misses added per module call (``--cache-sim``)."""
     print("\ncache misses added per module call (first-level code + data / last-level code + "
           "data; 32 KiB and 1 MiB caches):\n")
-    print("| work | " + " | ".join(COLUMNS) + " |")
-    print("|---|" + "---|" * len(COLUMNS))
+    print_header()
     for work, result in rows:
         calls, misses = int(result["calls"]), result["misses"]
         plain = misses["plain"]

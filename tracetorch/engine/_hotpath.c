@@ -1056,22 +1056,27 @@ Wrapper_call(Wrapper *self, PyObject *const *call_args, size_t nargsf, PyObject 
              * where that leaves nothing to hold the replay (the call runs with it off anyway
              * once replayed; else it is put back first) */
             int lifted = held && ops && sw != Py_None ? op_switch(sw, 0) : 0;
-            if (lifted < 0 || (lifted && (held = replay_held(self)) < 0)) {
-                if (lifted > 0 && op_switch(sw, 1) < 0)
-                    PyErr_Clear();  /* (the first error is the one raised) */
+            if (lifted < 0)
                 goto out;
+            int failed = lifted && (held = replay_held(self)) < 0;
+            if (!failed && !held) {  /* (what makes the counter's key is read before the call) */
+                failed = (looked = setting(self, self->at.structure)) == NULL;
+                Py_XINCREF(looked);
+                failed = failed || lookup_entry(self, inner, owner, args, kwargs, grad, &entry,
+                                                &key, &shape) < 0;
             }
-            if (!held) {  /* (what makes the counter's key is read before the call here) */
-                if ((looked = setting(self, self->at.structure)) == NULL)
-                    goto out;
-                Py_INCREF(looked);
-                if (lookup_entry(self, inner, owner, args, kwargs, grad, &entry, &key, &shape) < 0) {
-                    if (lifted && op_switch(sw, 1) < 0)
+            if (lifted) {  /* back on the stack, whatever happened: the first error is raised */
+                PyObject *type, *value, *traceback;
+                PyErr_Fetch(&type, &value, &traceback);
+                int back = op_switch(sw, 1);
+                if (type != NULL) {
+                    if (back < 0)
                         PyErr_Clear();
-                    goto out;
+                    PyErr_Restore(type, value, traceback);
                 }
+                failed = failed || back < 0;
             }
-            if (lifted && op_switch(sw, 1) < 0)
+            if (failed)
                 goto out;
             PyObject *learned = entry != NULL && PyList_Check(entry)
                                 && PyList_GET_SIZE(entry) > self->at.learned
