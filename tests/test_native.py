@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -299,6 +300,29 @@ def test_a_guard_holds_while_a_flag_is_true_or_a_call_returns_true():
     del Flags.compiling  # a flag gone is the user's error to see, not a silent "no"
     with pytest.raises(AttributeError):
         holds()
+
+
+def test_a_module_flag_is_read_as_getattr_reads_it():
+    # A plain module's flag comes from its __dict__; a name it lacks from its __getattr__ (or
+    # the AttributeError), and a ModuleType subclass's own attribute wins over the __dict__.
+    flags = types.ModuleType("flags")
+    flags.compiling = False
+    holds = _native_guard_holds((((flags, "compiling"),), ()))
+    assert holds() is False
+    flags.compiling = True
+    assert holds() is True
+    del flags.compiling
+    with pytest.raises(AttributeError):
+        holds()
+    flags.__getattr__ = lambda name: name == "compiling"
+    assert holds() is True
+
+    class Overriding(types.ModuleType):
+        compiling = property(lambda module: True)
+
+    special = Overriding("special")
+    special.__dict__["compiling"] = False
+    assert _native_guard_holds((((special, "compiling"),), ()))() is True
 
 
 @pytest.mark.parametrize("flags, calls", [([], ()), ((("x",),), ()), (((object, 3),), ()),

@@ -325,6 +325,24 @@ any_call_true(PyObject *calls)
     return 0;
 }
 
+/* getattr(holder, name) for a guard's flag (a new reference; NULL with an error set). A flag is
+ * a module's global (torch's compile and fx flags), read on every call: from a plain module's
+ * __dict__ directly, which is where getattr finds it (ModuleType has no attribute of such a
+ * name), without the generic lookup along the module's class first; anything else, or a name
+ * not in the __dict__ (a module __getattr__, the AttributeError), the generic way. */
+static PyObject *
+flag_value(PyObject *holder, PyObject *name)
+{
+    if (PyModule_CheckExact(holder)) {
+        PyObject *value = PyDict_GetItemWithError(PyModule_GetDict(holder), name);
+        if (value != NULL)
+            return Py_NewRef(value);
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    return PyObject_GetAttr(holder, name);
+}
+
 /* Whether a wrapper's guard holds: 1, 0, or -1 with an error set. */
 static int
 guarded(PyObject *guard)
@@ -334,7 +352,7 @@ guarded(PyObject *guard)
     PyObject *flags = PyTuple_GET_ITEM(guard, 0), *calls = PyTuple_GET_ITEM(guard, 1);
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(flags); i++) {
         PyObject *flag = PyTuple_GET_ITEM(flags, i);
-        int yes = truth(PyObject_GetAttr(PyTuple_GET_ITEM(flag, 0), PyTuple_GET_ITEM(flag, 1)));
+        int yes = truth(flag_value(PyTuple_GET_ITEM(flag, 0), PyTuple_GET_ITEM(flag, 1)));
         if (yes != 0)
             return yes;
     }
