@@ -54,9 +54,13 @@ from torch_peers import import_deepspeed, module_calls
 MEASURED = "functools_reduce"
 _TOTALS = re.compile(r"^totals:\s*([\d ]+)$", re.MULTILINE)
 _EVENTS = re.compile(r"^events:\s*(.+)$", re.MULTILINE)
-#: Valgrind's cache simulation for ``--cache-sim`` (sizes, ways, line size), and the misses it
-#: counts, by the events' names in a dump: first-level code and data reads, last level the same.
-CACHE_SIM = ["--cache-sim=yes", "--I1=32768,8,64", "--D1=32768,8,64", "--LL=1048576,16,64"]
+#: Valgrind's cache simulation for ``--cache-sim``: each first-level cache (code, data) and the
+#: last level, in KiB (one core's L1 and L2 on these machines; 8 and 16 ways, 64-byte lines),
+#: and the misses it counts, by the events' names in a dump: first-level code and data reads,
+#: last level the same.
+FIRST_LEVEL_KIB, LAST_LEVEL_KIB = 32, 1024
+CACHE_SIM = ["--cache-sim=yes", f"--I1={FIRST_LEVEL_KIB * 1024},8,64",
+             f"--D1={FIRST_LEVEL_KIB * 1024},8,64", f"--LL={LAST_LEVEL_KIB * 1024},16,64"]
 MISSES = ("I1mr", "D1mr", "ILmr", "DLmr")
 #: The plain step counted once more after every variant: how far two counts of the same work
 #: differ (the count's own noise), printed under the table.
@@ -221,7 +225,7 @@ def report(rows: list[tuple[Work, dict[str, Any]]], steps: int) -> None:
 def report_misses(rows: list[tuple[Work, dict[str, Any]]], steps: int) -> None:
     """The table of cache misses added per module call (``--cache-sim``)."""
     print("\ncache misses added per module call (first-level code + data / last-level code + "
-          "data; 32 KiB and 1 MiB caches):\n")
+          f"data; {FIRST_LEVEL_KIB} KiB and {LAST_LEVEL_KIB} KiB caches):\n")
     print_header()
     for work, result in rows:
         calls, misses = int(result["calls"]), result["misses"]

@@ -173,13 +173,13 @@ def count(models: list[str], counts: int, classes: int, pieces: bool, valgrind: 
           ) -> tuple[dict[str, int], dict[str, int]]:
     """Run the child under callgrind: the instructions of one call of each way, by name, and
     each model's module calls per forward."""
-    result, totals = run_under_callgrind(
+    result, events = run_under_callgrind(
         valgrind, ["--child", "--models", ",".join(models), "--counts", str(counts),
                    "--classes", str(classes), *(["--pieces"] if pieces else [])], __file__)
     dumped = result["dumped"]
-    if len(totals) != len(dumped):
-        raise RuntimeError(f"{len(totals)} dumps for {len(dumped)} counted ways")
-    return ({name: total["Ir"] // counts for name, total in zip(dumped, totals)},
+    if len(events) != len(dumped):
+        raise RuntimeError(f"{len(events)} dumps for {len(dumped)} counted ways")
+    return ({name: counted["Ir"] // counts for name, counted in zip(dumped, events)},
             result["calls"])
 
 

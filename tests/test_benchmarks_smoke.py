@@ -178,4 +178,3 @@ def test_one_shot_instructions_counts_each_way() -> None:
                      r"than with it on\); with one piece off at a time: the FLOP rules [+-][\d.]+ "
                      r"M, each call's end \(its rule, its share of the total\) [+-][\d.]+ M$",
                      out, re.MULTILINE), out
-
