@@ -217,18 +217,22 @@ def failure_reason(error: BaseException) -> str:
 
 
 def measure(work: Work, rounds: int, sample_ns: float, clock: Callable[[], int],
-            missing: dict[str, str], warmup: int = 2) -> Row:
+            missing: dict[str, str], warmup: int = 2,
+            variants: dict[str, Variant] | None = None) -> Row:
     """Build the row's model once and time every variant, interleaved round by round.
 
     Each variant's sample is paired with a plain sample taken just before it; its cost is the
     median over rounds of the difference. Adjacent pairs cancel the machine's changing speed
-    (other processes share its cores and caches), which separate medians would not."""
+    (other processes share its cores and caches), which separate medians would not.
+    ``variants``: what to time (default :data:`VARIANTS`), with its ``"plain"``."""
+    variants = VARIANTS if variants is None else variants
+    columns = [name for name in variants if name != "plain"]
     began = time.perf_counter()
     row = Row(work, failed=dict(missing))
     try:
         model, step = work.build()
     except ImportError as error:
-        row.failed = {name: failure_reason(error) for name in COLUMNS}
+        row.failed = {name: failure_reason(error) for name in columns}
         return row
     # Each sample starts with a collection; with torch, transformers and DeepSpeed imported a
     # full one takes ~0.5 s, so what exists now is moved out of the collector's sight.
@@ -238,11 +242,11 @@ def measure(work: Work, rounds: int, sample_ns: float, clock: Callable[[], int],
     def sample(name: str) -> tuple[float, float]:
         # ns of the warm-up steps together (what a variant builds at first calls, the CPU's
         # caches refilled), and per step of the timed ones after them
-        with VARIANTS[name](model):
+        with variants[name](model):
             warm = _time_steps(step, warmup, clock) * warmup
             return warm, _time_steps(step, row.steps, clock)
 
-    peers = [name for name in COLUMNS if name not in missing]
+    peers = [name for name in columns if name not in missing]
     plain: list[float] = []
     with torch.set_grad_enabled(work.grad):
         row.calls = module_calls(model, step)

@@ -127,6 +127,23 @@ def test_torch_call_costs_prints_its_three_tables() -> None:
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("torch_installed")
+def test_ab_builds_times_two_builds_in_one_process() -> None:
+    # The checkout's own build given as the other: an A/A run, both builds' lines and the pair
+    out = run_benchmark("ab_builds.py", str(ROOT), "--quick", "--rows", "mlp-infer")
+    lines = out.splitlines()
+    assert re.fullmatch(r"mlp-infer: plain step [\d.]+ ms, 101 module calls, 2 rounds, "
+                        r"\d+ steps/sample, \d+ s", lines[1]), lines
+    builds = ((lines[2], r"A \(this checkout's build\)"), (lines[3], r"B \(.*_hotpath.*\)"))
+    for line, name in builds:
+        assert re.fullmatch(rf"  {name}: -?[\d,]+ ns a call, [+-][\d.]+% ±[\d.]+ of the step",
+                            line), line
+    assert re.fullmatch(r"  B - A, paired by round: [+-][\d,]+ ns a call \(quartiles "
+                        r"[+-][\d,]+ \.\. [+-][\d,]+\); B the cheaper in [012] of 2 rounds",
+                        lines[4]), lines[4]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("torch_installed")
 def test_instructions_counts_each_variant_of_a_row() -> None:
     # (with the cache simulation: its table is checked at the end, from the same run)
     require_valgrind("instructions.py")
