@@ -402,6 +402,40 @@ def test_a_call_like_the_last_but_for_one_item_counts_under_its_own_key(torch):
     assert sum(expected.values()) == 4 * 2 * len(calls)
 
 
+def test_a_one_tensor_call_like_the_last_but_for_one_item_counts_under_its_own_key(torch):
+    # A one-tensor call's first key is kept under its shape alone: a call of that shape whose
+    # dtype, grad mode or training flag differs, or of another shape, must find its own
+    # counter, between calls of several arguments to the same layer (whose last counter the C
+    # wrapper compares in place).
+    from tracetorch.engine.hotpath import call_key, counter_of
+    from tracetorch.records.tree import CALLS
+
+    class Either(torch.nn.Module):
+        def forward(self, x, y=None):
+            return x
+
+    layer, x = Either(), torch.ones(2, 3)
+    calls = [(x,), (torch.zeros(2, 3),), (torch.ones(2, 4),), (x,), (x.double(),),
+             (x.int(),), (x,), (x, x), (x,), (torch.ones(3, 2),), (x, None), (x,),
+             (torch.ones(2, 3, 1),), (torch.ones(6),), (x,)]
+    expected: dict = {}
+    with tracetorch.profile(layer) as prof:
+        layer(x)  # the node's first call; its state read once (a read of the tree folds)
+        cache = prof.find("").engine.flops_cache
+        expected[call_key((x,), {}, layer)] = 0  # (folded by that read)
+        for grad in (True, False):
+            for training in (True, False):
+                layer.train(training)
+                with torch.set_grad_enabled(grad):
+                    for args in calls * 2:
+                        layer(*args)
+                        key = call_key(args, {}, layer)
+                        expected[key] = expected.get(key, 0) + 1
+                        assert counter_of(cache, key)[CALLS] == expected[key], args
+        assert len(cache) == len(expected)
+        assert sum(counter[CALLS] for counter in cache.values()) == 4 * 2 * len(calls)
+
+
 def test_a_dropped_counter_is_never_counted_into_again(torch):
     # drop_counters forgets the node's last counter with the others: the next call like the
     # last is counted in a counter of the node's cache, not in the one dropped.
