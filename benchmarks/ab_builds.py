@@ -10,8 +10,12 @@ loaded into one process, and ``peers.measure`` times ``tracetorch.profile`` with
 model, interleaved round by round, each sample paired with a plain one taken just before it.
 Printed per build: ns per module call and % of the plain step (median over rounds, ± half the
 interquartile range); then B - A paired by round (median, quartiles) and in how many rounds B
-was the cheaper. A build given twice (``OTHER`` the checkout's own file) is an A/A run: the
-noise, to read a difference against.
+was the cheaper. Two files are mapped at different addresses, which may move the time as
+well (an A/A run with a copy of one build: B - A -310 ns a call, B the cheaper in 104 of 200
+rounds), so the null to read a difference against is an A/A run with a copy of the
+checkout's own file as ``OTHER`` (the file itself loads as the same module), and a difference
+counts where it holds with the builds' roles swapped too (run from the other checkout, with
+this one as ``OTHER``).
 
 Run: ``python benchmarks/ab_builds.py OTHER [--rows bert-infer] [--rounds 100]
 [--sample-ms 150] [--ops-off] [--quick]``, ``OTHER`` a built ``_hotpath`` extension file or a
