@@ -1,21 +1,19 @@
 """Two builds of the C wrapper timed against each other in one process: what a change to
 ``tracetorch/engine/_hotpath.c`` does to the time of a module call.
 
-Separate runs of ``peers.py`` on one build differ by 10-20% per module call on a shared machine
-(the BERT inference cell of one build: 4,310 to 6,127 ns over eleven runs of 80 rounds), which
-is more than most changes to the wrapper save, and alternating runs of two builds showed gains
-that the same two builds, loaded side by side, did not. So here the checkout's own build
-(``A``) and another one (``B``: the ``_hotpath`` extension built in another worktree) are
-loaded into one process, and ``peers.measure`` times ``tracetorch.profile`` with each, one
-model, interleaved round by round, each sample paired with a plain one taken just before it.
-Printed per build: ns per module call and % of the plain step (median over rounds, ± half the
-interquartile range); then B - A paired by round (median, quartiles) and in how many rounds B
-was the cheaper. Two files are mapped at different addresses, which may move the time as
-well (an A/A run with a copy of one build: B - A -310 ns a call, B the cheaper in 104 of 200
-rounds), so the null to read a difference against is an A/A run with a copy of the
-checkout's own file as ``OTHER`` (the file itself loads as the same module), and a difference
-counts where it holds with the builds' roles swapped too (run from the other checkout, with
-this one as ``OTHER``).
+Separate runs of ``peers.py`` on one build differ per module call by more than most changes to
+the wrapper save, and alternating runs of two builds showed gains that the same two builds,
+loaded side by side, did not (docs/overhead.md, "Where a BERT call's time goes"). So here the
+checkout's own build (``A``) and another one (``B``: the ``_hotpath`` extension built in another
+worktree) are loaded into one process, and ``peers.measure`` times ``tracetorch.profile`` with
+each, one model, interleaved round by round, each sample paired with a plain one taken just
+before it. Printed per build: ns per module call and % of the plain step (median over rounds, ±
+half the interquartile range); then B - A paired by round (median, quartiles) and in how many
+rounds B was the cheaper. Two files are mapped at different addresses, which may move the time
+as well, so the null to read a difference against is an A/A run with a copy of the checkout's
+own file as ``OTHER`` (the file itself loads as the same module), and a difference counts where
+it holds with the builds' roles swapped too (run from the other checkout, with this one as
+``OTHER``).
 
 Run: ``python benchmarks/ab_builds.py OTHER [--rows bert-infer] [--rounds 100]
 [--sample-ms 150] [--ops-off] [--quick]``, ``OTHER`` a built ``_hotpath`` extension file or a
@@ -96,7 +94,9 @@ def report(row: Row, names: dict[str, str]) -> None:
         if name in row.failed:
             print(f"  {name} ({label}): failed: {row.failed[name]}")
             continue
-        pct, noise = row.added_pct(name) or (0.0, 0.0)
+        added = row.added_pct(name)
+        assert added is not None  # (timed in every round: failed otherwise)
+        pct, noise = added
         print(f"  {name} ({label}): {row.added_ns(name):,.0f} ns a call, "
               f"{pct:+.2f}% ±{noise:.2f} of the step")
     if "A" in row.failed or "B" in row.failed:

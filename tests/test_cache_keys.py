@@ -363,13 +363,39 @@ def test_a_nan_argument_keeps_one_key(torch):
         assert len(prof.find("").engine.flops_cache) == 1 and prof.find("").calls == 5
 
 
+def count_each_call_under_its_key(torch, layer, calls):
+    """Call ``layer`` with each ``(args, kwargs)`` of ``calls``, twice over, in each grad mode
+    and training mode, after a first call ``layer(calls[0][0][0])``; check after each call that
+    the counter of its key (``call_key``'s) holds the calls made with that key so far. Hands
+    back, read before the block closes (which folds them), how many counters the layer has and
+    the calls they hold together, and the calls expected of each key."""
+    from tracetorch.engine.hotpath import call_key, counter_of
+    from tracetorch.records.tree import CALLS
+
+    first = calls[0][0][0]
+    expected: dict = {}
+    with tracetorch.profile(layer) as prof:
+        layer(first)  # the node's first call; its state read once (a read of the tree folds)
+        cache = prof.find("").engine.flops_cache
+        expected[call_key((first,), {}, layer)] = 0  # (folded by that read)
+        for grad in (True, False):
+            for training in (True, False):
+                layer.train(training)
+                with torch.set_grad_enabled(grad):
+                    for args, kwargs in calls * 2:
+                        layer(*args, **kwargs)
+                        key = call_key(args, kwargs, layer)
+                        expected[key] = expected.get(key, 0) + 1
+                        assert counter_of(cache, key)[CALLS] == expected[key], (args, kwargs)
+        return len(cache), sum(counter[CALLS] for counter in cache.values()), expected
+
+
 def test_a_call_like_the_last_but_for_one_item_counts_under_its_own_key(torch):
     # The C wrapper compares a call of several arguments with the key of the node's last such
     # call before it makes one: every item must be compared (each argument's shape and dtype,
     # plain values, keyword names, how many there are, the grad mode and training flag), and
     # values a dict takes for one key (1, 1.0 and True) must find one counter, as they would.
-    from tracetorch.engine.hotpath import call_key, counter_of, structure_generation
-    from tracetorch.records.tree import CALLS
+    from tracetorch.engine.hotpath import structure_generation
 
     class Pair(torch.nn.Module):
         def forward(self, x, y=None, scale=1, flag=False, extra=None):
@@ -384,21 +410,8 @@ def test_a_call_like_the_last_but_for_one_item_counts_under_its_own_key(torch):
              # a key that is the last one's first items: (1, generation, 0) == (True,
              # generation, False), the context of a call with grad on in eval mode
              ((x, None, torch.ones(1, structure_generation(), 0)), {}), ((x, None), {})]
-    expected: dict = {}
-    with tracetorch.profile(layer) as prof:
-        layer(x)  # the node's first call; its state read once (a read of the tree folds)
-        cache = prof.find("").engine.flops_cache
-        expected[call_key((x,), {}, layer)] = 0
-        for grad in (True, False):
-            for training in (True, False):
-                layer.train(training)
-                with torch.set_grad_enabled(grad):
-                    for args, kwargs in calls * 2:
-                        layer(*args, **kwargs)
-                        key = call_key(args, kwargs, layer)
-                        expected[key] = expected.get(key, 0) + 1
-                        assert counter_of(cache, key)[CALLS] == expected[key], (args, kwargs)
-        assert len(cache) == len(expected)
+    counters, _, expected = count_each_call_under_its_key(torch, layer, calls)
+    assert counters == len(expected)
     assert sum(expected.values()) == 4 * 2 * len(calls)
 
 
@@ -407,33 +420,18 @@ def test_a_one_tensor_call_like_the_last_but_for_one_item_counts_under_its_own_k
     # dtype, grad mode or training flag differs, or of another shape, must find its own
     # counter, between calls of several arguments to the same layer (whose last counter the C
     # wrapper compares in place).
-    from tracetorch.engine.hotpath import call_key, counter_of
-    from tracetorch.records.tree import CALLS
-
     class Either(torch.nn.Module):
         def forward(self, x, y=None):
             return x
 
     layer, x = Either(), torch.ones(2, 3)
-    calls = [(x,), (torch.zeros(2, 3),), (torch.ones(2, 4),), (x,), (x.double(),),
-             (x.int(),), (x,), (x, x), (x,), (torch.ones(3, 2),), (x, None), (x,),
-             (torch.ones(2, 3, 1),), (torch.ones(6),), (x,)]
-    expected: dict = {}
-    with tracetorch.profile(layer) as prof:
-        layer(x)  # the node's first call; its state read once (a read of the tree folds)
-        cache = prof.find("").engine.flops_cache
-        expected[call_key((x,), {}, layer)] = 0  # (folded by that read)
-        for grad in (True, False):
-            for training in (True, False):
-                layer.train(training)
-                with torch.set_grad_enabled(grad):
-                    for args in calls * 2:
-                        layer(*args)
-                        key = call_key(args, {}, layer)
-                        expected[key] = expected.get(key, 0) + 1
-                        assert counter_of(cache, key)[CALLS] == expected[key], args
-        assert len(cache) == len(expected)
-        assert sum(counter[CALLS] for counter in cache.values()) == 4 * 2 * len(calls)
+    calls = [((x,), {}), ((torch.zeros(2, 3),), {}), ((torch.ones(2, 4),), {}), ((x,), {}),
+             ((x.double(),), {}), ((x.int(),), {}), ((x,), {}), ((x, x), {}), ((x,), {}),
+             ((torch.ones(3, 2),), {}), ((x, None), {}), ((x,), {}),
+             ((torch.ones(2, 3, 1),), {}), ((torch.ones(6),), {}), ((x,), {})]
+    counters, counted, expected = count_each_call_under_its_key(torch, layer, calls)
+    assert counters == len(expected)
+    assert counted == 4 * 2 * len(calls)
 
 
 def test_a_dropped_counter_is_never_counted_into_again(torch):
