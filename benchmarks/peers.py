@@ -3,16 +3,17 @@
 Each row is one piece of work (a step): the model is built once, then every variant of
 ``torch_peers`` (plain; bare wrapt wrappers; forward hooks; forward + full backward hooks;
 ``torch.profiler``; DeepSpeed's ``FlopsProfiler``; ``tracetorch.profile(model)``, also with
-``ops=False`` and with ``backward_every=8``) is entered, runs its warm-up steps (``--warmup``, 2
-by default: what a variant builds at a layer's first calls, and tracetorch's learned operation
-counts, which take a layer's first two calls), times a sample of back-to-back steps and is left
-again; what the warm-up steps added is reported apart. Variants are interleaved round by round
-(the order rotates each round), each sample paired with a plain one taken just before it; a
-column's cell is the median over rounds of (the variant's sample - its plain sample) per step,
-divided by the module calls per step (counted once with forward hooks). The garbage collector
-runs between samples, never inside one. One thread (``torch.set_num_threads(1)``), batch 1. The
-clock is the process's CPU time by default (``--clock wall`` for wall time): on a shared machine
-the time spent waiting for a core is noise, not cost.
+``ops=False`` and with ``backward_every=8``; and "plain again", the plain step itself: the method's
+null, which reads 0 within the noise where the pairing favours no side) is entered, runs its warm-up
+steps (``--warmup``, 2 by default: what a variant builds at a layer's first calls, and tracetorch's
+learned operation counts, which take a layer's first two calls), times a sample of back-to-back
+steps and is left again; what the warm-up steps added is reported apart. Variants are interleaved
+round by round (the order rotates each round), each sample paired with a plain one taken just before
+it; a column's cell is the median over rounds of (the variant's sample - its plain sample) per step,
+divided by the module calls per step (counted once with forward hooks). The garbage collector runs
+between samples, never inside one. One thread (``torch.set_num_threads(1)``), batch 1. The clock is
+the process's CPU time by default (``--clock wall`` for wall time): on a shared machine the time
+spent waiting for a core is noise, not cost.
 
 Rows (``--rows`` takes names or prefixes, e.g. ``mlp``):
 
@@ -98,6 +99,9 @@ VARIANTS: dict[str, Variant] = {
     "tracetorch backward_every=8": lambda model: sampled_backward(model, 8),
     # What a user wanting per-layer FLOPs from torch turns on.
     "torch.profiler shapes+FLOPs+modules": torch_profiler_detailed,
+    # The method's own floor: the plain step paired with the plain sample before it. Any
+    # order effect of the pairing shows here; its cell should read 0 within the noise.
+    "plain again": lambda model: contextlib.nullcontext(),
 }
 COLUMNS = [name for name in VARIANTS if name != "plain"]
 BERT_GOAL_PCT = 5.0
@@ -340,7 +344,8 @@ def report(rows: list[Row]) -> None:
               f"{_ratio(row, 'torch.profiler')} what torch.profiler adds, "
               f"{_ratio(row, 'torch.profiler shapes+FLOPs+modules')} what torch.profiler with "
               f"shapes, FLOPs and modules adds; backward_every=8 "
-              f"{_ratio(row, 'torch.profiler', 'tracetorch backward_every=8')} torch.profiler's")
+              f"{_ratio(row, 'torch.profiler', 'tracetorch backward_every=8')} torch.profiler's; "
+              f"the plain step again {_pct_cell(row, 'plain again')} (the method's null)")
 
 
 def select_work(tokens: str) -> list[Work]:

@@ -33,7 +33,7 @@ def require_valgrind(script: str) -> None:
 
 HEADER = ("| work | bare wrapt | forward hooks | forward + full backward hooks | torch.profiler "
           "| DeepSpeed profiler | tracetorch | tracetorch ops=False "
-          "| tracetorch backward_every=8 | torch.profiler shapes+FLOPs+modules |")
+          "| tracetorch backward_every=8 | torch.profiler shapes+FLOPs+modules | plain again |")
 
 
 @pytest.mark.slow
@@ -50,12 +50,13 @@ def test_peers_prints_the_overhead_table() -> None:
     number = re.compile(r"~-?[\d,]+")
     for row in rows:
         # DeepSpeed may be missing here (a blank cell with its reason); the rest are torch's
-        cells = row[1:5] + [row[6], row[7], row[8], row[9].rstrip(" |")]
+        cells = row[1:5] + [row[6], row[7], row[8], row[9], row[10].rstrip(" |")]
         assert all(number.fullmatch(cell) for cell in cells), row
     assert "% added to the plain step time" in out
     warm = lines[[i for i, line in enumerate(lines) if line == HEADER][-1] + 2:][:3]
     assert all(re.fullmatch(r"[+-]\d+\.\d\d", row.split(" | ")[6]) for row in warm), warm
     assert re.search(r"mlp-train: plain step [\d.]+ ms, 101 module calls", out)
+    assert re.search(r"the plain step again [+-]\d+\.\d% ±\d+\.\d \(the method's null\)", out)
 
 
 @pytest.mark.slow
