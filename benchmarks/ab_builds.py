@@ -13,7 +13,8 @@ rounds B was the cheaper. Two files are mapped at different addresses, which may
 as well, so the null to read a difference against is an A/A run with a copy of the checkout's
 own file as ``OTHER`` (the file itself loads as the same module), and a difference counts where
 it holds with the builds' roles swapped too (run from the other checkout, with this one as
-``OTHER``).
+``OTHER``). How fine a difference that tells on BERT here (several hundred ns a call at best):
+docs/overhead.md, "Which part of the key, and how far time can tell".
 
 Run: ``python benchmarks/ab_builds.py OTHER [--rows bert-infer] [--rounds 100]
 [--sample-ms 150] [--ops-off] [--quick]``, ``OTHER`` a built ``_hotpath`` extension file or a

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from peers import COLUMNS, VARIANTS, Work, failure_reason, select_work
+from peers import COLUMNS, PLAIN_AGAIN, VARIANTS, Work, failure_reason, select_work
 from torch_peers import import_deepspeed, module_calls
 
 #: The C function whose calls callgrind counts, and after each of which it writes a dump.
@@ -62,10 +62,6 @@ FIRST_LEVEL_KIB, LAST_LEVEL_KIB = 32, 1024
 CACHE_SIM = ["--cache-sim=yes", f"--I1={FIRST_LEVEL_KIB * 1024},8,64",
              f"--D1={FIRST_LEVEL_KIB * 1024},8,64", f"--LL={LAST_LEVEL_KIB * 1024},16,64"]
 MISSES = ("I1mr", "D1mr", "ILmr", "DLmr")
-#: The plain step counted once more after every variant: how far two counts of the same work
-#: differ (the count's own noise), printed under the table.
-PLAIN_AGAIN = "plain again"
-PLAIN_VARIANTS = {PLAIN_AGAIN: "plain"}
 
 
 #: Steps each variant runs before its counted ones: its caches fill on the first, and Python 3.11
@@ -93,7 +89,10 @@ def run_child(work: Work, steps: int, columns: list[str]) -> dict[str, Any]:
     # variants, which this script follows from version to version, run first, right after the
     # plain step; the peers after them, in the table's order.
     ours = [name for name in columns if name.startswith("tracetorch")]
-    order = ["plain", *ours, *(name for name in columns if name not in ours), PLAIN_AGAIN]
+    # The plain step is counted once more after every variant (asked for or not): how far two
+    # counts of the same work differ, the count's own noise.
+    others = (name for name in columns if name not in ours and name != PLAIN_AGAIN)
+    order = ["plain", *ours, *others, PLAIN_AGAIN]
     with torch.set_grad_enabled(work.grad):
         for name in order:
             if name in missing:
@@ -102,7 +101,7 @@ def run_child(work: Work, steps: int, columns: list[str]) -> dict[str, Any]:
             model, step = work.build()  # (a model of its own: nothing left on it by another)
             calls = calls or module_calls(model, step)
             try:
-                with VARIANTS[PLAIN_VARIANTS.get(name, name)](model):
+                with VARIANTS[name](model):
                     for _ in range(WARMUP_STEPS):
                         step()
                     dumped.append(name)

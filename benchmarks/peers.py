@@ -83,6 +83,8 @@ def sampled_backward(model: torch.nn.Module, every: int) -> Iterator[tracetorch.
             hook.remove()
 
 
+#: The plain step as a column of its own: a measure's null (see :data:`VARIANTS`).
+PLAIN_AGAIN = "plain again"
 #: Columns of the table, in the issue's order (then tracetorch's cheapest setting); ``plain``
 #: is the baseline, not a column.
 VARIANTS: dict[str, Variant] = {
@@ -101,7 +103,7 @@ VARIANTS: dict[str, Variant] = {
     "torch.profiler shapes+FLOPs+modules": torch_profiler_detailed,
     # The method's own floor: the plain step paired with the plain sample before it. Any
     # order effect of the pairing shows here; its cell should read 0 within the noise.
-    "plain again": lambda model: contextlib.nullcontext(),
+    PLAIN_AGAIN: lambda model: contextlib.nullcontext(),
 }
 COLUMNS = [name for name in VARIANTS if name != "plain"]
 BERT_GOAL_PCT = 5.0
@@ -345,7 +347,7 @@ def report(rows: list[Row]) -> None:
               f"{_ratio(row, 'torch.profiler shapes+FLOPs+modules')} what torch.profiler with "
               f"shapes, FLOPs and modules adds; backward_every=8 "
               f"{_ratio(row, 'torch.profiler', 'tracetorch backward_every=8')} torch.profiler's; "
-              f"the plain step again {_pct_cell(row, 'plain again')} (the method's null)")
+              f"the plain step again {_pct_cell(row, PLAIN_AGAIN)} (the method's null)")
 
 
 def select_work(tokens: str) -> list[Work]:
