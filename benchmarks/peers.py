@@ -85,8 +85,8 @@ def sampled_backward(model: torch.nn.Module, every: int) -> Iterator[tracetorch.
 
 #: The plain step as a column of its own: a measure's null (see :data:`VARIANTS`).
 PLAIN_AGAIN = "plain again"
-#: Columns of the table, in the issue's order (then tracetorch's cheapest setting); ``plain``
-#: is the baseline, not a column.
+#: Columns of the table, in the issue's order (then tracetorch's cheapest setting, and last the
+#: null); ``plain`` is the baseline, not a column.
 VARIANTS: dict[str, Variant] = {
     "plain": lambda model: contextlib.nullcontext(),
     "bare wrapt": lambda model: bare_wrapt(forward_classes(model)),
