@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from peers import CLOCKS, Row, Variant, measure, select_work
+from peers import CLOCKS, Row, Variant, measure, select_work, unprofiled
 
 import tracetorch
 from tracetorch.engine import hotpath, patches
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     other = extension_file(args.other)
     names = {"A": "this checkout's build", "B": str(other)}
     ops = not args.ops_off
-    variants = {"plain": lambda model: contextlib.nullcontext(),
+    variants = {"plain": unprofiled,
                 "A": profiled_with(hotpath._NATIVE_WRAPPER, ops),
                 "B": profiled_with(load_wrapper(other), ops)}
     torch.set_num_threads(1)

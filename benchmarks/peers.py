@@ -83,12 +83,17 @@ def sampled_backward(model: torch.nn.Module, every: int) -> Iterator[tracetorch.
             hook.remove()
 
 
+def unprofiled(model: torch.nn.Module) -> contextlib.AbstractContextManager:
+    """The model run as it is: the baseline every sample is paired with, and the null column."""
+    return contextlib.nullcontext()
+
+
 #: The plain step as a column of its own: a measure's null (see :data:`VARIANTS`).
 PLAIN_AGAIN = "plain again"
 #: Columns of the table, in the issue's order (then tracetorch's cheapest setting, and last the
 #: null); ``plain`` is the baseline, not a column.
 VARIANTS: dict[str, Variant] = {
-    "plain": lambda model: contextlib.nullcontext(),
+    "plain": unprofiled,
     "bare wrapt": lambda model: bare_wrapt(forward_classes(model)),
     "forward hooks": timing_hooks,
     "forward + full backward hooks": lambda model: timing_hooks(model, backward=True),
@@ -103,7 +108,7 @@ VARIANTS: dict[str, Variant] = {
     "torch.profiler shapes+FLOPs+modules": torch_profiler_detailed,
     # The method's own floor: the plain step paired with the plain sample before it. Any
     # order effect of the pairing shows here; its cell should read 0 within the noise.
-    PLAIN_AGAIN: lambda model: contextlib.nullcontext(),
+    PLAIN_AGAIN: unprofiled,
 }
 COLUMNS = [name for name in VARIANTS if name != "plain"]
 BERT_GOAL_PCT = 5.0
