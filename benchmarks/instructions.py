@@ -22,9 +22,16 @@ data, the last level 1 MiB: one core's L2 on these machines) and a second table 
 each variant adds per module call: first-level code + data / last-level code + data. On a row
 whose products are large (BERT) they are what a call costs: the products between two calls
 evict the caches, so every cache line a call touches is a miss, however few its instructions.
+``--breakdown N`` (with the cache simulation) then says where each variant's misses are, per
+module call over the plain step: by shared object (CPython's library, torch's, tracetorch's C
+wrapper, the C library) and in the N functions that add the most (each function's own code,
+read from the dumps). Read the first-level misses on a row whose products are
+small (tiny-bert-infer): there they stand for the lines a call touches, each of which the large
+products of the real row evict (a code line of CPython's that the wrapper's own code pushes out
+of the cache counts to CPython's function, which runs as often as without it).
 
 Run: ``python benchmarks/instructions.py [--rows mlp] [--steps 20] [--columns tracetorch,...]
-[--cache-sim]``
+[--cache-sim] [--breakdown 25]``
 (needs ``valgrind``; an mlp row with every column takes about five minutes, most of it
 importing torch under Valgrind; the BERT inference row with
 ``--columns "bare wrapt,forward hooks,tracetorch,tracetorch ops=False" --steps 3`` about 17).
@@ -62,6 +69,8 @@ FIRST_LEVEL_KIB, LAST_LEVEL_KIB = 32, 1024
 CACHE_SIM = ["--cache-sim=yes", f"--I1={FIRST_LEVEL_KIB * 1024},8,64",
              f"--D1={FIRST_LEVEL_KIB * 1024},8,64", f"--LL={LAST_LEVEL_KIB * 1024},16,64"]
 MISSES = ("I1mr", "D1mr", "ILmr", "DLmr")
+#: What ``--breakdown`` reads of each function: its instructions, then its misses.
+BREAKDOWN_EVENTS = ("Ir", *MISSES)
 
 
 #: Steps each variant runs before its counted ones: its caches fill on the first, and Python 3.11
@@ -128,12 +137,15 @@ def run_counted(run: Callable[[], object], times: int, collector_off: bool) -> N
 
 
 def count_row(work: Work, steps: int, columns: list[str], valgrind: str,
-              cache_sim: bool = False) -> dict[str, Any]:
+              cache_sim: bool = False, breakdown: bool = False) -> dict[str, Any]:
     """Run ``work``'s child under callgrind; the instructions of each variant's steps (and
-    with ``cache_sim``, their cache misses: ``MISSES``)."""
+    with ``cache_sim``, their cache misses: ``MISSES``; with ``breakdown``, also every
+    function's counts: ``functions``)."""
     result, events = run_under_callgrind(
         valgrind, ["--child", work.name, "--steps", str(steps), "--columns", ",".join(columns)],
-        __file__, CACHE_SIM if cache_sim else [])
+        __file__, CACHE_SIM if cache_sim or breakdown else [],
+        read=(lambda dump: callgrind_events(dump) | {"functions": callgrind_functions(dump)})
+        if breakdown else callgrind_events)
     dumped = result["dumped"]
     if len(events) != len(dumped):
         # A step that calls functools.reduce itself would toggle counting off inside it.
@@ -142,16 +154,20 @@ def count_row(work: Work, steps: int, columns: list[str], valgrind: str,
     ran = [(name, counted) for name, counted in zip(dumped, events)
            if result["outcome"][name] == "ran"]
     result["instructions"] = {name: counted["Ir"] for name, counted in ran}
-    if cache_sim:
+    if cache_sim or breakdown:
         result["misses"] = {name: [counted[event] for event in MISSES] for name, counted in ran}
+    if breakdown:
+        result["functions"] = {name: counted["functions"] for name, counted in ran}
     return result
 
 
 def run_under_callgrind(valgrind: str, arguments: list[str], script: str,
-                        options: list[str] | None = None) -> tuple[Any, list[dict[str, int]]]:
+                        options: list[str] | None = None,
+                        read: Callable[[Path], Any] | None = None) -> tuple[Any, list[Any]]:
     """Run ``python script *arguments`` under callgrind (with Valgrind's ``options``), counting
     only inside ``functools.reduce`` calls (one dump after each): what the child printed last
-    (one JSON line) and each dump's events (``Ir``: instructions), in order.
+    (one JSON line) and what ``read`` makes of each dump, in order (by default its events:
+    :func:`callgrind_events`, ``Ir`` the instructions).
 
     Raises:
         RuntimeError: the child failed.
@@ -170,7 +186,7 @@ def run_under_callgrind(valgrind: str, arguments: list[str], script: str,
         dumps = sorted(Path(folder).glob("callgrind.out.*"),
                        key=lambda path: int(path.suffix[1:]))
         return (json.loads(done.stdout.strip().splitlines()[-1]),
-                [callgrind_events(path) for path in dumps])
+                [(read or callgrind_events)(path) for path in dumps])
 
 
 def callgrind_events(dump: Path) -> dict[str, int]:
@@ -181,6 +197,65 @@ def callgrind_events(dump: Path) -> dict[str, int]:
     if names is None or totals is None:
         raise RuntimeError(f"{dump}: no events or totals line (not a callgrind dump?)")
     return dict(zip(names.group(1).split(), map(int, totals.group(1).split())))
+
+
+def callgrind_functions(dump: Path) -> dict[tuple[str, str], list[int]]:
+    """Every function's own counts in a dump (not those of the functions it calls), by
+    ``(shared object, function)``: its instructions and its misses, :data:`BREAKDOWN_EVENTS`.
+
+    Read from callgrind's format itself: names are given once with a number, ``(12) name``, and
+    after that by ``(12)`` alone; a cost line after ``calls=`` is the callee's inclusive cost,
+    not the function's own; code inlined from another file (``fi=``/``fe=``) stays its
+    function's. A recursive function's levels (``fn'2``) are one function."""
+    names: dict[str, dict[str, str]] = {"ob": {}, "fl": {}, "fn": {}}
+    kinds = {"ob": "ob", "cob": "ob", "fl": "fl", "fi": "fl", "fe": "fl", "cfi": "fl",
+             "cfl": "fl", "fn": "fn", "cfn": "fn"}
+    shared_object, function, skip_next = "?", "?", False
+    functions: dict[tuple[str, str], list[int]] = {}
+    positions = 1  # a cost line's first columns: where it is (``positions: line``, the default)
+    wanted: list[int] = []  # where each of BREAKDOWN_EVENTS is on a cost line
+    with dump.open() as lines:
+        for line in lines:
+            if skip_next:
+                skip_next = False
+                continue
+            if line.startswith("positions:"):
+                positions = len(line.split()) - 1
+                continue
+            if line.startswith("events:"):
+                events = line.split()[1:]
+                wanted = [positions + events.index(event) for event in BREAKDOWN_EVENTS]
+                continue
+            head, equals, rest = line.partition("=")
+            if equals and head in kinds:
+                name = _compressed_name(names[kinds[head]], rest.strip())
+                if head == "ob":
+                    shared_object = Path(name).name
+                elif head == "fn":
+                    function = re.sub(r"'\d+$", "", name)
+                continue
+            if head == "calls":
+                skip_next = True
+                continue
+            if not (line[:1].isdigit() or line[:1] in ("+", "-", "*")):
+                continue
+            values = line.split()  # (a line leaves out the zeros at its end)
+            total = functions.setdefault((shared_object, function), [0] * len(wanted))
+            for index, at in enumerate(wanted):
+                if at < len(values):
+                    total[index] += int(values[at])
+    return functions
+
+
+def _compressed_name(known: dict[str, str], text: str) -> str:
+    """A name of callgrind's compressed form: ``(id) name`` defines ``id``, ``(id)`` uses it."""
+    if not text.startswith("("):
+        return text
+    number, _, name = text.partition(")")
+    name = name.strip()
+    if name:
+        known[number] = name
+    return known.get(number, name or "?")
 
 
 def print_header() -> None:
@@ -221,6 +296,46 @@ def report(rows: list[tuple[Work, dict[str, Any]]], steps: int) -> None:
         report_misses(rows, steps)
 
 
+def report_breakdown(rows: list[tuple[Work, dict[str, Any]]], steps: int, top: int) -> None:
+    """Per row and variant, what it adds per module call over the plain step: by shared object,
+    then in the ``top`` functions adding the most first-level misses (``--breakdown``)."""
+    heading = "instructions | first-level misses, code + data | last-level misses, code + data"
+    for work, result in rows:
+        per_call = 1 / (steps * int(result["calls"]))
+        plain = result["functions"]["plain"]
+        for name, functions in result["functions"].items():
+            if name in ("plain", PLAIN_AGAIN):
+                continue
+            added = {key: [(count - base) * per_call for count, base in
+                           zip(functions.get(key, [0] * len(BREAKDOWN_EVENTS)),
+                               plain.get(key, [0] * len(BREAKDOWN_EVENTS)))]
+                     for key in functions.keys() | plain.keys()}
+            by_object: dict[str, list[float]] = {}
+            for (shared_object, _), counts in added.items():
+                by_object[shared_object] = [a + b for a, b in zip(
+                    by_object.get(shared_object, [0.0] * len(counts)), counts)]
+            print(f"\nwhere {name} adds, {work.name}, per module call over the plain step:\n")
+            print(f"| shared object | {heading} |\n|---|---|---|---|")
+            for shared_object, counts in sorted(by_object.items(), key=_first_level_misses):
+                if any(round(count, 1) for count in counts):  # (not the many it leaves alike)
+                    print(f"| {shared_object} | {_breakdown_cells(counts)} |")
+            print(f"\nthe {top} functions adding the most first-level misses (their own code):\n")
+            print(f"| function | shared object | {heading} |\n|---|---|---|---|---|")
+            for (shared_object, function), counts in sorted(
+                    added.items(), key=_first_level_misses)[:top]:
+                print(f"| {function} | {shared_object} | {_breakdown_cells(counts)} |")
+
+
+def _first_level_misses(item: tuple[Any, list[float]]) -> float:
+    """Sort key: the most first-level misses (code and data) added first."""
+    return -(item[1][1] + item[1][2])
+
+
+def _breakdown_cells(counts: list[float]) -> str:
+    instructions, i1, d1, il, dl = counts
+    return f"{instructions:,.0f} | {i1:,.1f} + {d1:,.1f} | {il:,.1f} + {dl:,.1f}"
+
+
 def report_misses(rows: list[tuple[Work, dict[str, Any]]], steps: int) -> None:
     """The table of cache misses added per module call (``--cache-sim``)."""
     print("\ncache misses added per module call (first-level code + data / last-level code + "
@@ -253,10 +368,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-sim", action="store_true",
                         help="also simulate the caches and print the misses added per call "
                              "(slower)")
+    parser.add_argument("--breakdown", type=int, default=0, metavar="N",
+                        help="with the cache simulation, where each variant's misses are: by "
+                             "shared object and in the N functions adding the most")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error("--steps must be at least 1")
+    if args.breakdown < 0:
+        parser.error("--breakdown takes a number of functions, 0 or more")
     columns = [name.strip() for name in args.columns.split(",") if name.strip()]
     unknown = [name for name in columns if name not in COLUMNS]
     if unknown or not columns:
@@ -275,8 +395,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"torch {torch.__version__}, 1 thread, batch 1, callgrind instruction counts")
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         results = list(pool.map(
-            lambda work: count_row(work, args.steps, columns, valgrind, args.cache_sim), works))
+            lambda work: count_row(work, args.steps, columns, valgrind, args.cache_sim,
+                                   breakdown=args.breakdown > 0), works))
     report(list(zip(works, results)), args.steps)
+    if args.breakdown:
+        report_breakdown(list(zip(works, results)), args.steps, args.breakdown)
     return 0
 
 

@@ -143,13 +143,73 @@ def test_ab_builds_times_two_builds_in_one_process() -> None:
                         lines[4]), lines[4]
 
 
+#: A callgrind dump in little: names given once with their number and then by number alone, code
+#: inlined from a header (fi=, fe=), a call's inclusive cost (after calls=, not the caller's
+#: own), a recursive function's level (Wrapper_call'2), cost lines that leave out their zeros.
+DUMP = """# callgrind format
+version: 1
+positions: line
+events: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw
+
+ob=(1) /usr/lib/libpython3.11.so.1.0
+fl=(1) Objects/dictobject.c
+fn=(1) lookup
+10 100 5 5 2 1 0 1
+fi=(2) Include/object.h
++2 20 0 0 1
+fe=(1)
+fn=(2) caller
+cfn=(1)
+calls=3 10
+-1 999 9 9 9 9 9 9 9 9
+* 7 0 0 0 3 0 0 2
+ob=(2) /x/_hotpath.so
+fl=(3) _hotpath.c
+fn=(3) Wrapper_call'2
+5 50 0 0 4 4 0 3 3
+jump=2 +3
+
+fn=(4) Wrapper_call
+5 1
+ob=(1)
+fn=(1)
+3 1
+totals: 179 10 5 2 7 0 4 5 3
+"""
+
+
+@pytest.mark.usefixtures("torch_installed")
+def test_instructions_reads_each_functions_own_counts(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    from instructions import BREAKDOWN_EVENTS, callgrind_functions
+
+    assert BREAKDOWN_EVENTS == ("Ir", "I1mr", "D1mr", "ILmr", "DLmr")
+    dump = tmp_path / "callgrind.out.1"
+    dump.write_text(DUMP)
+    expected = {
+        ("libpython3.11.so.1.0", "lookup"): [121, 3, 1, 1, 0],
+        ("libpython3.11.so.1.0", "caller"): [7, 0, 3, 0, 2],
+        ("_hotpath.so", "Wrapper_call"): [51, 4, 4, 3, 3],
+    }
+    assert callgrind_functions(dump) == expected
+    # positions given by instruction address too (--dump-instr=yes): one more column first
+    addressed = "\n".join(
+        "positions: instr line" if line == "positions: line"
+        else "0x10 " + line if line[:1].isdigit() or line[:1] in ("+", "-", "*") else line
+        for line in DUMP.splitlines())
+    dump.write_text(addressed)
+    assert callgrind_functions(dump) == expected
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("torch_installed")
 def test_instructions_counts_each_variant_of_a_row() -> None:
     # (with the cache simulation: its table is checked at the end, from the same run)
     require_valgrind("instructions.py")
     out = run_benchmark("instructions.py", "--rows", "mlp-infer", "--steps", "2",
-                        "--columns", "forward hooks,tracetorch", "--cache-sim", timeout=900)
+                        "--columns", "forward hooks,tracetorch", "--cache-sim", "--breakdown", "3",
+                        timeout=900)
     lines = out.splitlines()
     start = lines.index(HEADER)
     row = lines[start + 2].split(" | ")
@@ -171,6 +231,26 @@ def test_instructions_counts_each_variant_of_a_row() -> None:
         # a wrapper touches code and data the plain step does not: first-level misses of both
         assert cell is not None and int(cell[1].replace(",", "")) > 0, (name, misses)
         assert int(cell[2].replace(",", "")) > 0, (name, misses)
+    # --breakdown: per variant, by shared object, then its 3 functions adding the most misses
+    start = lines.index("where tracetorch adds, mlp-infer, per module call over the plain step:")
+    by_object = {}
+    for line in lines[start + 4:]:
+        if not line.startswith("| "):
+            break
+        shared_object, instructions, first, last = line[2:-2].split(" | ")
+        assert re.fullmatch(r"-?[\d,]+\.\d \+ -?[\d,]+\.\d", first), line
+        by_object[shared_object] = int(instructions.replace(",", ""))
+    # the C wrapper's own code and CPython's (its library, or the interpreter where it is
+    # linked in), which the wrapper calls, run on every recorded call
+    assert sum(n for name, n in by_object.items() if name.startswith("_hotpath.")) > 100, by_object
+    assert sum(n for name, n in by_object.items()
+               if name.startswith(("libpython", "python"))) > 100, by_object
+    # the objects' parts add up to the table above's count, a float's rounding apart
+    assert abs(sum(by_object.values()) - int(added["tracetorch"][1:].replace(",", ""))) < 50
+    start = lines.index("the 3 functions adding the most first-level misses (their own code):",
+                        start)
+    assert len([line for line in lines[start + 4:start + 8] if line.startswith("| ")]) == 3
+    assert "where forward hooks adds, mlp-infer, per module call over the plain step:" in lines
 
 
 @pytest.mark.slow
