@@ -269,8 +269,13 @@ def test_learned_counts_equal_the_modes_on_transformers(monkeypatch, name, grad)
     assert learned_calls[0] == reference_calls[0] and learned_calls[1] <= reference_calls[1]
     # From the third step on every layer's counts are replayed, attentions' products included
     # (placed in the graph for their backward FLOPs): only the loop's own sum and backward, at
-    # the profile's root, reach the mode.
-    assert learned_calls[2:] == [2 if grad else 0] * 2
+    # the profile's root, reach the mode. A layer that branches on a tensor's value is counted
+    # by the mode at every call (test_learned_value_reads): wav2vec2's encoder in training
+    # draws a random number per layer and compares it with its LayerDrop in Python.
+    if name == "wav2vec2" and grad:
+        assert learned_calls[2] == learned_calls[3] < reference_calls[2]
+    else:
+        assert learned_calls[2:] == [2 if grad else 0] * 2
 
 
 class Repeated(torch.nn.Module):

@@ -27,17 +27,21 @@ product_paths`): the mode marks products for their backward FLOPs, and a replaye
   marks the same nodes, found from its outputs, with the same parts resolved for that call;
   every operand a part names must have needed a gradient (one that did not might later: a
   weight unfrozen, which no key holds). Under ``no_grad``/inference mode nothing is marked;
-- a key whose two calls counted differently (data-dependent control flow) is never learned;
+- a key whose two calls counted differently is never learned, nor one whose call read a
+  tensor's value into Python or made a tensor whose shape its values decide, itself or in a
+  layer it called (:mod:`~tracetorch.adapters.torch.value_reads`: ``if mask.all():``,
+  ``.item()``, ``x[mask]``, ``nonzero``): what such a call runs can follow the values, which
+  no key holds, however many calls agree;
 - a call observed while something besides the mode's counting happened (a backward pass run
   inside it; under ``no_grad``, a product marked for one under ``enable_grad``) teaches nothing;
 - never with ``profile(op_timing=True)`` (each operation's time is measured, not learned),
   inside a backward pass, or while another function mode sits above the profile's (the
   profile's could not be taken off the stack for the call).
 
-A layer whose counts change between calls of the same key after two equal ones (control flow
-on tensor values that happened to agree twice, an attribute changed later, an argument object
-whose state differs) is beyond what agreement can catch; ``TRACETORCH_LEARN_OPS=0``, set
-before a profile opens, counts every call with the mode.
+A layer whose counts change between calls of the same key after two equal ones for a reason
+outside its tensors (an attribute changed later, an argument object whose state differs,
+Python's own random numbers) is beyond what agreement can catch; ``TRACETORCH_LEARN_OPS=0``,
+set before a profile opens, counts every call with the mode.
 
 What a watched call counted is read at the node's next call, from its op table (which a fold
 does not reset): the difference to the table before it; until then every call of the node goes
@@ -220,6 +224,8 @@ class OpLearner:
         # frame calls): emptied by forget, else a profile's result would keep them alive.
         self._framed: dict[int, list[Any]] = {}
         self._gemm, self._ambiguous = _gemm_names()
+        #: the nodes whose watched call let its work follow tensor values (saw_values)
+        self._saw_values: set[CallNode] = set()
 
     def replay(self, frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any],
                owner: Any, entry: list[Any] | None) -> Frame:
@@ -275,6 +281,25 @@ class OpLearner:
                                     None if watch is not None else _MARKED[0], watch)
         return frame
 
+    def saw_values(self, node: CallNode) -> None:
+        """A call of ``node`` read a tensor's value into Python or made a tensor whose shape
+        its values decide (:mod:`~tracetorch.adapters.torch.value_reads`): what runs in it,
+        and in every call it ran within (the value or the shape goes back to them), can differ
+        between calls of one key, so the keys of the calls watched now are never learned.
+
+        Example:
+            >>> from tracetorch.adapters.torch.ops import OpCountingMode
+            >>> from tracetorch.engine.hotpath import OpCounter
+            >>> learner = OpLearner(OpCountingMode(OpCounter()))
+            >>> learner.saw_values(CallNode("layer", "Layer", "layer"))  # (not watched: no-op)
+        """
+        observing, seen = self.observing, self._saw_values
+        around: CallNode | None = node
+        while around is not None:
+            if around in observing:
+                seen.add(around)
+            around = around.parent
+
     def _state(self, entry: list[Any] | None) -> Any:
         # What this learner learned of a counter's key: a Learned tuple, _Seen, _Never or None
         # (no counter yet, nothing yet, or another session's: each session learns anew).
@@ -292,6 +317,7 @@ class OpLearner:
         observing = self.observing
         for stopped in [node for node in list(observing) if node.engine.frame is None]:
             watched = observing.pop(stopped, None)  # (list(): another thread may add one)
+            self._saw_values.discard(stopped)
             if watched is not None:
                 _unwatch(stopped, watched[4])
         self._pruned_at = 2 * max(len(observing), 32)
@@ -314,10 +340,16 @@ class OpLearner:
                 disturbed: int, marked: int | None, watch: ProductWatch | None) -> None:
         # The watched call ended (this is the node's next call): what it added to the op table.
         _unwatch(frame.node, watch)
-        if disturbed != _DISTURBED[0] or (marked is not None and marked != _MARKED[0]):
+        read_values = frame.node in self._saw_values
+        if read_values:
+            self._saw_values.discard(frame.node)
+        elif disturbed != _DISTURBED[0] or (marked is not None and marked != _MARKED[0]):
             return
         entry = counter_of(frame.flops_cache, key)
         if entry is None:  # (its counter was dropped meanwhile: a changed structure, a reset)
+            return
+        if read_values:
+            entry[LEARNED] = _Never(self)
             return
         rows = []
         for name, row in frame.node.ops.items():
@@ -386,6 +418,7 @@ class OpLearner:
         for node, watched in list(self.observing.items()):
             _unwatch(node, watched[4])
         self.observing.clear()
+        self._saw_values.clear()
         for entry in self._framed.values():
             learned = self._state(entry)
             if learned.__class__ is tuple:

@@ -62,6 +62,7 @@ from tracetorch.adapters.torch.learned import (
 from tracetorch.adapters.torch.marks import mark_operation, operation_tensors, tag_call
 from tracetorch.adapters.torch.product_paths import WATCHED
 from tracetorch.adapters.torch.tracing import tracing
+from tracetorch.adapters.torch.value_reads import VALUE_READS, Test
 from tracetorch.engine.hotpath import (
     Frame,
     OpCounter,
@@ -128,6 +129,20 @@ def _mark_product(frame: Frame, func: Callable[..., Any], args: tuple[Any, ...],
     if watch is not None:
         watch.note(fn if marked else None, parts, operation_tensors(args, kwargs),
                    marking=frame.collector.backward_on)
+
+
+def _reading_values(mode: OpCountingMode, test: Test, entry: Entry | None) -> Entry:
+    # A call whose later work can follow tensor values (see .value_reads): the calls watched
+    # for learning around it (its layer's and the layers' that called it) teach nothing.
+    def run(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        learner = mode.learner
+        if learner is not None and _current_node() is None and test(args, kwargs):
+            frame = _innermost()
+            if frame is not None and frame.owner is not None:
+                learner.saw_values(frame.node)
+        return func(*args, **kwargs) if entry is None else entry(func, args, kwargs)
+
+    return run
 
 
 def _counting(name: str, formula: CallFormula, gemm: bool,
@@ -214,8 +229,13 @@ class OpCountingMode(TorchFunctionMode):
         entries[torch.Tensor.backward] = backward
         entries[torch.autograd.backward] = backward
         entries[torch.autograd.grad] = _disturbing(pass_recorder("autograd.grad"))
+        for func, test in VALUE_READS.items():
+            entries[func] = _reading_values(self, test, entries.get(func))
         self._entries = entries
         self.retired = False
+        #: What learns this session's calls (set by :func:`start_op_counting`): told of each
+        #: call that lets a layer's work follow tensor values.
+        self.learner: OpLearner | None = None
 
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
@@ -396,7 +416,7 @@ def start_op_counting(counter: OpCounter) -> Callable[[], None]:
     switch = make_switch(mode)
     previous_switch = set_op_switch(switch)
     # Calls whose counts are learned run without the mode (see .learned).
-    learner = OpLearner(mode) if learning_enabled() else None
+    learner = mode.learner = OpLearner(mode) if learning_enabled() else None
     replay = learner.replay if learner is not None else None
     previous_replay = (set_op_replay(replay, learner.HOLD, learner.observing)
                        if learner is not None else set_op_replay(None))
