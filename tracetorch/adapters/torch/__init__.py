@@ -48,6 +48,10 @@ schedulers created in a block are exactly what torch alone makes of them. Only
 torch's without the function mode (its ``.grad`` accesses count nothing, and through the mode
 cost over a quarter of a small training step's overhead).
 
+**torch.vmap.** Under a vmap layers see one example's shapes: torch's ``_flat_vmap`` is watched
+while profiling, and the first vmap of a session warns that what it ran is counted for one
+example of each batch (:mod:`~tracetorch.adapters.torch.vmapped`).
+
 **Operations and gradients.** :mod:`~tracetorch.adapters.torch.ops` counts matrix products,
 convolutions and attention in functional code; :mod:`~tracetorch.adapters.torch.marks` tags
 autograd nodes with the layer call that made them and :mod:`~tracetorch.adapters.torch.backward`
@@ -82,6 +86,7 @@ from tracetorch.adapters.torch.saved import saved_bytes
 from tracetorch.adapters.torch.steps import quiet_zero_grad, start_step_hooks
 from tracetorch.adapters.torch.structure import start_structure_hooks
 from tracetorch.adapters.torch.tracing import skip_frames, tracing
+from tracetorch.adapters.torch.vmapped import start_vmap_watch
 from tracetorch.engine.hotpath import OpCounter, make_wrapper
 from tracetorch.engine.patches import PatchBoard, PatchTarget
 from tracetorch.engine.saved_meters import register_saved_meter
@@ -279,6 +284,7 @@ class TorchAdapter:
             board.install(module, "_slow_forward", traced_forward(vars(module)["_slow_forward"]))
             optimizer = torch.optim.Optimizer
             board.install(optimizer, "zero_grad", quiet_zero_grad(vars(optimizer)["zero_grad"]))
+            start_vmap_watch(board)
             eval_frame = sys.modules.get("torch._dynamo.eval_frame")
             compiled = getattr(eval_frame, "OptimizedModule", None)
             if compiled is not None:  # else imported later: the subclass watcher wraps it
