@@ -62,7 +62,7 @@ from tracetorch.adapters.torch.learned import (
 from tracetorch.adapters.torch.marks import mark_operation, operation_tensors, tag_call
 from tracetorch.adapters.torch.product_paths import WATCHED
 from tracetorch.adapters.torch.tracing import tracing
-from tracetorch.adapters.torch.value_reads import VALUE_READS, Test
+from tracetorch.adapters.torch.value_reads import VALUE_READS, DependsOnValues
 from tracetorch.engine.hotpath import (
     Frame,
     OpCounter,
@@ -131,9 +131,9 @@ def _mark_product(frame: Frame, func: Callable[..., Any], args: tuple[Any, ...],
                    marking=frame.collector.backward_on)
 
 
-def _reading_values(mode: OpCountingMode, test: Test, entry: Entry | None) -> Entry:
-    # A call whose later work can follow tensor values (see .value_reads): the calls watched
-    # for learning around it (its layer's and the layers' that called it) teach nothing.
+def _reading_values(mode: OpCountingMode, test: DependsOnValues, entry: Entry | None) -> Entry:
+    # A call whose later work can follow tensor values (see .value_reads): the keys of the calls
+    # watched for learning around it (its layer's and its callers') are never learned.
     def run(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         learner = mode.learner
         if learner is not None and _current_node() is None and test(args, kwargs):

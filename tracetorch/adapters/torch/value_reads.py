@@ -31,10 +31,10 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ("VALUE_READS", "reads_values")
+__all__ = ("VALUE_READS", "DependsOnValues", "reads_values")
 
 #: Whether a call of a function, given its arguments, depends on tensor values.
-Test = Callable[[tuple[Any, ...], dict[str, Any]], bool]
+DependsOnValues = Callable[[tuple[Any, ...], dict[str, Any]], bool]
 
 
 def _always(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -71,7 +71,7 @@ def _repeats_tensor(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return isinstance(kwargs.get("repeats", args[1] if len(args) > 1 else None), torch.Tensor)
 
 
-def _value_reads() -> dict[Any, Test]:
+def _value_reads() -> dict[Any, DependsOnValues]:
     tensor = torch.Tensor
     always = (
         # values into Python
@@ -83,7 +83,7 @@ def _value_reads() -> dict[Any, Test]:
         tensor.nonzero, torch.nonzero, tensor.argwhere, torch.argwhere, tensor.masked_select,
         torch.masked_select, tensor.unique, torch.unique, tensor.unique_consecutive,
         torch.unique_consecutive, tensor.bincount, torch.bincount)
-    reads: dict[Any, Test] = dict.fromkeys(always, _always)
+    reads: dict[Any, DependsOnValues] = dict.fromkeys(always, _always)
     reads[tensor.__getitem__] = _mask_index
     reads[torch.where] = _condition_only
     reads[tensor.repeat_interleave] = reads[torch.repeat_interleave] = _repeats_tensor
@@ -92,7 +92,7 @@ def _value_reads() -> dict[Any, Test]:
 
 #: The functions of this module's docstring, as torch hands them to a function mode, each with
 #: the test of its arguments that says whether a call depends on values.
-VALUE_READS: dict[Any, Test] = _value_reads()
+VALUE_READS: dict[Any, DependsOnValues] = _value_reads()
 
 
 def reads_values(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
