@@ -105,6 +105,16 @@ def _compiled_line(result: ProfileResult) -> str:
     return "; ".join(parts)
 
 
+def _vmap_line(result: ProfileResult) -> str:
+    # vmaps run in the profile (meta["vmap"]: see tracetorch.adapters.torch.vmapped).
+    noted = result.meta.get("vmap")
+    if not noted:
+        return ""
+    sizes = noted["batch_sizes"]
+    return (f"{_plural(len(sizes), 'vmap')} (batch sizes {', '.join(map(str, sizes))}): the "
+            "FLOPs, sizes and op counts of what ran under them are one example's of each batch")
+
+
 def summary_lines(result: ProfileResult) -> list[str]:
     """Totals and notes for the end of a report, one ``"Label: value"`` line each.
 
@@ -145,6 +155,9 @@ def summary_lines(result: ProfileResult) -> list[str]:
     compiled = _compiled_line(result)
     if compiled:
         rows.append(("Compiled", compiled))
+    vmapped = _vmap_line(result)
+    if vmapped:
+        rows.append(("Under vmap", vmapped))
     total_time = format_time_ns(result.total_time_ns)
     rows.append(("Total time", f"{total_time} in {_plural(top_calls, 'top-level call')}"))
 

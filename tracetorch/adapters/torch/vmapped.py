@@ -7,7 +7,9 @@ their FLOPs, sizes and op counts are one example's of each batch (``FlopCounterM
 the batching, counts the whole batch). Telling a batched tensor from another on every call
 would cost every call, so instead torch's ``_flat_vmap`` — through which every vmap, and every
 chunk of a chunked one, runs — is watched while a profile is open: the first vmap of a profiling
-session warns, with its batch size, and :func:`vmap_batch_sizes` lists every batch size seen.
+session warns, with its batch size, :func:`vmap_batch_sizes` lists every batch size seen, and a
+profile in which a vmap ran says so in ``meta["vmap"]`` (``{"batch_sizes": [...]}``, kept in a
+saved profile) and in its report's summary.
 
 Example:
     >>> import warnings, torch, tracetorch
@@ -18,8 +20,8 @@ Example:
     ...         _ = torch.vmap(layer)(torch.ones(5, 8))
     >>> prof.total_flops                               # one example's: 2·8·4, not 5 times it
     64
-    >>> "torch.vmap" in str(caught[0].message)
-    True
+    >>> "torch.vmap" in str(caught[0].message), prof.meta["vmap"]
+    (True, {'batch_sizes': [5]})
 """
 from __future__ import annotations
 
@@ -28,12 +30,16 @@ import warnings
 from typing import Any, Callable
 
 from tracetorch.adapters.torch.tracing import tracing
+from tracetorch.engine.hotpath import innermost_frame
+from tracetorch.engine.notes import register_note
 from tracetorch.engine.patches import PatchBoard
+from tracetorch.records.tree import CallNode
 
-__all__ = ("start_vmap_watch", "vmap_batch_sizes")
+__all__ = ("start_vmap_watch", "vmap_batch_sizes", "vmap_facts")
 
-#: The batch sizes of the vmaps run since the profiles opened (the last session's, once closed).
-_SEEN: list[int] = []
+#: Each vmap (and chunk of one) run since the profiles opened (the last session's, once closed):
+#: the node of the call it ran in (a profile's root at its top level) and its batch size.
+_SEEN: list[tuple[CallNode, int]] = []
 
 
 def vmap_batch_sizes() -> list[int]:
@@ -44,7 +50,23 @@ def vmap_batch_sizes() -> list[int]:
         >>> isinstance(vmap_batch_sizes(), list)
         True
     """
-    return list(_SEEN)
+    return [size for _, size in _SEEN]
+
+
+def vmap_facts(root: CallNode, meta: dict[str, Any]) -> None:
+    """``meta["vmap"]`` of a closing profile whose tree ``root`` a vmap ran in: its batch sizes
+    (a note: :mod:`tracetorch.engine.notes`).
+
+    Example:
+        >>> meta = {}
+        >>> vmap_facts(CallNode.root(), meta)
+        >>> meta
+        {}
+    """
+    inside = {id(node) for node in root.walk()}
+    sizes = [size for node, size in _SEEN if id(node) in inside]
+    if sizes:
+        meta["vmap"] = {"batch_sizes": sizes}
 
 
 def start_vmap_watch(board: PatchBoard) -> None:
@@ -59,14 +81,19 @@ def start_vmap_watch(board: PatchBoard) -> None:
 
 def _watched(original: Callable[..., Any]) -> Callable[..., Any]:
     def _flat_vmap(func: Any, batch_size: int, *args: Any, **kwargs: Any) -> Any:
-        if not tracing():  # (a compiler tracing the vmap: no Python side effect in its graph)
+        frame = innermost_frame()
+        if frame is not None and frame.collector.active and not tracing():
+            # (not in a compiler's trace of the vmap: no Python side effect in its graph)
             if not _SEEN:
                 warnings.warn(
                     f"tracetorch: torch.vmap ran inside a profile (batch size {batch_size}): "
                     "layers and operations under it see one example's shapes, so their FLOPs, "
                     "sizes and op counts are one example's of each batch", RuntimeWarning,
                     stacklevel=4)
-            _SEEN.append(batch_size)
+            _SEEN.append((frame.node, batch_size))
         return original(func, batch_size, *args, **kwargs)
 
     return _flat_vmap
+
+
+register_note(vmap_facts)
