@@ -38,8 +38,9 @@ from tracetorch.records.tree import CallNode
 __all__ = ("start_vmap_watch", "vmap_batch_sizes", "vmap_facts")
 
 #: Each vmap (and chunk of one) run since the profiles opened (the last session's, once closed):
-#: the node of the call it ran in (a profile's root at its top level) and its batch size.
-_SEEN: list[tuple[CallNode, int]] = []
+#: the ``id`` of the node of the call it ran in (a profile's root at its top level: the node
+#: itself is not kept alive) and its batch size.
+_SEEN: list[tuple[int, int]] = []
 
 
 def vmap_batch_sizes() -> list[int]:
@@ -64,7 +65,7 @@ def vmap_facts(root: CallNode, meta: dict[str, Any]) -> None:
         {}
     """
     inside = {id(node) for node in root.walk()}
-    sizes = [size for node, size in _SEEN if id(node) in inside]
+    sizes = [size for node, size in _SEEN if node in inside]
     if sizes:
         meta["vmap"] = {"batch_sizes": sizes}
 
@@ -90,7 +91,7 @@ def _watched(original: Callable[..., Any]) -> Callable[..., Any]:
                     "layers and operations under it see one example's shapes, so their FLOPs, "
                     "sizes and op counts are one example's of each batch", RuntimeWarning,
                     stacklevel=4)
-            _SEEN.append((frame.node, batch_size))
+            _SEEN.append((id(frame.node), batch_size))
         return original(func, batch_size, *args, **kwargs)
 
     return _flat_vmap
