@@ -204,12 +204,12 @@ def callgrind_functions(dump: Path) -> dict[tuple[str, str], list[int]]:
     ``(shared object, function)``: its instructions and its misses, :data:`BREAKDOWN_EVENTS`.
 
     Read from callgrind's format itself: names are given once with a number, ``(12) name``, and
-    after that by ``(12)`` alone; a cost line after ``calls=`` is the callee's inclusive cost,
-    not the function's own; code inlined from another file (``fi=``/``fe=``) stays its
-    function's. A recursive function's levels (``fn'2``) are one function."""
-    names: dict[str, dict[str, str]] = {"ob": {}, "fl": {}, "fn": {}}
-    kinds = {"ob": "ob", "cob": "ob", "fl": "fl", "fi": "fl", "fe": "fl", "cfi": "fl",
-             "cfl": "fl", "fn": "fn", "cfn": "fn"}
+    after that by ``(12)`` alone (a callee's, ``cob=``/``cfn=``, too); a cost line after
+    ``calls=`` is the callee's inclusive cost, not the function's own; code inlined from another
+    file (``fi=``/``fe=``: files are not read) stays its function's. A recursive function's
+    levels (``fn'2``) are one function."""
+    names: dict[str, dict[str, str]] = {"ob": {}, "fn": {}}
+    kinds = {"ob": "ob", "cob": "ob", "fn": "fn", "cfn": "fn"}
     shared_object, function, skip_next = "?", "?", False
     functions: dict[tuple[str, str], list[int]] = {}
     positions = 1  # a cost line's first columns: where it is (``positions: line``, the default)
@@ -303,12 +303,12 @@ def report_breakdown(rows: list[tuple[Work, dict[str, Any]]], steps: int, top: i
     for work, result in rows:
         per_call = 1 / (steps * int(result["calls"]))
         plain = result["functions"]["plain"]
+        none = [0] * len(BREAKDOWN_EVENTS)
         for name, functions in result["functions"].items():
             if name in ("plain", PLAIN_AGAIN):
                 continue
             added = {key: [(count - base) * per_call for count, base in
-                           zip(functions.get(key, [0] * len(BREAKDOWN_EVENTS)),
-                               plain.get(key, [0] * len(BREAKDOWN_EVENTS)))]
+                           zip(functions.get(key, none), plain.get(key, none))]
                      for key in functions.keys() | plain.keys()}
             by_object: dict[str, list[float]] = {}
             for (shared_object, _), counts in added.items():

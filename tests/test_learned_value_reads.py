@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch") if os.environ.get("CI") != "true" else __import__("torch")
 
 import tracetorch  # noqa: E402
-from test_learned_ops import Caller, _both, _figures  # noqa: E402
+from test_learned_ops import Caller, _both, _figures, _run  # noqa: E402
 from tracetorch.adapters.torch.value_reads import reads_values  # noqa: E402
 
 torch.set_num_threads(1)
@@ -180,17 +180,31 @@ def test_a_padded_attention_mask_is_counted_as_it_comes(monkeypatch):
 
 
 def test_a_layer_reading_no_values_is_still_learned(monkeypatch):
-    # (the model's blocks: their calls do not read values, whatever the model around them does)
     reference, learned = _both(monkeypatch, Branching(lambda x: 2), _signed,
                                {"x": torch.tensor(VALUES)})
     assert learned == reference
-    with monkeypatch.context() as patch:
-        patch.setenv("TRACETORCH_LEARN_OPS", "1")
-        from test_learned_ops import _run
-
-        _, calls = _run(patch, True, Caller(Branching(lambda x: 2), _signed),
-                        {"x": torch.tensor(VALUES)})
+    _, calls = _run(monkeypatch, True, Caller(Branching(lambda x: 2), _signed),
+                    {"x": torch.tensor(VALUES)})
     assert calls[2:] == [0] * 4
+
+
+@pytest.mark.parametrize("name, own", [("gpt2", 29), ("bert", 12), ("llama-gqa", 19)])
+def test_a_model_reading_its_attention_mask_keeps_the_mode_for_its_own_operations(
+        monkeypatch, name, own):
+    # What docs/pytorch.md quotes: a transformers model handed an attention mask reads it (all
+    # ones: no mask to build), so its own call is counted by the mode at every step (``own``
+    # operations a step); the layers below it, which read no value, are replayed.
+    if os.environ.get("CI") != "true":
+        pytest.importorskip("transformers")
+    from test_transformers_models import build
+
+    model, inputs = build(name)
+    masked = {"input_ids": inputs["input_ids"],
+              "attention_mask": torch.ones_like(inputs["input_ids"])}
+    reference, reference_calls = _run(monkeypatch, False, model, masked, steps=4)
+    learned, learned_calls = _run(monkeypatch, True, model, masked, steps=4)
+    assert learned == reference
+    assert learned_calls[2:] == [own] * 2 and reference_calls[2] > 2 * own
 
 
 @pytest.mark.parametrize("func, args, kwargs, expected", [

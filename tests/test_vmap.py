@@ -3,6 +3,7 @@ example's shapes, and the profile says so instead of counting short in silence; 
 left as torch made it."""
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 import warnings
@@ -23,7 +24,7 @@ def _model():
 
 
 def _flat_vmap():
-    return vars(__import__("torch._functorch.vmap", fromlist=["_flat_vmap"]))["_flat_vmap"]
+    return vars(importlib.import_module("torch._functorch.vmap"))["_flat_vmap"]
 
 
 def test_a_vmap_in_a_profile_warns_once_with_its_batch_size():

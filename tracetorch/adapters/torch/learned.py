@@ -340,16 +340,15 @@ class OpLearner:
                 disturbed: int, marked: int | None, watch: ProductWatch | None) -> None:
         # The watched call ended (this is the node's next call): what it added to the op table.
         _unwatch(frame.node, watch)
-        read_values = frame.node in self._saw_values
-        if read_values:
-            self._saw_values.discard(frame.node)
-        elif disturbed != _DISTURBED[0] or (marked is not None and marked != _MARKED[0]):
-            return
         entry = counter_of(frame.flops_cache, key)
-        if entry is None:  # (its counter was dropped meanwhile: a changed structure, a reset)
+        if frame.node in self._saw_values:  # (whatever else happened meanwhile)
+            self._saw_values.discard(frame.node)
+            if entry is not None:
+                entry[LEARNED] = _Never(self)
             return
-        if read_values:
-            entry[LEARNED] = _Never(self)
+        if disturbed != _DISTURBED[0] or (marked is not None and marked != _MARKED[0]):
+            return
+        if entry is None:  # (its counter was dropped meanwhile: a changed structure, a reset)
             return
         rows = []
         for name, row in frame.node.ops.items():
