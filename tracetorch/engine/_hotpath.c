@@ -38,7 +38,7 @@ typedef struct {
         observe_now, settings;
     short collector, node, owner, ops, observe, pending, flops_cache, last_counter,
         child_frames, size;
-    short calls, key, learned, replayed;
+    short calls, key, learned, replayed, budget;
 } Layout;
 
 typedef struct {
@@ -78,7 +78,7 @@ static PyObject *s_getattribute, *s_FRAME, *s_op_replay, *s_op_hold, *s_op_obser
     *s_plain_clock, *s_record_failure, *s_time, *s_flush, *s_touch,
     *s_shape, *s_flush_backward, *s_backward_on, *s_new_child,
     *s_Frame, *s_ENTRY_FIELDS, *s_SETTINGS, *s_SETTING_NAMES, *s_PERF_COUNTER_NS, *s_fields, *s_collector, *s_node, *s_owner, *s_ops, *s_observe,
-    *s_pending, *s_flops_cache, *s_last_counter, *s_child_frames, *s_calls, *s_key, *s_learned, *s_replayed;
+    *s_pending, *s_flops_cache, *s_last_counter, *s_child_frames, *s_calls, *s_key, *s_learned, *s_replayed, *s_budget;
 static PyObject *one;
 
 static int guard_form_ok(PyObject *guard);
@@ -127,6 +127,7 @@ set_layout(Layout *at, PyObject *ns)
              && (at->key = PySequence_Index(entry, s_key)) >= 0
              && (at->learned = PySequence_Index(entry, s_learned)) >= 0
              && (at->replayed = PySequence_Index(entry, s_replayed)) >= 0
+             && (at->budget = PySequence_Index(entry, s_budget)) >= 0
              && (at->grad_mode = PySequence_Index(settings, s_grad_mode)) >= 0
              && (at->structure = PySequence_Index(settings, s_structure)) >= 0
              && (at->op_switch = PySequence_Index(settings, s_op_switch)) >= 0
@@ -935,6 +936,21 @@ bump(PyObject *entry, Py_ssize_t at)
     return after == NULL || PyList_SetItem(entry, at, after) < 0 ? -1 : 0;  /* steals after */
 }
 
+/* A learned counter's budget less the calls replayed since the last fold (hotpath.set_op_replay);
+ * 0 with an exception set where a slot is not an int. */
+static Py_ssize_t
+budget_left(const Layout *at, PyObject *entry)
+{
+    if (PyList_GET_SIZE(entry) <= at->budget || PyList_GET_SIZE(entry) <= at->replayed) {
+        PyErr_SetString(PyExc_TypeError, "a per-shape entry must be a list of ENTRY_FIELDS");
+        return 0;
+    }
+    Py_ssize_t budget = PyLong_AsSsize_t(PyList_GET_ITEM(entry, at->budget));
+    Py_ssize_t spent = budget == -1 && PyErr_Occurred()
+                       ? -1 : PyLong_AsSsize_t(PyList_GET_ITEM(entry, at->replayed));
+    return spent == -1 && PyErr_Occurred() ? 0 : budget - spent;
+}
+
 /* hotpath.count_call: entry[CALLS] += 1, and the counter's first call since the last fold
  * has the next fold fold the node (Collector.touch). */
 static int
@@ -1111,6 +1127,12 @@ Wrapper_call(Wrapper *self, PyObject *const *call_args, size_t nargsf, PyObject 
                               ? 0 : PySequence_Contains(observing, node);
                 if (watched < 0)
                     goto out;
+                /* its budget spent, the call goes to the learner, which checks the counts */
+                if (!watched && budget_left(&self->at, entry) <= 0) {
+                    if (PyErr_Occurred())
+                        goto out;
+                    watched = 1;
+                }
                 if (!watched) {
                     /* the counter counts the call; its counts reach the node at the fold
                      * (hotpath.settle_replayed). (``learned`` stays in ``entry``, held here.) */
@@ -1353,6 +1375,7 @@ PyInit__hotpath(void)
     INTERN(s_key, "key");
     INTERN(s_learned, "learned");
     INTERN(s_replayed, "replayed");
+    INTERN(s_budget, "budget");
     if ((one = PyLong_FromLong(1)) == NULL)
         return NULL;
     if (PyType_Ready(&WrapperType) < 0)

@@ -44,6 +44,7 @@ from tracetorch.models.tensors import (
 )
 from tracetorch.records.stats import FLUSH_EVERY
 from tracetorch.records.tree import (
+    BUDGET,
     CALLS,
     ENTRY_FIELDS,
     KEY,
@@ -209,12 +210,13 @@ def set_op_replay(replay: OpReplay | None, hold: tuple[Callable[[], Any], ...] =
     Before each call of a frame with ``ops``, while every callable of ``hold`` returns something
     false, the call's counter is looked up (as after the call: :func:`call_key`) and
     where its ``learned`` slot holds ``(op FLOPs, GEMM FLOPs, rows, frame, quiet frame, ...)``
-    made for this very frame (and the node is not in ``observing``), the counter's ``replayed``
-    slot counts the call (its counts are added to the node at the fold:
-    :func:`settle_replayed`) and the call runs with the quiet frame (``ops`` off);
-    otherwise ``replay(frame, args, kwargs, owner, counter or None)`` hands back the frame to
-    run the call with, having added what it replays itself. The replay decides what goes in
-    the slot; the engine only reads it.
+    made for this very frame, the node is not in ``observing`` and the counter's ``replayed``
+    slot is below its ``budget``, the ``replayed`` slot counts the call (its counts are added
+    to the node at the fold, which spends as much of the budget: :func:`settle_replayed`) and
+    the call runs with the quiet frame (``ops`` off); otherwise ``replay(frame, args, kwargs,
+    owner, counter or None)`` hands back the frame to run the call with, having added what it
+    replays itself. The replay decides what goes in the slots; the engine only reads them and
+    counts the calls it replays.
     """
     global _op_replay, _op_hold, _op_observing
     previous = (_op_replay, _op_hold, _op_observing)
@@ -258,15 +260,16 @@ def settle_replayed(node: CallNode, entry: list[Any]) -> None:
         >>> from tracetorch.records.tree import new_entry
         >>> node = CallNode.root().child("att", "Attention", "m0")
         >>> entry = new_entry()
-        >>> entry[LEARNED], entry[REPLAYED] = (12, 8, (("matmul", 1, 8),)), 3
+        >>> entry[LEARNED], entry[REPLAYED], entry[BUDGET] = (12, 8, (("matmul", 1, 8),)), 3, 32
         >>> settle_replayed(node, entry)
-        >>> node.engine.op_flops, node.ops["matmul"][:2], entry[REPLAYED]
-        (36, [3, 24], 0)
+        >>> node.engine.op_flops, node.ops["matmul"][:2], entry[REPLAYED], entry[BUDGET]
+        (36, [3, 24], 0, 29)
     """
     replayed = entry[REPLAYED]
     if replayed:
         # (not "= 0": another thread may replay a call meanwhile)
         entry[REPLAYED] -= replayed
+        entry[BUDGET] -= replayed
         replay_learned(node, entry[LEARNED], replayed)
 
 
@@ -526,7 +529,7 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
             counter = found[0] if found is not None else None
             learned = counter[LEARNED] if counter is not None else None
             if (counter is not None and learned.__class__ is tuple and learned[3] is inner
-                    and node not in _op_observing):
+                    and node not in _op_observing and counter[REPLAYED] < counter[BUDGET]):
                 counter[REPLAYED] += 1  # (added to the node at its fold: settle_replayed)
                 inner = learned[4]
             else:

@@ -59,7 +59,7 @@ C_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
                     "_PERF_COUNTER_NS"),
         "Frame": ("collector", "node", "owner", "ops", "observe", "pending", "flops_cache",
                   "last_counter", "child_frames"),
-        "ENTRY_FIELDS": ("calls", "key", "learned", "replayed"),
+        "ENTRY_FIELDS": ("calls", "key", "learned", "replayed", "budget"),
         "NamedTuple": ("_fields",),
         "Collector": ("plain_clock", "record_failure", "touch", "flush_backward", "backward_on",
                       "new_child", "first_entry"),

@@ -23,7 +23,7 @@ __all__ = ("CallNode", "Completeness", "ENTRY_FIELDS", "MAX_SHAPES", "NodeKind",
            "set_engine_state",
            "ShapeSignature", "TimelineEvent",
            "CALLS", "FLOPS", "GEMM_FLOPS", "MACS", "INPUT_BYTES", "OUTPUT_BYTES", "SAVED_BYTES",
-           "LEARNED",
+           "LEARNED", "REPLAYED", "BUDGET",
            "KEY")
 
 #: What a node stands for: a layer call, an instrumented function, a backward pass, an optimizer
@@ -46,8 +46,10 @@ Completeness = Literal["complete", "partial", "unknown"]
 #: its GEMM FLOPs and MACs, one call's input, output and saved-for-backward bytes, the call
 #: key they were measured for (:func:`tracetorch.engine.hotpath.call_key`), what is learned
 #: of the operations such a call runs (``None`` until an adapter learns something: see
-#: :func:`tracetorch.engine.hotpath.set_op_replay`), and how many calls since the last fold
-#: its learned counts stand in for (added to the node at the fold). An adapter may keep
+#: :func:`tracetorch.engine.hotpath.set_op_replay`), how many calls since the last fold
+#: its learned counts stand in for (added to the node at the fold), and how many more calls
+#: they may stand in for before the adapter checks them again (spent by the calls replayed,
+#: set by the adapter; 0 for a counter with nothing learned). An adapter may keep
 #: what it derives once per key after these (torch: the call's gradient parts).
 #:
 #: A list rather than an object with attributes: the hot path bumps ``calls`` on every layer
@@ -55,7 +57,7 @@ Completeness = Literal["complete", "partial", "unknown"]
 #: reads the slots by name, through the indices below; the C finds them in this tuple by name
 #: when it starts (``tests/test_c_contract.py`` checks the names it asks for).
 ENTRY_FIELDS = ("calls", "flops", "gemm_flops", "macs", "input_bytes", "output_bytes",
-                "saved_bytes", "key", "learned", "replayed")
+                "saved_bytes", "key", "learned", "replayed", "budget")
 CALLS = ENTRY_FIELDS.index("calls")
 FLOPS = ENTRY_FIELDS.index("flops")
 GEMM_FLOPS = ENTRY_FIELDS.index("gemm_flops")
@@ -66,6 +68,7 @@ SAVED_BYTES = ENTRY_FIELDS.index("saved_bytes")
 KEY = ENTRY_FIELDS.index("key")
 LEARNED = ENTRY_FIELDS.index("learned")
 REPLAYED = ENTRY_FIELDS.index("replayed")
+BUDGET = ENTRY_FIELDS.index("budget")
 #: A counter with nothing counted yet: no call, no rule's FLOPs, no bytes, no key, nothing learned.
 _EMPTY_ENTRY = [None if name in ("flops", "key", "learned") else 0 for name in ENTRY_FIELDS]
 

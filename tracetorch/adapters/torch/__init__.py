@@ -82,6 +82,7 @@ from tracetorch.adapters.torch.compiled import (
 )
 from tracetorch.adapters.torch.cuda import configure as cuda_configure
 from tracetorch.adapters.torch.ops import start_op_counting, traced_forward
+from tracetorch.adapters.torch.path_watch import start_path_watch
 from tracetorch.adapters.torch.saved import saved_bytes
 from tracetorch.adapters.torch.steps import quiet_zero_grad, start_step_hooks
 from tracetorch.adapters.torch.structure import start_structure_hooks
@@ -285,6 +286,7 @@ class TorchAdapter:
             optimizer = torch.optim.Optimizer
             board.install(optimizer, "zero_grad", quiet_zero_grad(vars(optimizer)["zero_grad"]))
             start_vmap_watch(board)
+            start_path_watch(board)
             eval_frame = sys.modules.get("torch._dynamo.eval_frame")
             compiled = getattr(eval_frame, "OptimizedModule", None)
             if compiled is not None:  # else imported later: the subclass watcher wraps it

@@ -39,9 +39,16 @@ product_paths`): the mode marks products for their backward FLOPs, and a replaye
   profile's could not be taken off the stack for the call).
 
 A layer whose counts change between calls of the same key after two equal ones for a reason
-outside its tensors (an attribute changed later, an argument object whose state differs,
-Python's own random numbers) is beyond what agreement can catch; ``TRACETORCH_LEARN_OPS=0``,
-set before a profile opens, counts every call with the mode.
+outside its tensors — an attribute changed later, a config, a global, an argument object whose
+state differs — is beyond what agreement can catch. So a learned key stands in for a budget of
+calls (:data:`FIRST_BUDGET`, doubled by each check that agrees, up to :data:`MOST_BUDGET`: the
+counter's ``budget`` slot, which the engine reads), after which its next call is counted by the
+mode and compared: counts that differ warn (the calls since the last check may have run
+something else) and the key is counted by the mode from then on. A change to an attribute
+:mod:`~tracetorch.adapters.torch.path_watch` sees (a module's public attribute, a transformers
+config's) has every key checked at its next call (:func:`check_learned_again`): exact, with no
+warning, and the key's new counts learned anew. ``TRACETORCH_LEARN_OPS=0``, set before a profile
+opens, counts every call with the mode.
 
 What a watched call counted is read at the node's next call, from its op table (which a fold
 does not reset): the difference to the table before it; until then every call of the node goes
@@ -66,6 +73,7 @@ from __future__ import annotations
 import functools
 import os
 import warnings
+import weakref
 from typing import Any, NamedTuple
 
 import torch
@@ -79,10 +87,10 @@ from tracetorch.engine.hotpath import (
     settle_replayed,
 )
 from tracetorch.flops.torch_functions import torch_function_formulas
-from tracetorch.records.tree import KEY, LEARNED, REPLAYED, CallNode
+from tracetorch.records.tree import BUDGET, KEY, LEARNED, REPLAYED, CallNode
 
-__all__ = ("LEARNED_PRODUCTS", "LEARNED_QUIET", "OpLearner", "disturb", "learning_enabled",
-           "note_marked")
+__all__ = ("LEARNED_PRODUCTS", "LEARNED_QUIET", "OpLearner", "check_learned_again", "disturb",
+           "learning_enabled", "note_marked")
 
 _grad_enabled = torch.is_grad_enabled
 _current_node = torch._C._current_autograd_node
@@ -98,6 +106,16 @@ _DISTURBED = [0]
 #: grad mode is not learned if it ran a product at all, and one of its children marking its own
 #: products is no reason to keep counting the caller's operations.
 _MARKED = [0]
+
+#: How many calls a key's learned counts stand in for before the next call is counted by the
+#: mode again and compared (the budget: the counter's ``budget`` slot): at first, and at most.
+#: Each check that agrees doubles it; one that differs ends the key's learning with a warning.
+FIRST_BUDGET = 32
+MOST_BUDGET = 1024
+
+#: The learners of the profiling sessions open now (one at a time, unless a test makes more):
+#: :func:`check_learned_again` reaches them.
+_LEARNERS: weakref.WeakSet[OpLearner] = weakref.WeakSet()
 
 #: Charged to a layer's op table by the compiled-graph counting (adapters.torch.compiled),
 #: not by the mode: it runs whether the mode is on or not, so a call that ran it is not learned.
@@ -162,14 +180,16 @@ def _gemm_names() -> tuple[frozenset[str], frozenset[str]]:
 #: (:func:`~tracetorch.engine.hotpath.set_op_replay`): its operation FLOPs, GEMM FLOPs, op-table
 #: rows (name, calls, FLOPs), the frame it stands in for, that frame with ops off, where its
 #: products' autograd nodes are found (:data:`~tracetorch.adapters.torch.product_paths.Place`s;
-#: empty under no grad mode), and the learner that learned it. A plain tuple: the engine tells
-#: it from the slot's other states (the classes below) by its class alone.
+#: empty under no grad mode), the budget it was last given (the calls it may stand in for before
+#: it is checked) and the learner that learned it. A plain tuple: the engine tells it from the
+#: slot's other states (the classes below) by its class alone.
 #: (The frames are None until a call of the node asks for the counts: ``tuple[Any, ...]``.)
 Learned = tuple[Any, ...]
 #: Where a Learned tuple keeps the quiet frame and the places of its products (the exit
 #: observer places them for a call run with that frame: :mod:`~tracetorch.adapters.torch.marks`).
 LEARNED_QUIET = 4
 LEARNED_PRODUCTS = 5
+_GRANTED = 6
 
 
 class _Seen(NamedTuple):
@@ -178,6 +198,17 @@ class _Seen(NamedTuple):
 
     rows: tuple[tuple[str, int, int], ...]
     places: tuple[Place, ...]
+    by: object
+
+
+class _Check(NamedTuple):
+    """A learned key whose next call is counted by the mode and compared with what was learned:
+    its budget spent (``exact`` false: the calls replayed since the last check may have run
+    something else), or something its calls may follow changed (``exact``: no call was replayed
+    since, so another count is simply learned anew)."""
+
+    learned: Learned
+    exact: bool
     by: object
 
 
@@ -220,12 +251,14 @@ class OpLearner:
         self.observing: dict[CallNode, tuple[Any, dict[str, tuple[int, int]], int, int | None,
                                              ProductWatch | None]] = {}
         self._pruned_at = 64  # the size past which the watches of stopped profiles are dropped
-        # The counters whose learned calls hold a frame (and so its collector and the layer the
-        # frame calls): emptied by forget, else a profile's result would keep them alive.
-        self._framed: dict[int, list[Any]] = {}
+        # The counters this learner learned a key in (their learned calls hold a frame, and so
+        # its collector and the layer the frame calls, once replayed): emptied by forget, else
+        # a profile's result would keep them alive; check_again reaches them.
+        self._learned: dict[int, list[Any]] = {}
         self._gemm, self._ambiguous = _gemm_names()
         #: the nodes whose watched call let its work follow tensor values (saw_values)
         self._saw_values: set[CallNode] = set()
+        _LEARNERS.add(self)
 
     def replay(self, frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any],
                owner: Any, entry: list[Any] | None) -> Frame:
@@ -258,14 +291,17 @@ class OpLearner:
             if depth and not self._comes_off(depth):
                 return frame
             learned: Learned = state
-            if learned[3] is not frame:  # (a node's frame is made anew at each opening)
-                quiet = _new_tuple(Frame, frame[:_OPS] + (False,) + frame[_OPS + 1:])
-                learned = entry[LEARNED] = (*learned[:3], frame, quiet,
-                                            *learned[LEARNED_PRODUCTS:])
-                self._framed[id(entry)] = entry
-            entry[REPLAYED] += 1  # (added to the node at its fold)
-            replayed: Frame = learned[LEARNED_QUIET]
-            return replayed
+            if entry[REPLAYED] >= entry[BUDGET]:  # its budget spent: this call is counted again
+                settle_replayed(node, entry)
+                state = entry[LEARNED] = _Check(learned, False, self)
+            else:
+                if learned[3] is not frame:  # (a node's frame is made anew at each opening)
+                    quiet = _new_tuple(Frame, frame[:_OPS] + (False,) + frame[_OPS + 1:])
+                    learned = entry[LEARNED] = (*learned[:3], frame, quiet,
+                                                *learned[LEARNED_PRODUCTS:])
+                entry[REPLAYED] += 1  # (added to the node at its fold)
+                replayed: Frame = learned[LEARNED_QUIET]
+                return replayed
         if state.__class__ is not _Never:
             if len(self.observing) >= self._pruned_at:
                 self._prune()
@@ -362,7 +398,9 @@ class OpLearner:
         if places is None:
             return
         first = self._state(entry)
-        if places is _UNPLACED:
+        if first.__class__ is _Check:
+            self._checked(frame.node, entry, first, counted, places)
+        elif places is _UNPLACED:
             entry[LEARNED] = _Never(self)
         elif first is None:
             entry[LEARNED] = _Seen(counted, places, self)
@@ -370,9 +408,51 @@ class OpLearner:
               and self._replayable(counted, products=marked is not None or bool(places))):
             flops = sum(row[2] for row in counted)
             gemm = sum(row[2] for row in counted if row[0] in self._gemm)
-            entry[LEARNED] = (flops, gemm, counted, None, None, places, self)
+            entry[LEARNED] = (flops, gemm, counted, None, None, places, FIRST_BUDGET, self)
+            entry[BUDGET] = entry[REPLAYED] + FIRST_BUDGET
+            self._learned[id(entry)] = entry
         elif first.__class__ is _Seen:
             entry[LEARNED] = _Never(self)
+
+    def _checked(self, node: CallNode, entry: list[Any], check: _Check,
+                 counted: tuple[tuple[str, int, int], ...], places: Any) -> None:
+        # A learned key's call counted again by the mode (see _Check): what it ran is what was
+        # learned (the budget doubles), or after a change another count is learned anew, or
+        # with calls replayed since the last check the key is counted by the mode from now on.
+        learned = check.learned
+        if learned[2] == counted and learned[LEARNED_PRODUCTS] == places:
+            granted = min(2 * learned[_GRANTED], MOST_BUDGET)
+            entry[LEARNED] = (*learned[:_GRANTED], granted, self)
+            entry[BUDGET] = entry[REPLAYED] + granted
+        elif check.exact:
+            entry[LEARNED] = (_Never(self) if places is _UNPLACED
+                              else _Seen(counted, places, self))
+        else:
+            entry[LEARNED] = _Never(self)
+            warnings.warn(
+                f"tracetorch: the operations a call of {node.type_name} ({node.path}) runs "
+                "changed with nothing in its call key changing (an attribute, a config or a "
+                "global it reads?); up to the last "
+                f"{learned[_GRANTED]} of its calls with that key before this one were counted "
+                "as the earlier calls ran; its later calls are counted in full "
+                "(TRACETORCH_LEARN_OPS=0 counts every call)", RuntimeWarning, stacklevel=2)
+
+    def check_again(self) -> None:
+        """Have every key learned so far counted by the mode at its next call and compared (an
+        attribute its calls may follow changed: :mod:`~tracetorch.adapters.torch.path_watch`);
+        no learned call is replayed before that.
+
+        Example:
+            >>> from tracetorch.engine.hotpath import OpCounter
+            >>> from tracetorch.adapters.torch.ops import OpCountingMode
+            >>> OpLearner(OpCountingMode(OpCounter())).check_again()   # (nothing learned yet)
+        """
+        for entry in list(self._learned.values()):  # (list(): another thread may learn one)
+            learned = self._state(entry)
+            if learned.__class__ is tuple:
+                if learned[3] is not None:
+                    settle_replayed(learned[3].node, entry)
+                entry[LEARNED] = _Check(learned, True, self)
 
     def _places(self, counted: tuple[tuple[str, int, int], ...], watch: ProductWatch | None
                 ) -> tuple[Place, ...] | None:
@@ -418,12 +498,26 @@ class OpLearner:
             _unwatch(node, watched[4])
         self.observing.clear()
         self._saw_values.clear()
-        for entry in self._framed.values():
-            learned = self._state(entry)
-            if learned.__class__ is tuple:
-                settle_replayed(learned[3].node, entry)  # (a fold settled them, unless raced)
+        for entry in self._learned.values():
+            state = self._state(entry)
+            if state.__class__ is tuple and state[3] is not None:
+                settle_replayed(state[3].node, entry)  # (a fold settled them, unless raced)
+            if state is not None:
                 entry[LEARNED] = None
-        self._framed.clear()
+                entry[BUDGET] = 0
+        self._learned.clear()
+        _LEARNERS.discard(self)
+
+
+def check_learned_again() -> None:
+    """Have the learned keys of the profiling sessions open now counted by the mode at their
+    next calls and compared (see :meth:`OpLearner.check_again`).
+
+    Example:
+        >>> check_learned_again()        # (no session open: nothing to do)
+    """
+    for learner in list(_LEARNERS):
+        learner.check_again()
 
 
 def _unwatch(node: CallNode, watch: ProductWatch | None) -> None:

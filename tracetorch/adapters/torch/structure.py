@@ -4,9 +4,10 @@ A layer's FLOPs and sizes are cached per call key (:func:`tracetorch.engine.hotp
 its inputs' shapes and dtypes, the grad mode); they also depend on its weights' shapes (a
 ``Linear`` whose weight is replaced by a larger one returns a larger output) and on the
 sublayers it calls. torch's global registration hooks see every ``module.weight =
-nn.Parameter(...)`` and ``model.fc = layer`` (``Module.__setattr__``, ``register_parameter``,
-``add_module``): one that replaces a parameter by one of another shape or dtype, or a submodule
-by another, bumps the engine's structure generation (:func:`~tracetorch.engine.hotpath.
+nn.Parameter(...)``, ``module.mask = tensor`` (a buffer) and ``model.fc = layer``
+(``Module.__setattr__``, ``register_parameter``, ``register_buffer``, ``add_module``): one that
+replaces a parameter or buffer by one of another shape or dtype, or a submodule by another,
+bumps the engine's structure generation (:func:`~tracetorch.engine.hotpath.
 structure_changed`), and each layer's next call measures its figures again. A name registered
 for the first time changes nothing measured yet (a model built inside the block, a weight made
 at a layer's first call). Not seen here: writing to ``module._parameters`` directly (FSDP's
@@ -34,6 +35,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from torch.nn.modules.module import (
+    register_module_buffer_registration_hook,
     register_module_module_registration_hook,
     register_module_parameter_registration_hook,
 )
@@ -46,6 +48,7 @@ __all__ = ("start_structure_hooks",)
 def start_structure_hooks() -> Callable[[], None]:
     """Register the registration hooks; returns the function that removes them."""
     handles = [register_module_parameter_registration_hook(_parameter_registered),
+               register_module_buffer_registration_hook(_buffer_registered),
                register_module_module_registration_hook(_module_registered)]
 
     def stop() -> None:
@@ -57,10 +60,20 @@ def start_structure_hooks() -> Callable[[], None]:
 
 def _parameter_registered(module: Any, name: str, param: Any) -> None:
     # Called before the parameter is stored: what the module holds now is the old one.
-    own = module._parameters
+    _replaced(module._parameters, name, param)
+
+
+def _buffer_registered(module: Any, name: str, buffer: Any) -> None:
+    _replaced(module._buffers, name, buffer)
+
+
+def _replaced(own: dict[str, Any], name: str, tensor: Any) -> None:
+    # A tensor (or None) registered under a name ``own`` holds already: a change when it has
+    # another shape or dtype, or one of the two is None.
     if name in own:
         old = own[name]
-        if old is None or old.shape != param.shape or old.dtype != param.dtype:
+        if (old is None) is not (tensor is None) or (
+                old is not None and (old.shape != tensor.shape or old.dtype != tensor.dtype)):
             structure_changed()
 
 

@@ -1,0 +1,125 @@
+"""Watching, while a profile is open, for the attributes a layer's calls may follow being changed.
+
+Learned operation counts (:mod:`~tracetorch.adapters.torch.learned`) stand in for a key's calls
+once two of them agreed, and a key holds the call's tensors and plain arguments, not the Python
+state the layer reads: ``layer.use_fused = True`` between two calls of the same shapes, or
+``model.set_attn_implementation("eager")`` (which sets the transformers config's
+``_attn_implementation``), changes what the next call runs. While a profile is open,
+``torch.nn.Module.__setattr__`` and the ``__setattr__`` of each transformers config class
+defined when the profile opens (transformers gives each its own, which calls its base's directly,
+not through the class) are watched: an attribute that held one value (on the object, or on its
+class) set to another has every learned key counted by the function mode again at its next call
+and compared (:func:`~tracetorch.adapters.torch.learned.check_learned_again`), so no call after
+the change replays counts learned before it, and a key whose calls now run something else
+learns that anew.
+
+Not watched, each for a reason: a module's names starting with ``_`` (a framework's own
+bookkeeping: Lightning sets ``_current_fx_name`` at each of its hooks, several times a step,
+which would have every key counted again at every step; a config's are watched, since
+transformers keeps its attention choice there); tensors and modules (parameters, buffers and
+submodules: :mod:`~tracetorch.adapters.torch.structure`); ``training`` (in the call key); an
+attribute set for the first time (a model built inside the block); a module's attribute set by
+its own call (``self.calls += 1`` in its ``forward``: its bookkeeping, and a change it makes to
+its own path it made in calls that agreed before); state no module or config holds (a global,
+an item of a dict). What is not watched is caught by the learned counts'
+periodic check (:data:`~tracetorch.adapters.torch.learned.FIRST_BUDGET`), later and with a
+warning. A module that sets a public attribute to a new value at every call has its keys counted
+by the mode at every call: exact, at the cost of ``TRACETORCH_LEARN_OPS=0``.
+
+Example:
+    >>> import torch, tracetorch
+    >>> class Gate(torch.nn.Module):
+    ...     double = False
+    ...     def forward(self, x):
+    ...         return x * 2 if self.double else x + 1
+    >>> gate = Gate()
+    >>> with torch.no_grad(), tracetorch.profile(gate) as prof:
+    ...     for step in range(6):
+    ...         gate.double = step >= 3              # learned from calls 1 and 2, then changed
+    ...         _ = gate(torch.ones(4))
+    >>> sorted((op.name, op.calls) for op in prof.find("").op_table())
+    [('add', 3), ('mul', 3)]
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+import torch
+
+from tracetorch.adapters.torch.learned import check_learned_again
+from tracetorch.engine.hotpath import innermost_frame
+from tracetorch.engine.patches import PatchBoard
+
+__all__ = ("start_path_watch",)
+
+#: A module's attributes that are not its own path's state, or that other watches cover.
+_KEYED = frozenset({"training"})
+
+
+def start_path_watch(board: PatchBoard) -> None:
+    """Watch module and transformers-config attributes while ``board`` is open (it puts the
+    originals back when it closes).
+
+    Example:
+        >>> board = PatchBoard()
+        >>> start_path_watch(board)                  # (no profile open: nothing installed)
+        >>> hasattr(vars(torch.nn.Module)["__setattr__"], "__wrapped__")
+        False
+    """
+    module = torch.nn.Module
+    board.install(module, "__setattr__", _watched(vars(module)["__setattr__"], private=False))
+    configuration = sys.modules.get("transformers.configuration_utils")
+    config = getattr(configuration, "PreTrainedConfig", None) or getattr(
+        configuration, "PretrainedConfig", None)
+    if isinstance(config, type):
+        for klass in _with_subclasses(config):
+            own = vars(klass).get("__setattr__")
+            if own is not None:
+                board.install(klass, "__setattr__", _watched(own, private=True))
+
+
+def _with_subclasses(base: type) -> list[type]:
+    # ``base`` and every class defined so far that derives from it.
+    found: list[type] = [base]
+    seen = {base}
+    for klass in found:  # (the list grows as it is read)
+        subclasses: list[type] = type.__subclasses__(klass)
+        for subclass in subclasses:
+            if subclass not in seen:
+                seen.add(subclass)
+                found.append(subclass)
+    return found
+
+
+def _watched(original: Callable[[Any, str, Any], None], private: bool
+             ) -> Callable[[Any, str, Any], None]:
+    # ``private``: whether names starting with "_" are watched too.
+    def watched_setattr(self: Any, name: str, value: Any) -> None:
+        if ((private or name[:1] != "_") and name not in _KEYED
+                and not isinstance(value, (torch.Tensor, torch.nn.Module))
+                and _changes(self, name, value)):
+            frame = innermost_frame()
+            if frame is None or frame.owner is not self:  # (not its own call's bookkeeping)
+                check_learned_again()
+        original(self, name, value)
+
+    watched_setattr.__wrapped__ = original  # type: ignore[attr-defined]
+    return watched_setattr
+
+
+def _changes(holder: Any, name: str, value: Any) -> bool:
+    # Whether setting ``name`` to ``value`` changes what ``holder.name`` read before (its own
+    # attribute, its class's, a config's mapped name): an attribute new to both is not.
+    try:
+        old = getattr(holder, name)
+    except Exception:  # (none yet, or one that cannot be read now: no change to see)
+        return False
+    if old is value:
+        return False
+    if type(old) is not type(value):
+        return True
+    try:
+        return bool(old != value)
+    except Exception:  # (an object whose comparison has no truth value: taken as changed)
+        return True
