@@ -263,3 +263,53 @@ def test_a_core_call_without_gradients_leaves_the_later_calls_their_saved_bytes(
             layer(x)
         layer(x)
     assert prof.root.children[""].memory.saved_bytes == 2 * 4 * F32  # its input
+
+
+def _saved_per_node(prof):
+    return {node.path: node.memory.saved_bytes for node in prof.root.walk() if node.parent}
+
+
+def _core_step(model, rows):
+    model(Tensor(np.ones((rows, 6), dtype=np.float32))).sum().backward()
+
+
+def _torch_step(model, rows):
+    import torch
+
+    model(torch.ones(rows, 6)).sum().backward()
+
+
+@pytest.mark.parametrize("framework", ["core", "torch"])
+def test_a_keys_first_call_late_in_a_run_without_steps_keeps_its_saved_bytes(framework):
+    # Saved bytes are measured at each key's first call, counting a storage once a pass: a
+    # freed storage whose address a later one reuses, or a storage each pass saves again (an
+    # input used at every step), is charged again in a later pass, with or without
+    # prof.step(). The run's figures are those of one profile per batch size, summed.
+    if framework == "core":
+        def make():
+            return Sequential(Linear(6, 8), ReLU(), Linear(8, 2))
+        step = _core_step
+    else:
+        torch = pytest.importorskip("torch") if os.environ.get("CI") != "true" \
+            else __import__("torch")
+        torch.manual_seed(0)
+
+        def make():
+            return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(),
+                                       torch.nn.Linear(8, 2))
+        step = _torch_step
+    model, sizes = make(), (4, 4, 4, 3, 3, 3, 4, 3)
+    with tracetorch.profile(model) as prof:
+        for rows in sizes:
+            step(model, rows)
+    together = _saved_per_node(prof)
+    apart: dict[str, int] = {}
+    for rows in sizes:
+        with tracetorch.profile(model) as single:
+            step(model, rows)
+        for path, saved in _saved_per_node(single).items():
+            apart[path] = apart.get(path, 0) + saved
+    assert together == apart
+    # the first Linear keeps its input; the ReLU its output (torch) or input (core); the last
+    # Linear its input
+    assert together["layers.0" if framework == "core" else "0"] == sum(sizes) * 6 * F32

@@ -21,7 +21,7 @@ import numpy as np
 from tracetorch.adapters.base import all_subclasses
 from tracetorch.engine.hotpath import OpCounter
 from tracetorch.engine.patches import PatchBoard, PatchTarget
-from tracetorch.engine.saved_meters import register_saved_meter
+from tracetorch.engine.saved_meters import SeenStorages, first_sighting, register_saved_meter
 from tracetorch.models.tensors import ndarray_of, tensors_in
 from tracetorch.records.tree import NodeKind
 
@@ -77,16 +77,16 @@ def _patcher(board: PatchBoard, attr: str, kind: NodeKind) -> Callable[[type], N
 
 
 def saved_bytes(args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
-                seen: set[int], node: Any = None) -> int:
+                seen: SeenStorages, node: Any = None) -> int:
     """Bytes of the arrays the graph nodes between a call's inputs and its ``output`` keep for
-    backward (what their backward closures hold), leaving out those in ``seen`` (which gets
+    backward (what their backward closures hold), leaving out those in ``seen`` (which notes
     the new ones) and the arrays of leaves that need a gradient (parameters): each array once.
     (``node``, the call's node, is not needed: reading an array has no side effect.)
 
     Example:
         >>> from tracetorch.core import Linear, Tensor
         >>> x = Tensor(np.ones((64, 1024)))
-        >>> saved_bytes((x,), {}, Linear(1024, 1024)(x), set())   # its input, not its weight
+        >>> saved_bytes((x,), {}, Linear(1024, 1024)(x), {})   # its input, not its weight
         262144
     """
     stop = {id(t._grad_fn) for t in _core_tensors((args, kwargs)) if t._grad_fn is not None}
@@ -104,8 +104,8 @@ def saved_bytes(args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
             except ValueError:  # a cell not filled yet
                 continue
             array = _root(ndarray_of(value))
-            if isinstance(array, np.ndarray) and id(array) not in held and id(array) not in seen:
-                seen.add(id(array))
+            if (isinstance(array, np.ndarray) and id(array) not in held
+                    and first_sighting(seen, id(array), array)):
                 total += array.nbytes
         for parent in node.parents:
             fn = getattr(parent, "_grad_fn", None)

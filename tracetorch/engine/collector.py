@@ -23,7 +23,7 @@ from typing import Any, Callable
 from tracetorch.engine.fold import fold_touched, fold_tree, graft
 from tracetorch.engine.hotpath import Frame, structure_changed, structure_generation
 from tracetorch.engine.identities import Identities
-from tracetorch.engine.saved_meters import saved_by_call
+from tracetorch.engine.saved_meters import SeenStorages, saved_by_call
 from tracetorch.engine.stack_room import STACK_ROOM
 from tracetorch.engine.timing import CallTiming, Clock
 from tracetorch.engine.unsupported import unsupported_calls, warn_unsupported
@@ -101,7 +101,7 @@ class Collector(CallTiming):
         self.nvtx = nvtx
         self._through_wrappers = naming_through_wrappers()
         # Storages already charged as saved for backward since the last fold: each once.
-        self._saved_storages: set[int] = set()
+        self._saved_storages: SeenStorages = {}
         #: The frame of the profile's top-level calls while it records (made by :meth:`start`);
         #: ``None`` otherwise, for it refers to this collector: kept, it would leave a stopped
         #: collector, and the model it holds, to the cyclic garbage collector once the profile
@@ -442,7 +442,6 @@ class Collector(CallTiming):
         # pass's per-layer samples, the saved tensors seen.
         self.resolve_times()
         self.flush_backward()
-        self._saved_storages.clear()  # a later step's tensors may reuse the addresses
 
     def fold_counts(self, root: CallNode | None = None) -> None:
         """Fold the counters of the nodes touched since the last fold (and the recording
@@ -524,6 +523,9 @@ class Collector(CallTiming):
         for node, elapsed in self._pending_backward.items():
             node.backward_time.add(elapsed)
         self._pending_backward.clear()
+        # The graph the pass ran is freed: a storage a later forward saves is charged to it
+        # again (an input reused at every step), once a pass as within one.
+        self._saved_storages.clear()
         if pass_node is not None:
             pass_node.flops += self._pass_flops
             pass_node.gemm_flops += self._pass_gemm

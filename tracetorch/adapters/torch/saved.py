@@ -18,7 +18,7 @@ recomputes the forward): nothing is read there.
 Example:
     >>> import torch
     >>> layer, x = torch.nn.Linear(1024, 1024), torch.ones(64, 1024)
-    >>> saved_bytes((x,), {}, layer(x), set())      # its input, not its weight
+    >>> saved_bytes((x,), {}, layer(x), {})         # its input, not its weight
     262144
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from tracetorch.adapters.torch.backward import MARKS, collect_tensors
+from tracetorch.engine.saved_meters import SeenStorages, first_sighting
 
 __all__ = ("saved_bytes",)
 
@@ -40,9 +41,9 @@ _SAVED_NAMES: dict[type, tuple[str, ...]] = {}
 
 
 def saved_bytes(args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
-                seen: set[int], node: Any = None) -> int:
+                seen: SeenStorages, node: Any = None) -> int:
     """Bytes of the storages saved for backward by the graph nodes between a call's inputs
-    and its ``output``, leaving out those in ``seen`` (which gets the new ones): each storage
+    and its ``output``, leaving out those in ``seen`` (which notes the new ones): each storage
     counts once, for the first call that saved it. ``node`` is the call's own call node: graph
     nodes another call node marked are that one's."""
     if not torch.is_grad_enabled() or _top_hooks(False) is not None:
@@ -52,7 +53,7 @@ def saved_bytes(args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
 
 
 def _saved_bytes(args: tuple[Any, ...], kwargs: dict[str, Any], output: Any,
-                 seen: set[int], node: Any) -> int:
+                 seen: SeenStorages, node: Any) -> int:
     outputs: list[Any] = []
     collect_tensors(output, outputs)
     stop = set()
@@ -92,13 +93,12 @@ def _saved_tensors(fn: Any) -> list[Any]:
     return found
 
 
-def _new_storage(tensor: Any, seen: set[int]) -> int:
+def _new_storage(tensor: Any, seen: SeenStorages) -> int:
     base = tensor._base if tensor._base is not None else tensor
     if base.requires_grad and base.is_leaf:
         return 0  # a parameter, or the user's own leaf: held whether or not it is saved
     storage = tensor.untyped_storage()
     key = storage.data_ptr()
-    if not key or key in seen:
+    if not key or not first_sighting(seen, key, storage):
         return 0
-    seen.add(key)
     return int(storage.nbytes())
