@@ -29,7 +29,7 @@ Example:
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Hashable
 from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
@@ -63,7 +63,7 @@ __all__ = ("BackwardPassOwner", "Frame", "make_wrapper", "count_call", "current_
            "settle_replayed",
            "counter_of", "record_all_threads",
            "all_threads_collector", "call_key", "training_flag", "set_grad_mode",
-           "structure_changed", "structure_generation", "NO_COUNTERS")
+           "structure_changed", "structure_generation", "set_call_context", "NO_COUNTERS")
 
 
 class Frame(NamedTuple):
@@ -145,9 +145,16 @@ _op_observing: Collection[CallNode] = frozenset()
 _grad_mode: Callable[[], Any] | None = None
 
 #: Bumped whenever a layer's parameters or sublayers may have changed their shapes (see
-#: :func:`structure_changed`), a part of every call's key: a layer's output, and so its FLOPs
-#: and sizes, depend on them.
-_structure = 0
+#: :func:`structure_changed`): a layer's output, and so its FLOPs and sizes, depend on them.
+_generation = 0
+#: What an adapter says decides, besides a call's arguments, what its layers run and return
+#: (torch: the autocast state), ``None`` where nothing does: see :func:`set_call_context`.
+_context: Hashable = None
+#: What every call's key holds of the two: the generation alone while the context is ``None``,
+#: else one tuple ``(generation, context)`` per pair, made once (the C wrapper compares the
+#: key's item with this by identity), so a context entered again finds its keys again.
+_structure: Any = 0
+_STRUCTURES: dict[tuple[int, Hashable], tuple[int, Hashable]] = {}
 
 #: The profile recording every thread's calls (``profile(all_threads=True)``), if any.
 _all_threads: Collector | None = None
@@ -303,8 +310,36 @@ def structure_changed() -> None:
     """Say that some layer's parameters or sublayers changed shape, dtype or identity: every
     per-shape counter made before is found no more, and each layer's next call measures its
     figures again (the counts already made stay, for the next fold)."""
+    global _generation
+    _generation += 1
+    _STRUCTURES.clear()  # (the pairs of earlier generations are found no more)
+    _restructure()
+
+
+def set_call_context(context: Hashable) -> Hashable:
+    """Say what, besides a call's arguments, decides what its layers run and return from now
+    on (``None``: nothing), a part of every call's key; returns the previous context.
+
+    Example:
+        >>> previous = set_call_context(("cpu", "bfloat16"))
+        >>> call_key((), {})[0][1] == (structure_generation(), ("cpu", "bfloat16"))
+        True
+        >>> set_call_context(previous)
+        ('cpu', 'bfloat16')
+    """
+    global _context
+    previous, _context = _context, context
+    _restructure()
+    return previous
+
+
+def _restructure() -> None:
     global _structure
-    _structure += 1
+    if _context is None:
+        _structure = _generation
+    else:
+        pair = (_generation, _context)
+        _structure = _STRUCTURES.setdefault(pair, pair)
     _publish()
 
 
@@ -317,7 +352,7 @@ def structure_generation() -> int:
         >>> structure_generation() == before + 1
         True
     """
-    return _structure
+    return _generation
 
 
 def training_flag(owner: Any) -> bool | None:
@@ -340,9 +375,10 @@ def call_key(args: tuple[Any, ...], kwargs: dict[str, Any], owner: Any = None
              ) -> tuple[Any, ...]:
     """The key of a call's counter in ``node.engine.flops_cache``: everything its cached figures
     depend on besides the layer's type: its tensors' shapes and dtypes, then its context — the
-    grad mode, the generation of layer structures and the owner's :func:`training_flag` — as
-    one tuple (so that no key is a tuple of ints only, as a shape is: see :func:`make_wrapper`).
-    A one-tensor call's key is ``(shape, dtype, (grad mode, generation, training))``.
+    grad mode, the generation of layer structures (with the adapter's call context, where it
+    set one: :func:`set_call_context`) and the owner's :func:`training_flag` — as one tuple
+    (so that no key is a tuple of ints only, as a shape is: see :func:`make_wrapper`). A
+    one-tensor call's key is ``(shape, dtype, (grad mode, generation, training))``.
 
     Example:
         >>> import numpy as np

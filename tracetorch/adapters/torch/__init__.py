@@ -74,6 +74,7 @@ from typing import Any, Callable
 import torch
 from torch._C._dynamo.eval_frame import get_eval_frame_callback as frame_callback
 
+from tracetorch.adapters.torch.autocast_state import start_autocast_watch
 from tracetorch.adapters.torch.call_hooks import configure_call_hooks
 from tracetorch.adapters.torch.compiled import (
     start_compiled_counting,
@@ -287,6 +288,7 @@ class TorchAdapter:
             board.install(optimizer, "zero_grad", quiet_zero_grad(vars(optimizer)["zero_grad"]))
             start_vmap_watch(board)
             start_path_watch(board)
+            cleanups.append(start_autocast_watch(board))
             eval_frame = sys.modules.get("torch._dynamo.eval_frame")
             compiled = getattr(eval_frame, "OptimizedModule", None)
             if compiled is not None:  # else imported later: the subclass watcher wraps it
