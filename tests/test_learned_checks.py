@@ -1,10 +1,11 @@
-"""Learned operation counts and the Python state a layer's calls follow (tracetorch.adapters.torch.
-path_watch and the learned counts' budget): what a call runs can change with nothing in its key
-changing — an attribute, a transformers config, a global. A change to a watched attribute has
-every learned key counted by the mode again at its next call, so every figure stays what the
-mode counts (``TRACETORCH_LEARN_OPS=0``) without a word; any other change is found by the
-periodic check (after 32 replayed calls, then 64, ... up to 1,024), which warns and counts the
-key by the mode from then on."""
+"""The Python state a layer's calls follow (tracetorch.adapters.torch.path_watch and the learned
+counts' budget): what a call runs and returns can change with nothing in its key changing — an
+attribute, a transformers config, a global. A change to a watched attribute has every layer
+measured again (every key checked again, once the attribute changed often enough to be
+bookkeeping), so every figure stays what the mode counts (``TRACETORCH_LEARN_OPS=0``) and what
+separate profiles measure, without a word; any other change is found by the periodic check
+(after 32 replayed calls, then 64, ... up to 1,024), which warns and counts the key by the mode
+from then on."""
 from __future__ import annotations
 
 import os
@@ -312,3 +313,90 @@ def test_the_watched_setattrs_are_put_back():
         layer(torch.ones(2))
     assert (vars(torch.nn.Module)["__setattr__"], vars(PreTrainedConfig)["__setattr__"],
             vars(config_class)["__setattr__"]) == before
+
+
+def _memory_and_flops(prof):
+    return {node.path: (node.calls, node.flops, node.memory.input_bytes,
+                        node.memory.output_bytes, node.memory.saved_bytes)
+            for node in prof.root.walk() if node.parent}
+
+
+class Slimmable(torch.nn.Module):
+    """A layer whose output width is an attribute (a slimmable network's subnet)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(16, 8))
+        self.active_width = 16
+
+    def forward(self, x):
+        return x @ self.weight[: self.active_width].t()
+
+
+def _conv():
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
+
+
+#: Layers whose figures (FLOPs by rule or by counted operations, sizes) follow an attribute, the
+#: attribute and its values, and their input.
+ATTRIBUTE_SHAPED = {
+    "Conv2d stride": (_conv, lambda model, value: setattr(model[0], "stride", value),
+                      [(1, 1), (2, 2)], lambda: torch.ones(1, 3, 9, 9)),
+    "slimmable width": (Slimmable, lambda model, value: setattr(model, "active_width", value),
+                        [16, 4], lambda: torch.ones(2, 8)),
+}
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "autograd"])
+@pytest.mark.parametrize("name", list(ATTRIBUTE_SHAPED))
+def test_an_attribute_that_shapes_a_layers_output_has_it_measured_again(name, grad):
+    make, set_value, values, inputs = ATTRIBUTE_SHAPED[name]
+    torch.manual_seed(0)
+    model, x = make(), inputs()
+
+    def run(plan):
+        with torch.set_grad_enabled(grad), tracetorch.profile(model) as prof:
+            for value in plan:
+                set_value(model, value)
+                for _ in range(3):
+                    out = model(x)
+                    if grad:
+                        out.sum().backward()
+        return _memory_and_flops(prof)
+
+    together = run(values)
+    apart = [run([value]) for value in values]
+    assert together == {path: tuple(a + b for a, b in zip(apart[0][path], apart[1][path]))
+                        for path in together}
+    assert apart[0] != apart[1]  # (the attribute does change the figures)
+
+
+def test_an_attribute_changed_at_every_step_is_taken_for_bookkeeping(monkeypatch):
+    from tracetorch.adapters.torch.path_watch import REMEASURED
+    from tracetorch.engine.hotpath import structure_generation
+
+    class Engine(torch.nn.Module):  # a training engine counting its steps on itself
+        def __init__(self):
+            super().__init__()
+            self.gate, self.global_steps = Gate(), 0
+
+        def forward(self, x):
+            return self.gate(x)
+
+    def run(learn):
+        engine, x = Engine(), torch.ones(4)
+        monkeypatch.setenv("TRACETORCH_LEARN_OPS", "1" if learn else "0")
+        with torch.no_grad(), tracetorch.profile(engine) as prof:
+            before = structure_generation()
+            for step in range(12):
+                engine(x)
+                engine.global_steps += 1
+                engine.gate.double = step >= 8  # (after the limit: checked, still exact)
+            bumps = structure_generation() - before
+        return _figures(prof), bumps
+
+    (learned, bumps), (reference, _) = run(True), run(False)
+    assert learned == reference
+    assert reference["gate"][-1] == [("add", 9, 36), ("mul", 3, 12)]
+    # global_steps' first changes and gate.double's one each measured everything again
+    assert bumps == REMEASURED + 1

@@ -1,30 +1,33 @@
 """Watching, while a profile is open, for the attributes a layer's calls may follow being changed.
 
-Learned operation counts (:mod:`~tracetorch.adapters.torch.learned`) stand in for a key's calls
-once two of them agreed, and a key holds the call's tensors and plain arguments, not the Python
-state the layer reads: ``layer.use_fused = True`` between two calls of the same shapes, or
-``model.set_attn_implementation("eager")`` (which sets the transformers config's
-``_attn_implementation``), changes what the next call runs. While a profile is open,
-``torch.nn.Module.__setattr__`` and the ``__setattr__`` of each transformers config class
+A layer's figures are measured once per call key (its FLOPs by rule, its sizes) or learned from
+two agreeing calls (its counted operations: :mod:`~tracetorch.adapters.torch.learned`), and a
+key holds the call's tensors and plain arguments, not the Python state the layer reads:
+``conv.stride = (2, 2)`` or ``layer.active_width = 64`` (a slimmable network's subnet) changes
+what the next call of the same shapes returns, ``model.set_attn_implementation("eager")``
+(which sets the transformers config's ``_attn_implementation``) what it runs. While a profile is
+open, ``torch.nn.Module.__setattr__`` and the ``__setattr__`` of each transformers config class
 defined when the profile opens (transformers gives each its own, which calls its base's directly,
-not through the class) are watched: an attribute that held one value (on the object, or on its
-class) set to another has every learned key counted by the function mode again at its next call
-and compared (:func:`~tracetorch.adapters.torch.learned.check_learned_again`), so no call after
-the change replays counts learned before it, and a key whose calls now run something else
-learns that anew.
+not through the class) are watched. An attribute that held one value (on the object, or on its
+class) set to another has every layer measured again at its next call, as a replaced weight
+does (:func:`~tracetorch.engine.hotpath.structure_changed`: figures and learned counts alike),
+for the first :data:`REMEASURED` changes of that attribute of that class in a profiling session;
+after that it is taken for bookkeeping (a training engine's step counter, DDP's
+``require_backward_grad_sync`` under ``no_sync``), and its changes only have every learned key
+counted by the function mode again at its next call and compared
+(:func:`~tracetorch.adapters.torch.learned.check_learned_again`): no call after a change
+replays counts learned before it, and a key whose calls now run something else learns that anew.
 
 Not watched, each for a reason: a module's names starting with ``_`` (a framework's own
-bookkeeping: Lightning sets ``_current_fx_name`` at each of its hooks, several times a step,
-which would have every key counted again at every step; a config's are watched, since
-transformers keeps its attention choice there); tensors and modules (parameters, buffers and
-submodules: :mod:`~tracetorch.adapters.torch.structure`); ``training`` (in the call key); an
-attribute set for the first time (a model built inside the block); a module's attribute set by
-its own call (``self.calls += 1`` in its ``forward``: its bookkeeping, and a change it makes to
-its own path it made in calls that agreed before); state no module or config holds (a global,
-an item of a dict). What is not watched is caught by the learned counts'
-periodic check (:data:`~tracetorch.adapters.torch.learned.FIRST_BUDGET`), later and with a
-warning. A module that sets a public attribute to a new value at every call has its keys counted
-by the mode at every call: exact, at the cost of ``TRACETORCH_LEARN_OPS=0``.
+bookkeeping: Lightning sets ``_current_fx_name`` at each of its hooks, several times a step;
+a config's are watched, since transformers keeps its attention choice there); tensors and
+modules (parameters, buffers and submodules: :mod:`~tracetorch.adapters.torch.structure`);
+``training`` (in the call key); an attribute set for the first time (a model built inside the
+block); a module's attribute set by its own call (``self.calls += 1`` in its ``forward``: its
+bookkeeping, and a change it makes to its own path it made in calls that agreed before); state
+no module or config holds (a global, an item of a dict). What is not watched is caught by the
+learned counts' periodic check (:data:`~tracetorch.adapters.torch.learned.FIRST_BUDGET`), later
+and with a warning; a size measured once per key is not measured again for it.
 
 Example:
     >>> import torch, tracetorch
@@ -48,13 +51,18 @@ from typing import Any, Callable
 import torch
 
 from tracetorch.adapters.torch.learned import check_learned_again
-from tracetorch.engine.hotpath import innermost_frame
+from tracetorch.engine.hotpath import innermost_frame, structure_changed
 from tracetorch.engine.patches import PatchBoard
 
-__all__ = ("start_path_watch",)
+__all__ = ("REMEASURED", "start_path_watch")
 
 #: A module's attributes that are not its own path's state, or that other watches cover.
 _KEYED = frozenset({"training"})
+#: How many changes of one attribute of one class have every layer measured again in a
+#: profiling session; later ones have the learned counts checked only.
+REMEASURED = 4
+#: The changes seen so far this session, by class and attribute name.
+_CHANGES: dict[tuple[type, str], int] = {}
 
 
 def start_path_watch(board: PatchBoard) -> None:
@@ -67,6 +75,7 @@ def start_path_watch(board: PatchBoard) -> None:
         >>> hasattr(vars(torch.nn.Module)["__setattr__"], "__wrapped__")
         False
     """
+    _CHANGES.clear()
     module = torch.nn.Module
     board.install(module, "__setattr__", _watched(vars(module)["__setattr__"], private=False))
     configuration = sys.modules.get("transformers.configuration_utils")
@@ -101,11 +110,22 @@ def _watched(original: Callable[[Any, str, Any], None], private: bool
                 and _changes(self, name, value)):
             frame = innermost_frame()
             if frame is None or frame.owner is not self:  # (not its own call's bookkeeping)
-                check_learned_again()
+                _changed(type(self), name)
         original(self, name, value)
 
     watched_setattr.__wrapped__ = original  # type: ignore[attr-defined]
     return watched_setattr
+
+
+def _changed(klass: type, name: str) -> None:
+    # Another value for ``klass``'s attribute ``name``: every layer measured again, or, once
+    # that attribute changed often enough to be bookkeeping, the learned counts checked.
+    seen = _CHANGES.get((klass, name), 0)
+    if seen < REMEASURED:
+        _CHANGES[(klass, name)] = seen + 1
+        structure_changed()
+    else:
+        check_learned_again()
 
 
 def _changes(holder: Any, name: str, value: Any) -> bool:
