@@ -3,8 +3,8 @@
 FLOPs, bytes read and written, bytes saved for backward and gradient parts are measured at a
 layer's first call with a key (``node.engine.flops_cache``) and counted again for each later call
 with the same key: the key holds what they depend on besides the layer's type (its inputs'
-shapes and dtypes, the grad mode, the layer's parameter shapes and sublayers), so a call that
-differs in any of them is measured anew. Sizes below: F32 = 4, F64 = 8 bytes an element.
+shapes and dtypes, the grad mode, the layer's parameter shapes and dtypes and sublayers), so a
+call that differs in any of them is measured anew. Sizes below: F32 = 4, F64 = 8 bytes an element.
 
 (``tracetorch.core``'s grad mode: tests/test_memory.py. This module leaves ``tracetorch.core``
 unimported: while it is, each opening of a profile re-registers core's rules, which drops the
@@ -146,6 +146,67 @@ def test_a_weight_replaced_by_one_of_the_same_shape_keeps_the_figures(torch):
         layer(x)
         assert list(prof.root.children[""].engine.flops_cache) == keys  # nothing measured again
     assert prof.root.children[""].flops == 2 * (2 * 2 * 4 * 4)
+
+
+def test_a_weight_replaced_in_the_block_is_counted_again_as_a_parameter(torch):
+    layer, x = torch.nn.Linear(4, 4, bias=False), torch.ones(2, 4)
+    with tracetorch.profile(layer) as prof:
+        layer(x)
+        _grown(torch, layer, 8)
+        layer(x)
+    node = prof.root.children[""]
+    assert (node.params, node.memory.param_bytes) == (8 * 4, 8 * 4 * F32)
+
+
+def _embedding_model(torch):
+    # Token ids in, floats out: converting the weights changes what it returns, not its key.
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 2))
+
+
+def _figures(prof):
+    return {node.path: (node.calls, node.flops, node.memory.input_bytes,
+                        node.memory.output_bytes) for node in prof.root.walk() if node.parent}
+
+
+@pytest.mark.parametrize("convert", ["to", "half", "double"])
+def test_a_model_converted_in_the_block_is_measured_again(torch, convert):
+    ids = torch.tensor([[1, 2, 3]])
+
+    def converted(model):
+        return (model.to(torch.bfloat16) if convert == "to"
+                else getattr(model, convert)())
+
+    model = _embedding_model(torch)
+    with torch.no_grad(), tracetorch.profile(model) as prof:
+        model(ids)
+        converted(model)
+        model(ids)
+    together = _figures(prof)
+    apart = _embedding_model(torch)
+    with torch.no_grad(), tracetorch.profile(apart) as before:
+        apart(ids)
+    converted(apart)
+    with torch.no_grad(), tracetorch.profile(apart) as after:
+        apart(ids)
+    first, second = _figures(before), _figures(after)
+    assert together == {path: tuple(a + b for a, b in zip(first[path], second[path]))
+                        for path in together}
+    size = {"to": 2, "half": 2, "double": 8}[convert]
+    assert together["0"][3] == 3 * 4 * (F32 + size)  # the embedding's output, once each
+    embedding = prof.find("0")
+    assert embedding.memory.param_bytes == 10 * 4 * size  # its weight as it is now
+
+
+def test_a_conversion_that_changes_nothing_measures_nothing_again(torch):
+    model, ids = _embedding_model(torch), torch.tensor([[1, 2, 3]])
+    with torch.no_grad(), tracetorch.profile(model) as prof:
+        model(ids)
+        keys = list(prof.find("0").engine.flops_cache)
+        model.to(torch.float32)
+        model.float()
+        model(ids)
+        assert list(prof.find("0").engine.flops_cache) == keys
 
 
 def _model_with_fc(torch):

@@ -128,6 +128,8 @@ class Collector(CallTiming):
         # (see _check_parameters), and the structure generation when this opening started.
         self._parameter_ids: dict[CallNode, tuple[int, ...]] = {}
         self._generation = structure_generation()
+        # The structure generation the parameters were last counted at (_count_parameters_again).
+        self._params_generation = self._generation
         self._other_threads = False
         # Two folds at once (the tree read by another thread while a step or the stop folds)
         # would each take a counter's calls: one at a time.
@@ -325,6 +327,18 @@ class Collector(CallTiming):
             self._parameter_ids[node] = ids
             structure_changed()
 
+    def _count_parameters_again(self, node: CallNode, owner: Any) -> None:
+        # A layer's weights were replaced or converted since this opening began (a larger
+        # one, model.to(torch.bfloat16)): its parameters are counted again at its next first
+        # call, all of a model's once per structure generation.
+        generation = structure_generation()
+        if generation != self._params_generation:
+            self._params_generation = generation
+            self.ids.forget_parameter_counts()
+        params = self.ids.params_of(owner)
+        if params is not None:
+            node.params, node.memory.param_bytes = params
+
     def _install_frame(self, node: CallNode, frame: Frame) -> Frame:
         # Every node given a frame is listed for stop() to drop it again; a forward module node
         # is the one its module's recomputation (activation checkpointing) charges.
@@ -394,6 +408,9 @@ class Collector(CallTiming):
             del self._uncounted[node]
             # Its lazy weights have shapes now.
             node.params, node.memory.param_bytes = self.ids.params_of(owner) or (0, 0)
+        elif (self.count_params and node.kind == "module"
+              and structure_generation() != self._generation):
+            self._count_parameters_again(node, owner)
         entry = new_entry()
         if self.memory:
             entry[INPUT_BYTES] = tensor_bytes(args) + tensor_bytes(kwargs)

@@ -160,6 +160,11 @@ class Identities:
             known = self._param_counts[id(owner)]
         return known[1], known[2]
 
+    def forget_parameter_counts(self) -> None:
+        """Count every module's parameters again when next asked (weights replaced or
+        converted: :meth:`params_of`)."""
+        self._param_counts.clear()
+
     def owners_by_key(self) -> dict[str, Any]:
         """The objects called, by key, as far as they are still known (for grafting)."""
         found: dict[str, Any] = {}
@@ -182,4 +187,4 @@ class Identities:
         for key, held in list(self._by_key.items()):
             if not isinstance(held, weakref.ref):
                 del self._by_key[key]
-        self._param_counts.clear()
+        self.forget_parameter_counts()

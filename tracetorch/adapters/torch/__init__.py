@@ -279,7 +279,7 @@ class TorchAdapter:
             register_quiet_reads(quiet_tensor_reads)
             cleanups.append(start_op_counting(counter))
             cleanups.append(start_step_hooks())
-            cleanups.append(start_structure_hooks())
+            cleanups.append(start_structure_hooks(board))
 
             cleanups.append(start_compiled_counting(counter, board))
             module = torch.nn.Module
