@@ -26,7 +26,8 @@ import pytest
 
 torch = pytest.importorskip("torch") if os.environ.get("CI") != "true" else __import__("torch")
 
-from torch.nn.utils.parametrizations import spectral_norm, weight_norm  # noqa: E402
+from torch.nn.utils import parametrize  # noqa: E402
+from torch.nn.utils.parametrizations import orthogonal, spectral_norm, weight_norm  # noqa: E402
 from torch.utils import flop_counter  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
@@ -59,6 +60,32 @@ class Case(NamedTuple):
     make: Callable[[], nn.Module]
     inputs: Callable[[], tuple[Any, ...]]
     grad: tuple[int, ...] = (0,)
+
+
+class LoRA(nn.Module):
+    """A low-rank update of a weight, written as a parametrization (as minLoRA does): W + B·A."""
+
+    def __init__(self, weight: torch.Tensor, rank: int = 2) -> None:
+        super().__init__()
+        out_features, in_features = weight.shape
+        self.down = nn.Parameter(r(rank, in_features))
+        self.up = nn.Parameter(r(out_features, rank))
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        return weight + self.up @ self.down
+
+
+def _lora(layer: nn.Module) -> nn.Module:
+    parametrize.register_parametrization(layer, "weight", LoRA(layer.weight))
+    return layer
+
+
+def _lora_inside(layer: nn.Module) -> nn.Module:
+    # Every Linear of a ruled layer (its attention's output projection too) LoRA'd.
+    for module in list(layer.modules()):
+        if isinstance(module, nn.Linear):
+            _lora(module)
+    return layer
 
 
 def _ctc_inputs() -> tuple[Any, ...]:
@@ -295,6 +322,9 @@ CASES: dict[str, Case] = {
     "spectral_norm-Linear": Case(lambda: spectral_norm(nn.Linear(5, 7)), _X),
     "spectral_norm-Conv2d": Case(lambda: spectral_norm(nn.Conv2d(4, 6, 3), n_power_iterations=2),
                                  _IMAGE),
+    "LoRA-Linear": Case(lambda: _lora(nn.Linear(5, 7)), _X),
+    "LoRA-TransformerEncoderLayer": Case(lambda: _lora_inside(nn.TransformerEncoderLayer(
+        8, 2, 16, dropout=0.0, batch_first=True)), lambda: (r(2, 3, 8),)),
 }
 
 #: The classes of ``torch.nn`` no case builds, and why.
@@ -665,6 +695,41 @@ def test_quantized_layers_count_their_integer_products():
         transposed(image)
     # 2·(2·6·3·3 outputs)·4·3·3 and 2·(2·4·5·5 inputs)·6·3·3
     assert prof.forward_gemm_flops == 7776 + 21600 and prof.completeness == "complete"
+
+
+def test_any_parametrization_adds_its_counted_operations_to_the_layers_rule():
+    # The layer's rule counts what it does with its weight; computing the weight is the
+    # parametrization's call, counted by its operations where it has no rule, and added.
+    layer = _lora(nn.Linear(5, 7))  # B (7, 2) @ A (2, 5), then W + BA
+    with tracetorch.profile(layer) as prof:
+        layer(r(4, 5))
+    update = 2 * 7 * 2 * 5 + 7 * 5
+    assert prof.find("parametrizations.weight.0").flops == update
+    assert prof.find("").flops == 2 * 4 * 5 * 7  # its product
+    assert prof.forward_flops == 2 * 4 * 5 * 7 + update
+    assert tracetorch.count_flops(layer, (r(4, 5),)) == prof.forward_flops
+    turned = orthogonal(nn.Linear(6, 6, bias=False))
+    with torch.no_grad(), tracetorch.profile(turned) as prof:
+        turned(r(3, 6))
+    computed = prof.find("parametrizations.weight").subtree_flops
+    assert computed > 0 and prof.find("").flops == 2 * 3 * 6 * 6
+    assert prof.forward_flops == 2 * 3 * 6 * 6 + computed
+
+
+def test_a_parametrization_registered_inside_the_block_is_counted_from_then_on():
+    class Symmetric(nn.Module):
+        def forward(self, weight):
+            return weight.triu() + weight.triu(1).transpose(-1, -2)  # one add of 6·6
+
+    layer, x = nn.Linear(6, 6, bias=False), r(3, 6)
+    with torch.no_grad(), tracetorch.profile(layer) as prof:
+        layer(x)
+        parametrize.register_parametrization(layer, "weight", Symmetric())  # (runs it once)
+        layer(x)
+        layer(x)
+    assert prof.find("").flops == 3 * (2 * 3 * 6 * 6)
+    assert prof.find("parametrizations.weight").subtree_flops == 2 * 36
+    assert prof.forward_flops == 3 * (2 * 3 * 6 * 6) + 3 * 36
 
 
 def test_parametrizations_cost_their_formula_inside_the_layer():

@@ -33,6 +33,7 @@ from tracetorch.flops.optimizers import optimizer_scope
 from tracetorch.flops.registry import NO_RULE, FlopCount, FlopRegistry, default_registry
 from tracetorch.models.introspect import (
     bound_inputs,
+    computes_a_weight,
     is_stateless,
     is_torch_module,
     only_calls_children,
@@ -372,6 +373,7 @@ class Collector(CallTiming):
             state.rule_state = "none" if rule is NO_RULE else ("free" if rule is None else "rule")
         counts_ops = parent_ops
         torch_module = is_torch_module(owner)
+        state.beside_rule = torch_module and computes_a_weight(owner)
         if torch_module:
             # (read when a next opening takes the node up)
             self._parameter_ids[node] = parameter_ids(owner)

@@ -56,10 +56,12 @@ def fold_tree(node: CallNode) -> tuple[int, int, int]:
     last fold.
 
     A node with a rule costs what the rule said (its own tensor operations were the rule's
-    subject, so they are dropped); any other node costs its own operations plus its children.
-    Its own share is the inclusive cost minus what the children report, so nothing counts twice.
+    subject, so they are dropped), plus the children beside its rule (``engine.beside_rule``: a
+    parametrization computing its weight); any other node costs its own operations plus its
+    children. Its own share is the inclusive cost minus what the children report, so nothing
+    counts twice.
     """
-    return _fold(node, None)
+    return _fold(node, None)[:3]
 
 
 def fold_touched(nodes: Iterable[CallNode]) -> None:
@@ -103,25 +105,37 @@ def fold_touched(nodes: Iterable[CallNode]) -> None:
 
 
 def _fold(node: CallNode, ran: dict[CallNode, list[CallNode] | None] | None
-          ) -> tuple[int, int, int]:
+          ) -> tuple[int, int, int, tuple[int, int, int] | None]:
     # The children to fold: all of them, or (``ran`` given) those that ran since the last fold.
+    # Returns the node's inclusive counts and, of them, those beside a rule (a parametrization
+    # computing a weight, at any depth below: no ruled layer above counts them in its rule).
     flops = gemm = macs = 0
+    beside: tuple[int, int, int] | None = None
     children = node.children.values() if ran is None else ran[node]
     if children:
         for child in children:
             # (a leaf of the fold, the commonest node, without a call of this function)
-            child_flops, child_gemm, child_macs = (
-                _fold_node(child, 0, 0, 0) if ran is not None and ran[child] is None
-                else _fold(child, ran))
+            if ran is not None and ran[child] is None:
+                child_flops, child_gemm, child_macs = _fold_node(child, 0, 0, 0)
+                inner = None
+            else:
+                child_flops, child_gemm, child_macs, inner = _fold(child, ran)
             flops += child_flops
             gemm += child_gemm
             macs += child_macs
-    return _fold_node(node, flops, gemm, macs)
+            if child.engine.beside_rule:
+                inner = (child_flops, child_gemm, child_macs)
+            if inner is not None:
+                beside = inner if beside is None else (
+                    beside[0] + inner[0], beside[1] + inner[1], beside[2] + inner[2])
+    return (*_fold_node(node, flops, gemm, macs, beside), beside)
 
 
-def _fold_node(node: CallNode, flops: int, gemm: int, macs: int) -> tuple[int, int, int]:
-    """Fold one node whose children reported inclusive ``flops``, ``gemm`` and ``macs``; return
-    its own inclusive counts (every fold goes through here, once per node folded)."""
+def _fold_node(node: CallNode, flops: int, gemm: int, macs: int,
+               beside: tuple[int, int, int] | None = None) -> tuple[int, int, int]:
+    """Fold one node whose children reported inclusive ``flops``, ``gemm`` and ``macs`` (of
+    which ``beside``, those beside its rule); return its own inclusive counts (every fold goes
+    through here, once per node folded)."""
     engine = node.engine
     state = engine.rule_state
     ruled = state == "rule" or state == "user"
@@ -152,6 +166,10 @@ def _fold_node(node: CallNode, flops: int, gemm: int, macs: int) -> tuple[int, i
         memory.saved_bytes += saved
     if ruled:
         node.flops_source = state
+        if beside is not None:  # (what computing its weights cost is not the rule's)
+            inclusive += beside[0]
+            inclusive_gemm += beside[1]
+            inclusive_macs += beside[2]
     elif state == "free":
         inclusive, inclusive_gemm, inclusive_macs = flops, gemm, macs
         node.flops_source = "rule"  # its rule says it costs nothing: known, not unsupported

@@ -43,6 +43,9 @@ class NodeState:
         child_frames: ``id(owner) -> the child's Frame``, for each object this node's calls
             called, so naming runs once per child and a call finds its record in one lookup.
         rule_state: ``"rule"``, ``"user"``, ``"free"`` (a rule of ``None``) or ``"none"``.
+        beside_rule: whether this node's cost adds to its parent's rule instead of being a part
+            of what the rule counts (a parametrization computing the parent's weight, which
+            the parent's rule, counting what the layer does with its weight, leaves out).
         op_flops / op_gemm: FLOPs (and their matmul part) of the tensor operations run directly
             in this node's calls since the last fold.
         frame: the open-call record of this node's calls (:class:`~tracetorch.engine.hotpath.
@@ -50,14 +53,15 @@ class NodeState:
             openings.
     """
 
-    __slots__ = ("flops_cache", "last_counter", "child_frames", "rule_state", "op_flops",
-                 "op_gemm", "frame")
+    __slots__ = ("flops_cache", "last_counter", "child_frames", "rule_state", "beside_rule",
+                 "op_flops", "op_gemm", "frame")
 
     def __init__(self) -> None:
         self.flops_cache: dict[Any, list[Any]] = {}
         self.last_counter: list[list[Any] | None] = [None]
         self.child_frames: dict[int, Frame] = {}
         self.rule_state: RuleState = "none"
+        self.beside_rule = False
         self.op_flops = 0
         self.op_gemm = 0
         self.frame: Frame | None = None

@@ -9,9 +9,10 @@ a loop of one call takes up its tally again), makes no per-key counter (so every
 is a first one), and at each call's end adds the call's own share to the total, as the fold
 would add it to the call's node:
 
-- a call with a rule costs what its rule says (its own operations were the rule's subject);
-  one whose rule says it costs nothing, what its children cost; any other, its own counted
-  operations plus its children;
+- a call with a rule costs what its rule says (its own operations were the rule's subject),
+  plus its calls beside the rule (a parametrization computing its weight); one whose rule says
+  it costs nothing, what its children cost; any other, its own counted operations plus its
+  children;
 - its own share is that minus what its children's calls cost, never below 0.
 
 A backward pass run inside a counted call (a forward computing gradients), and every layer it
@@ -43,6 +44,7 @@ from tracetorch.engine.unsupported import warn_unsupported
 from tracetorch.flops.registry import NO_RULE, FlopCount
 from tracetorch.models.introspect import (
     bound_inputs,
+    computes_a_weight,
     is_torch_module,
     only_calls_children,
     returns_an_input,
@@ -73,11 +75,12 @@ class Tally:
     """
 
     __slots__ = ("parent", "type_name", "kind", "rule_state", "rule", "counts", "counts_ops",
-                 "op_flops", "op_gemm", "below", "saw_ops", "saw_children", "flops_source")
+                 "beside_rule", "op_flops", "op_gemm", "below", "beside", "saw_ops",
+                 "saw_children", "flops_source")
 
     def __init__(self, parent: Tally | CallNode | None, type_name: str, kind: NodeKind,
                  rule_state: str, rule: Callable[..., Any] | None, counts: bool,
-                 counts_ops: bool) -> None:
+                 counts_ops: bool, beside_rule: bool = False) -> None:
         self.parent = parent
         self.type_name = type_name
         self.kind = kind
@@ -88,10 +91,14 @@ class Tally:
         self.counts = counts
         #: Whether the operations run directly in it are counted.
         self.counts_ops = counts_ops
+        #: Whether its cost adds to its caller's rule (see NodeState.beside_rule).
+        self.beside_rule = beside_rule
         self.op_flops = 0
         self.op_gemm = 0
-        #: FLOPs its children's calls reported (each one's inclusive count).
+        #: FLOPs its children's calls reported (each one's inclusive count), and of them those
+        #: beside a rule (a parametrization's, at any depth below).
         self.below = 0
+        self.beside = 0
         self.saw_ops = False
         self.saw_children = False
         self.flops_source = "none"
@@ -125,7 +132,7 @@ class TallyCollector(Collector):
         super().__init__(root, model, **settings)
         self._total = 0
         # Per layer class, what new_child decides from the class alone (see _class_facts).
-        self._classes: dict[type, tuple[str, str, Any, bool, bool | None]] = {}
+        self._classes: dict[type, tuple[str, str, Any, bool, bool | None, bool]] = {}
 
     @property
     def total(self) -> int:
@@ -145,12 +152,12 @@ class TallyCollector(Collector):
             facts = self._class_facts(owner, kind, label, flops_fn)
             if by_class:
                 self._classes[owner.__class__] = facts
-        type_name, rule_state, rule, torch_module, ops = facts
+        type_name, rule_state, rule, torch_module, ops, beside_rule = facts
         # (a backward pass, and every layer it runs again, is no forward work)
         counts = kind != "backward" and (parent.__class__ is not Tally or parent.counts)
         if ops is None:  # as its caller
             ops = frame.ops
-        call = Tally(parent, type_name, kind, rule_state, rule, counts, ops)
+        call = Tally(parent, type_name, kind, rule_state, rule, counts, ops, beside_rule)
         # Its counters are hotpath's NO_COUNTERS: no key is made for its calls, and each call's
         # end is a first_entry. Kept under its caller's frame, as a node's is, for the calls of
         # one layer in a loop of one call (an RNN's cell): the same frame and tally again,
@@ -162,9 +169,10 @@ class TallyCollector(Collector):
 
     def _class_facts(self, owner: Any, kind: NodeKind, label: str | None,
                      flops_fn: Callable[..., int] | None
-                     ) -> tuple[str, str, Any, bool, bool | None]:
-        # A call's type name, rule state and rule, whether it is a torch module, and whether
-        # its operations are counted (None: as its caller's are), as Collector.adopt decides.
+                     ) -> tuple[str, str, Any, bool, bool | None, bool]:
+        # A call's type name, rule state and rule, whether it is a torch module, whether its
+        # operations are counted (None: as its caller's are) and whether it is beside its
+        # caller's rule, as Collector.adopt decides.
         rule: Any = flops_fn
         if flops_fn is not None:
             rule_state = "user"
@@ -180,7 +188,8 @@ class TallyCollector(Collector):
                    and not only_calls_children(owner))
         elif kind == "optimizer":
             ops = False
-        return call_type_name(owner, kind, label), rule_state, rule, torch_module, ops
+        return (call_type_name(owner, kind, label), rule_state, rule, torch_module, ops,
+                torch_module and computes_a_weight(owner))
 
     def first_entry(self, node: Any, owner: Any, key: Any, shape: Any,
                     args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> list[Any]:
@@ -192,9 +201,9 @@ class TallyCollector(Collector):
             # (keyword arguments go where the forward takes them: rules read positions)
             result = node.rule(owner, bound_inputs(owner, args, kwargs) if kwargs else args,
                                output)
-            inclusive = int(result.flops if result.__class__ is FlopCount else result)
+            inclusive = int(result.flops if result.__class__ is FlopCount else result) + node.beside
         elif state == "user":
-            inclusive = int(node.rule(*args, **kwargs))
+            inclusive = int(node.rule(*args, **kwargs)) + node.beside
         elif state == "free":
             inclusive = below
         else:
@@ -210,9 +219,11 @@ class TallyCollector(Collector):
         parent = node.parent
         if parent.__class__ is Tally:
             parent.below += inclusive
+            # (beside every ruled layer above: all of it, or what of it was beside below)
+            parent.beside += inclusive if node.beside_rule else node.beside
             parent.saw_children = True
         # (empty for its next call, if its frame is called again from its caller's call)
-        node.below = node.op_flops = node.op_gemm = 0
+        node.below = node.beside = node.op_flops = node.op_gemm = 0
         node.saw_ops = node.saw_children = False
         return _COUNTED.copy()
 

@@ -12,8 +12,11 @@ and ``tracetorch.core`` share: an activation costs what its function does per ou
 statistics (4 with BatchNorm's running statistics). Losses, distances, LocalResponseNorm and
 Fold cost what their ``torch.nn.functional`` function does (``criterion_flops``); pure data
 movement (padding, pixel and channel shuffles, Unfold, MaxUnpool) is a known 0; quantized
-Linear and convolutions count their integer product as the float one; a layer whose weight is
-parametrized (``weight_norm``, ``spectral_norm``) also counts computing it.
+Linear and convolutions count their integer product as the float one. A layer whose weight is
+parametrized (``weight_norm``, ``spectral_norm``, ``orthogonal``, a LoRA written with
+``torch.nn.utils.parametrize``) counts what it does with its weight; computing the weight is its
+parametrization's call, counted there (by the rules below for ``weight_norm`` and
+``spectral_norm``, by its operations for any other) and added to the layer's.
 
 Example:
     >>> import torch
@@ -368,40 +371,12 @@ def _spatial_dims(layer: nn.Module) -> int:
     return 1
 
 
-def _parametrizations_flops(layer: nn.Module) -> int:
-    """FLOPs of the parametrizations (weight_norm, spectral_norm...) that compute ``layer``'s
-    weights when its forward reads them: child calls, which a rule's inclusive count must
-    include (those without a rule of their own add nothing here)."""
-    flops = 0
-    for plist in layer._modules["parametrizations"].values():
-        originals = tuple(tensor for name, tensor in plist.named_parameters(recurse=False))
-        for parametrization in plist:
-            rule = default_registry.lookup(type(parametrization))
-            if callable(rule):
-                result = rule(parametrization, originals, None)
-                flops += result.flops if isinstance(result, FlopCount) else int(result)
-    return flops
-
-
-def _counting_parametrizations(rule: Any) -> Any:
-    """``rule`` for a layer whose weights may be parametrized: plus what computing them costs."""
-    def counted(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -> Any:
-        result = rule(layer, inputs, output)
-        if "parametrizations" not in layer._modules:
-            return result
-        return result._replace(flops=result.flops + _parametrizations_flops(layer))
-    counted.__doc__ = rule.__doc__
-    counted.__name__ = rule.__name__
-    return counted
-
-
 # ----------------------------------------------------------------------------- registration
 def register_torch_rules(registry: FlopRegistry = default_registry) -> None:
     """Register every built-in torch rule (user rules registered before or after still win)."""
     def add(types: Any, rule: Any) -> None:
-        counted = _counting_parametrizations(rule)
         for layer_type in types if isinstance(types, tuple) else (types,):
-            registry.register(layer_type, builtin=True)(counted)
+            registry.register(layer_type, builtin=True)(rule)
 
     add(nn.Linear, linear_rule)
     add(nn.Bilinear, bilinear_rule)

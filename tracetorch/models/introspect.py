@@ -26,7 +26,8 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ("declared_attribute", "is_layer", "is_torch_module", "is_stateless",
+__all__ = ("computes_a_weight", "declared_attribute", "is_layer", "is_torch_module",
+           "is_stateless",
            "only_calls_children", "runs_compiled_graph",
            "bound_inputs", "returns_an_input",
            "named_submodules", "named_children_of", "layer_classes")
@@ -67,6 +68,21 @@ def is_layer(obj: Any) -> bool:
     """Whether ``obj`` looks like a layer: an instance (not a class) with a callable ``forward``
     that its class or its own ``__dict__`` defines (see :func:`declared_attribute`)."""
     return not isinstance(obj, type) and callable(declared_attribute(obj, "forward"))
+
+
+def computes_a_weight(obj: Any) -> bool:
+    """Whether ``obj`` computes a parametrized layer's weight when the layer reads it (torch's
+    ``ParametrizationList``: ``weight_norm``, ``orthogonal``, a LoRA written with
+    ``torch.nn.utils.parametrize``), without importing torch. A FLOP rule counts what the layer
+    does with its weight: what computing the weight costs adds to that.
+
+    Example:
+        >>> computes_a_weight(object())
+        False
+    """
+    parametrize = sys.modules.get("torch.nn.utils.parametrize")
+    lists = getattr(parametrize, "ParametrizationList", None)
+    return lists is not None and isinstance(obj, lists)
 
 
 def is_torch_module(obj: Any) -> bool:

@@ -260,15 +260,29 @@ def _exclude_descendants(flops: dict[CallNode, int]) -> None:
     """A layer's gradient parts are inclusive, like its forward rule (a TransformerEncoderLayer's
     count its Linears'), and its children that ran in the pass charged their own: as the fold
     does with forward FLOPs, each such layer keeps what its subtree was not charged in this pass
-    (never less than 0), innermost layers first. Only a layer with a FLOP rule charges inclusive
-    parts; one without charges its own products, which are no child's."""
+    (never less than 0), innermost layers first; what the children beside its rule charged (a
+    parametrization computing its weight) is not its rule's, and stays out of that. Only a layer
+    with a FLOP rule charges inclusive parts; one without charges its own products, which are no
+    child's."""
     composite = [node for node in flops if node.children and node.engine.rule_state == "rule"]
     if not composite:
         return
     depth = {node: node.depth for node in composite}
     for node in sorted(composite, key=depth.__getitem__, reverse=True):
-        below = sum(flops.get(inner, 0) for inner in node.walk() if inner is not node)
-        flops[node] = max(0, flops[node] - below)
+        flops[node] = max(0, flops[node] - _charged_below(node, flops))
+
+
+def _charged_below(node: CallNode, flops: dict[CallNode, int]) -> int:
+    # What ``node``'s descendants charged, but for the subtrees beside a rule (at any depth: no
+    # ruled layer's parts count a parametrization's).
+    charged = 0
+    pending = [child for child in node.children.values() if not child.engine.beside_rule]
+    while pending:
+        inner = pending.pop()
+        charged += flops.get(inner, 0)
+        pending.extend(child for child in inner.children.values()
+                       if not child.engine.beside_rule)
+    return charged
 
 
 #: What a pass's sequence of boundary layers means for its times, worked out once per sequence

@@ -18,6 +18,10 @@ counted by the function mode again at its next call and compared
 (:func:`~tracetorch.adapters.torch.learned.check_learned_again`): no call after a change
 replays counts learned before it, and a key whose calls now run something else learns that anew.
 
+A module given another class (``torch.nn.utils.parametrize.register_parametrization``, which
+makes the weight a property computed by submodules at each call, and its removal) has every
+layer measured again at each change.
+
 Not watched, each for a reason: a module's names starting with ``_`` (a framework's own
 bookkeeping: Lightning sets ``_current_fx_name`` at each of its hooks, several times a step;
 a config's are watched, since transformers keeps its attention choice there); tensors and
@@ -111,6 +115,11 @@ def _watched(original: Callable[[Any, str, Any], None], private: bool
             frame = innermost_frame()
             if frame is None or frame.owner is not self:  # (not its own call's bookkeeping)
                 _changed(type(self), name)
+        elif name == "__class__" and value is not type(self):
+            # Another class for the object (torch's parametrize makes a module a subclass that
+            # computes its weight in submodules at each call; removing it makes it the old one):
+            # another layer, measured again whatever it was.
+            structure_changed()
         original(self, name, value)
 
     watched_setattr.__wrapped__ = original  # type: ignore[attr-defined]
