@@ -311,7 +311,10 @@ def test_sequential_children_and_user_subclass_with_super_forward():
         model(torch.randn(4, 3))
     assert [n.path for n in prof.nodes()] == ["", "0", "1", "1.0", "1.1"]
     assert prof.find("0").calls == 1 and not prof.find("0").children  # super() is no new level
-    assert prof.find("0").flops == 2 * 4 * 3 * 5  # the Linear rule, found through the MRO
+    # its own forward: its operations, the product run through super() and its scale (the
+    # Linear rule counts a Linear's forward, not another one)
+    assert prof.find("0").flops == 2 * 4 * 3 * 5 + 4 * 5
+    assert prof.find("0").flops_source == "ops"
 
 
 def test_hooks_state_dict_and_outputs_are_identical():

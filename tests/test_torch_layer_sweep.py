@@ -80,6 +80,33 @@ def _lora(layer: nn.Module) -> nn.Module:
     return layer
 
 
+class LoRALinear(nn.Linear):
+    """A Linear with a low-rank update in its own forward, as loralib writes it."""
+
+    def __init__(self, in_features: int, out_features: int, rank: int = 2) -> None:
+        super().__init__(in_features, out_features)
+        self.lora_A = nn.Parameter(r(rank, in_features))
+        self.lora_B = nn.Parameter(r(out_features, rank))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        update = x @ self.lora_A.transpose(0, 1) @ self.lora_B.transpose(0, 1)
+        return nn.functional.linear(x, self.weight, self.bias) + update * 0.5
+
+
+class StdConv2d(nn.Conv2d):
+    """A convolution of its standardized weight, as timm writes it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = nn.functional.batch_norm(
+            self.weight.reshape(1, self.out_channels, -1), None, None, training=True,
+            momentum=0.0, eps=1e-6).reshape_as(self.weight)
+        return nn.functional.conv2d(x, weight, self.bias, self.stride, self.padding)
+
+
+class Renamed(nn.Linear):
+    """A subclass that keeps the layer's forward: the layer's rule is its."""
+
+
 def _lora_inside(layer: nn.Module) -> nn.Module:
     # Every Linear of a ruled layer (its attention's output projection too) LoRA'd.
     for module in list(layer.modules()):
@@ -323,6 +350,9 @@ CASES: dict[str, Case] = {
     "spectral_norm-Conv2d": Case(lambda: spectral_norm(nn.Conv2d(4, 6, 3), n_power_iterations=2),
                                  _IMAGE),
     "LoRA-Linear": Case(lambda: _lora(nn.Linear(5, 7)), _X),
+    # subclasses of torch's layers with a forward of their own (loralib's, timm's)
+    "loralib-Linear": Case(lambda: LoRALinear(5, 7), _X),
+    "StdConv2d": Case(lambda: StdConv2d(4, 6, 3), _IMAGE),
     "LoRA-TransformerEncoderLayer": Case(lambda: _lora_inside(nn.TransformerEncoderLayer(
         8, 2, 16, dropout=0.0, batch_first=True)), lambda: (r(2, 3, 8),)),
 }
@@ -695,6 +725,21 @@ def test_quantized_layers_count_their_integer_products():
         transposed(image)
     # 2·(2·6·3·3 outputs)·4·3·3 and 2·(2·4·5·5 inputs)·6·3·3
     assert prof.forward_gemm_flops == 7776 + 21600 and prof.completeness == "complete"
+
+
+def test_a_subclass_with_its_own_forward_is_counted_by_its_operations():
+    # loralib's Linear: the product, two low-rank products, a scale and a sum.
+    layer, x = LoRALinear(5, 7), r(4, 5)
+    with torch.no_grad(), tracetorch.profile(layer) as prof:
+        layer(x)
+    node = prof.find("")
+    assert node.flops_source == "ops"
+    assert node.gemm_flops == 2 * 4 * 5 * 7 + 2 * 4 * 5 * 2 + 2 * 4 * 2 * 7
+    assert node.flops == node.gemm_flops + 4 * 7 + 4 * 7  # the scale and the sum
+    renamed = Renamed(5, 7)
+    with torch.no_grad(), tracetorch.profile(renamed) as prof:
+        renamed(x)
+    assert prof.find("").flops_source == "rule" and prof.find("").flops == 2 * 4 * 5 * 7
 
 
 def test_any_parametrization_adds_its_counted_operations_to_the_layers_rule():

@@ -254,13 +254,16 @@ def test_a_layer_with_a_rule_runs_without_the_mode(torch):
 
     depths: list[int] = []
 
-    class Recording(torch.nn.Linear):  # the Linear rule applies: its operations are not needed
+    class Recording(torch.nn.Linear):  # a rule of its own: its operations are not needed
         def forward(self, x: Any) -> Any:
             depths.append(stack_depth(torch))
             return super().forward(x)
 
+    def product(layer: Any, inputs: Any, output: Any) -> int:
+        return 2 * inputs[0].shape[0] * layer.in_features * layer.out_features
+
     layer = Recording(4, 4)
-    with tracetorch.profile() as prof:
+    with tracetorch.profile(flop_rules={Recording: product}) as prof:
         layer(torch.ones(2, 4))
         depths.append(stack_depth(torch))
     assert depths == [0, 1]

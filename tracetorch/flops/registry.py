@@ -91,11 +91,33 @@ class FlopRegistry:
 
     def lookup(self, layer_type: type) -> Any:
         """The rule for ``layer_type`` (a user rule first at each MRO level), ``None`` for a type
-        registered as free, or :data:`NO_RULE`."""
+        registered as free, or :data:`NO_RULE`.
+
+        A built-in rule counts what its framework's layer does: it covers a subclass defined
+        elsewhere only while the subclass keeps the layer's ``forward`` (a ``Linear`` subclass
+        that adds a low-rank product in its own ``forward``, as loralib's does, has no rule:
+        its operations are counted). A user's rule covers every subclass.
+
+        Example:
+            >>> class Layer:
+            ...     def forward(self, x):
+            ...         return x
+            >>> class Renamed(Layer):
+            ...     pass
+            >>> registry = FlopRegistry()
+            >>> _ = registry.register(Layer, builtin=True)(lambda layer, inputs, output: 1)
+            >>> registry.lookup(Renamed) is registry.lookup(Layer), registry.lookup(int) is NO_RULE
+            (True, True)
+        """
+        forward_from: type | None = None  # the class whose forward the layer runs
         for klass in layer_type.__mro__:
+            if forward_from is None and "forward" in vars(klass):
+                forward_from = klass
             if klass in self._user:
                 return self._user[klass]
             if klass in self._builtin:
+                if forward_from is not None and _package(forward_from) != _package(klass):
+                    return NO_RULE  # another package's forward: not what the rule counts
                 return self._builtin[klass]
         return NO_RULE
 
@@ -106,6 +128,11 @@ class FlopRegistry:
         twin._builtin = self._builtin
         twin._user = dict(self._user)
         return twin
+
+
+def _package(klass: type) -> str:
+    # The top-level package a class is defined in ("torch" for torch.nn.modules.rnn.LSTM).
+    return str(getattr(klass, "__module__", "") or "").partition(".")[0]
 
 
 #: The process-wide registry that built-in rules and :func:`flop_rule` write to.
