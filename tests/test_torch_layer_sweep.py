@@ -742,6 +742,36 @@ def test_a_subclass_with_its_own_forward_is_counted_by_its_operations():
     assert prof.find("").flops_source == "rule" and prof.find("").flops == 2 * 4 * 5 * 7
 
 
+def test_a_forward_assigned_on_the_instance_is_counted_by_its_operations():
+    layer, x = nn.Linear(8, 8), r(4, 8)
+    own = layer.forward
+
+    def forward(inputs: torch.Tensor) -> torch.Tensor:  # two more products
+        return own(inputs) + inputs @ inputs.transpose(0, 1) @ inputs
+
+    layer.forward = forward
+    with torch.no_grad(), tracetorch.profile(layer) as prof:
+        layer(x)
+    with torch.no_grad(), FlopCounterMode(display=False) as reference:
+        layer(x)
+    assert prof.find("").flops_source == "ops"
+    assert prof.forward_gemm_flops == reference.get_total_flops() == 512 + 256 + 256
+    assert tracetorch.count_flops(layer, (x,)) == prof.forward_flops
+
+
+def test_accelerates_device_hooks_keep_the_layers_rule():
+    # accelerate puts a forward on each layer that runs the class's (kept as _old_forward)
+    # between moves of tensors: what runs is the Linear's, and its rule counts it.
+    hooks = pytest.importorskip("accelerate.hooks") if os.environ.get("CI") != "true" \
+        else __import__("accelerate.hooks", fromlist=["hooks"])
+    layer, x = nn.Linear(8, 8), r(4, 8)
+    hooks.add_hook_to_module(layer, hooks.ModelHook())
+    assert "forward" in vars(layer) and "_old_forward" in vars(layer)
+    with torch.no_grad(), tracetorch.profile(layer) as prof:
+        layer(x)
+    assert prof.find("").flops_source == "rule" and prof.forward_flops == 2 * 4 * 8 * 8
+
+
 def test_any_parametrization_adds_its_counted_operations_to_the_layers_rule():
     # The layer's rule counts what it does with its weight; computing the weight is the
     # parametrization's call, counted by its operations where it has no rule, and added.

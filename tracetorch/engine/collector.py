@@ -369,7 +369,7 @@ class Collector(CallTiming):
             state.rule_state = "user"
             self._user_rules[node] = flops_fn
         elif kind in RULED_KINDS:
-            rule = self.registry.lookup(type(owner))
+            rule = self.registry.lookup(type(owner), owner)
             state.rule_state = "none" if rule is NO_RULE else ("free" if rule is None else "rule")
         counts_ops = parent_ops
         torch_module = is_torch_module(owner)
@@ -425,7 +425,7 @@ class Collector(CallTiming):
             entry[FLOPS] = int(self._user_rules[node](*args, **kwargs))
         elif state == "rule":
             entry[FLOPS], entry[GEMM_FLOPS], entry[MACS] = _rule_flops(
-                self.registry.lookup(type(owner)), owner, args, kwargs, output)
+                self.registry.lookup(type(owner), owner), owner, args, kwargs, output)
         elif (state == "none" and node.kind == "module" and not engine.op_flops
               and not node.children and node.flops_source == "none"):
             if (not node.ops and engine.frame is not None and engine.frame.ops

@@ -145,8 +145,10 @@ class TallyCollector(Collector):
         """The frame of this one call of ``owner`` under ``frame``: whether its operations are
         counted is decided as :meth:`Collector.adopt` decides it."""
         parent = frame.node
-        # (a layer's facts depend on its class alone: looked up once per class and count)
-        by_class = kind == "module" and flops_fn is None
+        # (a layer's facts depend on its class alone, looked up once per class and count, but
+        # for one with a forward assigned on it: see FlopRegistry.lookup)
+        by_class = (kind == "module" and flops_fn is None
+                    and "forward" not in (getattr(owner, "__dict__", None) or ()))
         facts = self._classes.get(owner.__class__) if by_class else None
         if facts is None:
             facts = self._class_facts(owner, kind, label, flops_fn)
@@ -177,7 +179,7 @@ class TallyCollector(Collector):
         if flops_fn is not None:
             rule_state = "user"
         elif kind in RULED_KINDS:
-            rule = self.registry.lookup(type(owner))
+            rule = self.registry.lookup(type(owner), owner)
             rule_state = "none" if rule is NO_RULE else ("free" if rule is None else "rule")
         else:
             rule_state = "none"

@@ -89,14 +89,16 @@ class FlopRegistry:
         lookup remembered at one generation is known to hold while it stays the same."""
         return _CHANGES[0]
 
-    def lookup(self, layer_type: type) -> Any:
+    def lookup(self, layer_type: type, layer: Any = None) -> Any:
         """The rule for ``layer_type`` (a user rule first at each MRO level), ``None`` for a type
-        registered as free, or :data:`NO_RULE`.
+        registered as free, or :data:`NO_RULE`; ``layer``, where given, is the instance called.
 
         A built-in rule counts what its framework's layer does: it covers a subclass defined
         elsewhere only while the subclass keeps the layer's ``forward`` (a ``Linear`` subclass
         that adds a low-rank product in its own ``forward``, as loralib's does, has no rule:
-        its operations are counted). A user's rule covers every subclass.
+        its operations are counted), and an instance only while no ``forward`` of its own was
+        assigned on it (but for accelerate's device hooks, which run the class's, kept as
+        ``_old_forward``). A user's rule covers every subclass and instance.
 
         Example:
             >>> class Layer:
@@ -118,7 +120,7 @@ class FlopRegistry:
             if klass in self._builtin:
                 if forward_from is not None and _package(forward_from) != _package(klass):
                     return NO_RULE  # another package's forward: not what the rule counts
-                return self._builtin[klass]
+                return NO_RULE if _forward_of_its_own(layer) else self._builtin[klass]
         return NO_RULE
 
     def copy(self) -> FlopRegistry:
@@ -128,6 +130,13 @@ class FlopRegistry:
         twin._builtin = self._builtin
         twin._user = dict(self._user)
         return twin
+
+
+def _forward_of_its_own(layer: Any) -> bool:
+    # Whether ``layer`` runs a forward assigned on it, which may do anything (accelerate's
+    # device hooks run the class's forward, kept as ``_old_forward``, between moves of tensors).
+    own = getattr(layer, "__dict__", None) or {}
+    return "forward" in own and "_old_forward" not in own
 
 
 def _package(klass: type) -> str:
