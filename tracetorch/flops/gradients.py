@@ -417,7 +417,8 @@ def _einsum(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any
         operands = tuple(operands[0])
     contractions = einsum_contractions(args[0], [tuple(t.shape) for t in operands],
                                        _einsum_path(args[0], operands))
-    return [(flops, tuple(sorted({1 if listed else i + 1 for i in side})))
+    real = 4 if result.is_complex() else 1  # (a complex product's real arithmetic)
+    return [(real * flops, tuple(sorted({1 if listed else i + 1 for i in side})))
             for flops, *sides in contractions for side in sides]
 
 

@@ -40,6 +40,13 @@ counted, as in the layer rules and in PyTorch's own counter:
                                               causal mask is not discounted (as FlopCounterMode)
 ============================================  ==================================================
 
+A product of complex tensors counts its real arithmetic: a complex multiply-add is 4 real
+multiplies and 4 real adds, 4 x the FLOPs above (``FlopCounterMode`` counts it as a real one).
+Fourier transforms (``torch.fft``) are no products: 5·N·log2(N) per complex transform of N
+points and 2.5·N·log2(N) per transform with a real side (``rfft``, ``irfft``, ``hfft``,
+``ihfft`` and their 2-D and n-D forms), N the product of the transformed lengths (the padded or
+trimmed ones), the radix-2 count that FFTW's benchmarks use; a transform of 1 point costs 0.
+
 Example:
     >>> matmul_flops((8, 4, 16), (16, 32))     # 8 x (4x16 @ 16x32)
     32768
@@ -50,7 +57,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from math import prod
+from math import log2, prod
 from typing import Any, Callable
 
 from tracetorch.flops.elementwise import (
@@ -64,7 +71,8 @@ from tracetorch.flops.elementwise import (
 )
 
 __all__ = ("Shape", "CallFormula", "CRITERION_PARAMETERS", "matmul_flops", "einsum_flops",
-           "conv_flops", "sdpa_flops", "torch_function_formulas", "data_movement_functions")
+           "conv_flops", "sdpa_flops", "fft_flops", "torch_function_formulas",
+           "data_movement_functions")
 
 Shape = tuple[int, ...]
 #: The FLOPs of one call, from its positional arguments, keyword arguments and result.
@@ -238,6 +246,79 @@ def _sdpa(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
                       _shape(_arg(args, kwargs, 2, "value")))
 
 
+def _complex_aware(formula: CallFormula) -> CallFormula:
+    """``formula`` of a product, 4 x for complex tensors (see the module docstring)."""
+    def counted(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+        flops = formula(args, kwargs, result)
+        is_complex = getattr(result, "is_complex", None)
+        return 4 * flops if is_complex is not None and is_complex() else flops
+    return counted
+
+
+#: The Fourier transforms of ``torch.fft``: per function, FLOPs per point and log2 point (5 for
+#: a complex transform, 2.5 with a real side), the transformed dimensions by default (``None``:
+#: all, or the last ``len(s)``), and which side is real (``"in"``: the input, ``"out"``: the
+#: result, ``None``: neither).
+_FFTS: dict[str, tuple[float, tuple[int, ...] | None, str | None]] = {
+    "fft": (5.0, (-1,), None), "ifft": (5.0, (-1,), None),
+    "fft2": (5.0, (-2, -1), None), "ifft2": (5.0, (-2, -1), None),
+    "fftn": (5.0, None, None), "ifftn": (5.0, None, None),
+    "rfft": (2.5, (-1,), "in"), "rfft2": (2.5, (-2, -1), "in"), "rfftn": (2.5, None, "in"),
+    "ihfft": (2.5, (-1,), "in"), "ihfft2": (2.5, (-2, -1), "in"), "ihfftn": (2.5, None, "in"),
+    "irfft": (2.5, (-1,), "out"), "irfft2": (2.5, (-2, -1), "out"), "irfftn": (2.5, None, "out"),
+    "hfft": (2.5, (-1,), "out"), "hfft2": (2.5, (-2, -1), "out"), "hfftn": (2.5, None, "out"),
+}
+
+
+def fft_flops(per_point: float, shape: Shape, dims: Sequence[int],
+              lengths: Sequence[int] | None = None) -> int:
+    """FLOPs of the transforms of a tensor of ``shape`` over ``dims`` (``lengths``: the
+    transformed lengths where they differ from the shape's, padded or trimmed): per_point·
+    N·log2(N) for each of the transforms, N the product of the transformed lengths.
+
+    Example:
+        >>> fft_flops(5.0, (4, 8), (-1,))          # four complex transforms of 8 points
+        480
+        >>> fft_flops(2.5, (2, 6), (-1,), [8])     # two real ones, padded to 8 points
+        120
+    """
+    rank = len(shape)
+    axes = sorted({dim % rank for dim in dims}) if rank else []
+    sizes = list(lengths) if lengths is not None else [shape[axis] for axis in axes]
+    points = prod(sizes)
+    if points <= 1:
+        return 0
+    transforms = prod(size for axis, size in enumerate(shape) if axis not in axes)
+    return round(per_point * transforms * points * log2(points))
+
+
+def _fft(name: str) -> CallFormula:
+    per_point, default_dims, real_side = _FFTS[name]
+    one_dim = default_dims == (-1,)
+
+    def formula(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+        signal = _arg(args, kwargs, 0, "input")
+        sizes = _arg(args, kwargs, 1, "n" if one_dim else "s")
+        dims = _arg(args, kwargs, 2, "dim")
+        if sizes is not None and one_dim:
+            sizes = (sizes,)
+        if dims is None:
+            dims = default_dims
+        elif isinstance(dims, int):
+            dims = (dims,)
+        real = result if real_side == "out" or real_side is None else signal
+        rank = real.dim()
+        if dims is None:  # every dimension, or the last len(s)
+            dims = tuple(range(rank - len(sizes), rank)) if sizes is not None else tuple(
+                range(rank))
+        lengths = None
+        if real_side == "in" and sizes is not None:
+            lengths = [size if size != -1 else real.shape[dim]
+                       for size, dim in zip(sizes, dims)]
+        return fft_flops(per_point, _shape(real), dims, lengths)
+    return formula
+
+
 def _per_output(per_element: int) -> CallFormula:
     def formula(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
         return per_element * int(result.numel())
@@ -381,7 +462,10 @@ def torch_function_formulas() -> dict[Callable[..., Any], tuple[str, CallFormula
     for owner, attr, name, formula in _elementwise_table(torch):
         if hasattr(owner, attr):  # F.tanh is Tensor.tanh: the same function once
             formulas.setdefault(getattr(owner, attr), (name, formula, False))
+    for name in _FFTS:
+        if hasattr(torch.fft, name):
+            formulas[getattr(torch.fft, name)] = ("fft_" + name, _fft(name), False)
     for owner, attr, name, formula in table:
         if hasattr(owner, attr):
-            formulas[getattr(owner, attr)] = (name, formula, True)
+            formulas[getattr(owner, attr)] = (name, _complex_aware(formula), True)
     return formulas

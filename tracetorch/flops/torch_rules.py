@@ -71,6 +71,13 @@ def _numel(value: Any) -> int:
     return int(tensor.numel()) if tensor is not None else 0
 
 
+def _real(output: Any) -> int:
+    # Real FLOPs per FLOP of a product's count: 4 for complex tensors (a complex multiply-add
+    # is 4 real multiplies and 4 real adds), else 1.
+    tensor = output if output.__class__ is _Tensor else _first_tensor(output)
+    return 4 if tensor is not None and tensor.is_complex() else 1
+
+
 def _gemm(gemm: int, other: int = 0) -> FlopCount:
     return _new_count(FlopCount, (int(gemm + other), int(gemm), int(gemm // 2)))
 
@@ -82,20 +89,20 @@ def _elementwise(flops: int) -> FlopCount:
 # ----------------------------------------------------------------------------- products
 def linear_rule(layer: nn.Linear, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """Linear: 2·rows·in·out for the product (also quantized Linears: an int8 product counts
-    as a float one)."""
-    return _gemm(2 * _numel(output) * layer.in_features)
+    as a float one; a complex one 4 x, its real arithmetic, as for every product here)."""
+    return _gemm(2 * _numel(output) * layer.in_features * _real(output))
 
 
 def bilinear_rule(layer: nn.Bilinear, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """Bilinear: 2·rows·out·in1·in2 for x1ᵀWx2."""
-    return _gemm(2 * _numel(output) * layer.in1_features * layer.in2_features)
+    return _gemm(2 * _numel(output) * layer.in1_features * layer.in2_features * _real(output))
 
 
 def conv_rule(layer: nn.modules.conv._ConvNd, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """ConvNd: 2 x (output elements) x (C_in/groups) x prod(kernel) — stride, padding and
     dilation enter through the output shape."""
     per_output = (layer.in_channels // layer.groups) * prod(layer.kernel_size)
-    return _gemm(2 * _numel(output) * per_output)
+    return _gemm(2 * _numel(output) * per_output * _real(output))
 
 
 def conv_transpose_rule(layer: nn.modules.conv._ConvTransposeNd, inputs: tuple[Any, ...],
@@ -103,7 +110,7 @@ def conv_transpose_rule(layer: nn.modules.conv._ConvTransposeNd, inputs: tuple[A
     """ConvTransposeNd: every input element meets C_out/groups filters: 2 x (input elements) x
     (C_out/groups) x prod(kernel)."""
     per_input = (layer.out_channels // layer.groups) * prod(layer.kernel_size)
-    return _gemm(2 * _numel(inputs) * per_input)
+    return _gemm(2 * _numel(inputs) * per_input * _real(output))
 
 
 def mha_count(layer: nn.MultiheadAttention, n: int, length: int, source: int) -> FlopCount:
