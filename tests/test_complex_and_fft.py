@@ -169,3 +169,33 @@ def test_a_spectral_convolution_counts_its_transforms_and_its_complex_product():
     assert prof.forward_flops == transforms + mixing == 8448
     assert prof.forward_gemm_flops == mixing
     assert tracetorch.count_flops(layer, (x,)) == prof.forward_flops
+
+
+SIGNAL = torch.randn(2, 400)  # frames of 64 points every 16 (stft's default hop): 26 a signal
+WINDOW = torch.hann_window(64)
+
+#: stft and istft calls and their hand counts: per frame a transform of 64 points (2.5·64·6 one-
+#: sided, 5·64·6 two-sided) plus the window's 64 multiplies, the 33 bins' scales if normalized.
+SPECTROGRAMS = {
+    "stft": (lambda x: torch.stft(x, 64, return_complex=True), (SIGNAL,), 2 * 26 * 960),
+    "stft windowed": (lambda x: torch.stft(x, 64, window=WINDOW, return_complex=True),
+                      (SIGNAL,), 2 * 26 * (960 + 64)),
+    "stft two-sided, normalized": (
+        lambda x: x.stft(64, window=WINDOW, onesided=False, normalized=True,
+                         return_complex=True), (SIGNAL,), 2 * 26 * (1920 + 64 + 64)),
+    "stft as real pairs": (lambda x: torch.view_as_real(torch.stft(x, 64, return_complex=True)),
+                           (SIGNAL,), 2 * 26 * 960),
+    # istft: a one-sided inverse per frame, the window's multiplies and the overlap-add's adds,
+    # then a division per output sample
+    "istft": (lambda s: torch.istft(s, 64, window=WINDOW),
+              (torch.stft(SIGNAL, 64, window=WINDOW, return_complex=True),),
+              2 * 26 * (960 + 2 * 64) + 2 * 400),
+}
+
+
+@pytest.mark.parametrize("case", list(SPECTROGRAMS))
+def test_a_spectrogram_costs_a_transform_per_frame(case):
+    function, inputs, expected = SPECTROGRAMS[case]
+    prof = _counted(function, *inputs)
+    counted = [op.flops for op in prof.find("").op_table() if op.name in ("stft", "istft")]
+    assert counted == [expected]

@@ -46,6 +46,11 @@ Fourier transforms (``torch.fft``) are no products: 5·N·log2(N) per complex tr
 points and 2.5·N·log2(N) per transform with a real side (``rfft``, ``irfft``, ``hfft``,
 ``ihfft`` and their 2-D and n-D forms), N the product of the transformed lengths (the padded or
 trimmed ones), the radix-2 count that FFTW's benchmarks use; a transform of 1 point costs 0.
+``stft`` is a transform of ``n_fft`` points per frame (a real one while one-sided), plus the
+window's ``n_fft`` multiplies where one is given and one scale per output bin where
+``normalized``; ``istft`` a transform per frame, the window's multiplies and the overlap-add's
+adds (``n_fft`` each), one more scale per bin where ``normalized``, and a division per output
+sample by the windows' sum.
 
 Example:
     >>> matmul_flops((8, 4, 16), (16, 32))     # 8 x (4x16 @ 16x32)
@@ -319,6 +324,38 @@ def _fft(name: str) -> CallFormula:
     return formula
 
 
+def _spectrogram_shape(spectrum: Any) -> tuple[int, int, int]:
+    # (signals, frequency bins, frames) of a spectrogram: complex (..., bins, frames), or its
+    # real view (..., bins, frames, 2).
+    shape = _shape(spectrum)
+    if not spectrum.is_complex():
+        shape = shape[:-1]
+    bins, frames = shape[-2], shape[-1]
+    return prod(shape[:-2]), bins, frames
+
+
+def _stft(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+    signal, n_fft = _arg(args, kwargs, 0, "input"), _arg(args, kwargs, 1, "n_fft")
+    window = _arg(args, kwargs, 4, "window")
+    normalized, onesided = _arg(args, kwargs, 7, "normalized"), _arg(args, kwargs, 8, "onesided")
+    signals, bins, frames = _spectrogram_shape(result)
+    real = not signal.is_complex() and (window is None or not window.is_complex()) and (
+        onesided is None or onesided)
+    per_frame = fft_flops(2.5 if real else 5.0, (n_fft,), (0,)) + (
+        n_fft if window is not None else 0) + (bins if normalized else 0)
+    return signals * frames * per_frame
+
+
+def _istft(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+    spectrum, n_fft = _arg(args, kwargs, 0, "input"), _arg(args, kwargs, 1, "n_fft")
+    normalized, onesided = _arg(args, kwargs, 6, "normalized"), _arg(args, kwargs, 7, "onesided")
+    signals, bins, frames = _spectrogram_shape(spectrum)
+    real = onesided if onesided is not None else bins != n_fft
+    per_frame = fft_flops(2.5 if real else 5.0, (n_fft,), (0,)) + 2 * n_fft + (
+        n_fft if normalized else 0)
+    return signals * frames * per_frame + int(result.numel())
+
+
 def _per_output(per_element: int) -> CallFormula:
     def formula(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
         return per_element * int(result.numel())
@@ -465,6 +502,9 @@ def torch_function_formulas() -> dict[Callable[..., Any], tuple[str, CallFormula
     for name in _FFTS:
         if hasattr(torch.fft, name):
             formulas[getattr(torch.fft, name)] = ("fft_" + name, _fft(name), False)
+    for owner in (torch, tensor):
+        formulas[owner.stft] = ("stft", _stft, False)
+        formulas[owner.istft] = ("istft", _istft, False)
     for owner, attr, name, formula in table:
         if hasattr(owner, attr):
             formulas[getattr(owner, attr)] = (name, _complex_aware(formula), True)
