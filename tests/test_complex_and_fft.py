@@ -77,10 +77,19 @@ TRANSFORMS = {
 }
 
 
-def test_a_transform_of_one_point_costs_nothing():
-    from tracetorch.flops.torch_functions import fft_flops
+@pytest.mark.parametrize("function, inputs", [
+    (lambda z: fft.fft(z, dim=0), (Z[:1],)),                       # a transform of one point
+    (lambda x, w: x @ w, (torch.ones(0, 8), torch.ones(8, 4))),  # an empty batch
+], ids=["one point", "empty batch"])
+def test_a_counted_call_that_does_nothing_costs_a_known_zero(function, inputs):
+    import warnings
 
-    assert fft_flops(5.0, (1, 8), (0,)) == 0 and fft_flops(2.5, (3, 8), (-1,), [1]) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (no "FLOPs unknown" warning)
+        prof = _counted(function, *inputs)
+        assert tracetorch.count_flops(Apply(function), inputs) == 0
+    assert prof.find("").flops == 0 and prof.find("").flops_source == "ops"
+    assert prof.completeness == "complete"
 
 
 def test_every_torch_fft_function_is_swept():

@@ -160,6 +160,9 @@ def _counting(name: str, formula: CallFormula, gemm: bool,
                     charge(name, flops, gemm, 0)  # the mode counted the call itself
                     if gemm:
                         _mark_product(frame, func, args, kwargs, result)
+                elif frame.owner is not None and frame.node.flops_source == "none":
+                    # (counted, and it did nothing: an empty batch, a transform of one point)
+                    frame.node.flops_source = "ops"  # a known 0, as data movement is
         except Exception:  # an unusual call signature is not worth breaking the model for
             return result
         return result
