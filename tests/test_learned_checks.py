@@ -308,9 +308,12 @@ def test_the_watched_setattrs_are_put_back():
               vars(config_class)["__setattr__"])
     layer = Gate()
     with tracetorch.profile(layer):
-        assert vars(torch.nn.Module)["__setattr__"] is not before[0]
-        assert vars(config_class)["__setattr__"] is not before[2]
+        assert "__setattr__" not in vars(Gate)  # (watched from its first call)
         layer(torch.ones(2))
+        assert getattr(vars(Gate)["__setattr__"], "watches_paths", False)
+        assert vars(torch.nn.Module)["__setattr__"] is before[0]  # (its subclasses' slots)
+        assert vars(config_class)["__setattr__"] is not before[2]
+    assert "__setattr__" not in vars(Gate)
     assert (vars(torch.nn.Module)["__setattr__"], vars(PreTrainedConfig)["__setattr__"],
             vars(config_class)["__setattr__"]) == before
 

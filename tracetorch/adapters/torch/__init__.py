@@ -83,7 +83,7 @@ from tracetorch.adapters.torch.compiled import (
 )
 from tracetorch.adapters.torch.cuda import configure as cuda_configure
 from tracetorch.adapters.torch.ops import start_op_counting, traced_forward
-from tracetorch.adapters.torch.path_watch import start_path_watch
+from tracetorch.adapters.torch.path_watch import start_path_watch, watch_module_class
 from tracetorch.adapters.torch.saved import saved_bytes
 from tracetorch.adapters.torch.steps import quiet_zero_grad, start_step_hooks
 from tracetorch.adapters.torch.structure import start_structure_hooks
@@ -175,7 +175,7 @@ class FirstCalls:
         >>> FirstCalls(board).install()
         >>> _ = torch.nn.ReLU()(torch.ones(1))      # wraps ReLU.forward, once
         >>> sorted(attr for cls, attr in board.patched() if cls is torch.nn.ReLU)
-        ['_call_impl', 'forward']
+        ['__setattr__', '_call_impl', 'forward']
         >>> board.release()
         >>> "_call_impl" in vars(torch.nn.ReLU), "_call_impl" in vars(torch.nn.ReLU6)
         (False, False)
@@ -205,11 +205,14 @@ class FirstCalls:
         self.board.install(torch.nn.Module, "_call_impl", self.first_call)
 
     def seen(self, cls: type) -> None:
-        """An instance of ``cls`` is being called: wrap the ``forward``\\ s it may run, pass the
-        first-call function on to its direct subclasses, and let its own calls skip it."""
+        """An instance of ``cls`` is being called: wrap the ``forward``\\ s it may run, watch its
+        instances' attributes (:func:`~tracetorch.adapters.torch.path_watch.watch_module_class`),
+        pass the first-call function on to its direct subclasses, and let its own calls skip
+        it."""
         if cls is torch.nn.Module:
             return
         self.wrap(cls)
+        watch_module_class(self.board, cls)
         install = self.board.install
         subclasses: list[type] = cls.__subclasses__()
         for sub in subclasses:  # first: none may inherit the original meanwhile

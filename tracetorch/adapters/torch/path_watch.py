@@ -6,32 +6,35 @@ key holds the call's tensors and plain arguments, not the Python state the layer
 ``conv.stride = (2, 2)`` or ``layer.active_width = 64`` (a slimmable network's subnet) changes
 what the next call of the same shapes returns, ``model.set_attn_implementation("eager")``
 (which sets the transformers config's ``_attn_implementation``) what it runs. While a profile is
-open, ``torch.nn.Module.__setattr__`` and the ``__setattr__`` of each transformers config class
-defined when the profile opens (transformers gives each its own, which calls its base's directly,
-not through the class) are watched. An attribute that held one value (on the object, or on its
-class) set to another has every layer measured again at its next call, as a replaced weight
-does (:func:`~tracetorch.engine.hotpath.structure_changed`: figures and learned counts alike),
-for the first :data:`REMEASURED` changes of that attribute of that class in a profiling session;
-after that it is taken for bookkeeping (a training engine's step counter, DDP's
+open, the ``__setattr__`` of each module class called in it (put on the class at its first call, as
+its ``forward`` is wrapped: put on ``torch.nn.Module`` itself, it would cost each opening and
+closing of a block ~125 µs, torch updating the slot of each of its subclasses) and of each
+transformers config class defined when the profile opens (transformers gives each its own, which
+calls its base's directly, not through the class) are watched. An attribute that held one value (on
+the object, or on its class) set to another has every layer measured again at its next call, as a
+replaced weight does (:func:`~tracetorch.engine.hotpath.structure_changed`: figures and learned
+counts alike), for the first :data:`REMEASURED` changes of that attribute of that class in a
+profiling session; after that it is taken for bookkeeping (a training engine's step counter, DDP's
 ``require_backward_grad_sync`` under ``no_sync``), and its changes only have every learned key
 counted by the function mode again at its next call and compared
-(:func:`~tracetorch.adapters.torch.learned.check_learned_again`): no call after a change
-replays counts learned before it, and a key whose calls now run something else learns that anew.
+(:func:`~tracetorch.adapters.torch.learned.check_learned_again`): no call after a change replays
+counts learned before it, and a key whose calls now run something else learns that anew.
 
 A module given another class (``torch.nn.utils.parametrize.register_parametrization``, which
 makes the weight a property computed by submodules at each call, and its removal) has every
 layer measured again at each change.
 
-Not watched, each for a reason: a module's names starting with ``_`` (a framework's own
-bookkeeping: Lightning sets ``_current_fx_name`` at each of its hooks, several times a step;
-a config's are watched, since transformers keeps its attention choice there); tensors and
-modules (parameters, buffers and submodules: :mod:`~tracetorch.adapters.torch.structure`);
-``training`` (in the call key); an attribute set for the first time (a model built inside the
-block); a module's attribute set by its own call (``self.calls += 1`` in its ``forward``: its
-bookkeeping, and a change it makes to its own path it made in calls that agreed before); state
+Not watched, each for a reason: a module's names starting with ``_`` (a framework's own bookkeeping:
+Lightning sets ``_current_fx_name`` at each of its hooks, several times a step; a config's are
+watched, since transformers keeps its attention choice there); tensors and modules (parameters,
+buffers and submodules: :mod:`~tracetorch.adapters.torch.structure`); ``training`` (in the call
+key); an attribute set for the first time (a model built inside the block); an attribute of a module
+none of whose class's instances was called yet in this opening of the profile (nothing of it
+measured in it); a module's attribute set by its own call (``self.calls += 1`` in its ``forward``:
+its bookkeeping, and a change it makes to its own path it made in calls that agreed before); state
 no module or config holds (a global, an item of a dict). What is not watched is caught by the
-learned counts' periodic check (:data:`~tracetorch.adapters.torch.learned.FIRST_BUDGET`), later
-and with a warning; a size measured once per key is not measured again for it.
+learned counts' periodic check (:data:`~tracetorch.adapters.torch.learned.FIRST_BUDGET`), later and
+with a warning; a size measured once per key is not measured again for it.
 
 Example:
     >>> import torch, tracetorch
@@ -58,7 +61,7 @@ from tracetorch.adapters.torch.learned import check_learned_again
 from tracetorch.engine.hotpath import innermost_frame, structure_changed
 from tracetorch.engine.patches import PatchBoard
 
-__all__ = ("REMEASURED", "start_path_watch")
+__all__ = ("REMEASURED", "start_path_watch", "watch_module_class")
 
 #: A module's attributes that are not its own path's state, or that other watches cover.
 _KEYED = frozenset({"training"})
@@ -70,18 +73,14 @@ _CHANGES: dict[tuple[type, str], int] = {}
 
 
 def start_path_watch(board: PatchBoard) -> None:
-    """Watch module and transformers-config attributes while ``board`` is open (it puts the
-    originals back when it closes).
+    """Watch transformers-config attributes while ``board`` is open (it puts the originals back
+    when it closes); module classes are watched from their first calls (:func:`watch_module_class`).
 
     Example:
         >>> board = PatchBoard()
         >>> start_path_watch(board)                  # (no profile open: nothing installed)
-        >>> hasattr(vars(torch.nn.Module)["__setattr__"], "__wrapped__")
-        False
     """
     _CHANGES.clear()
-    module = torch.nn.Module
-    board.install(module, "__setattr__", _watched(vars(module)["__setattr__"], private=False))
     configuration = sys.modules.get("transformers.configuration_utils")
     config = getattr(configuration, "PreTrainedConfig", None) or getattr(
         configuration, "PretrainedConfig", None)
@@ -90,6 +89,21 @@ def start_path_watch(board: PatchBoard) -> None:
             own = vars(klass).get("__setattr__")
             if own is not None:
                 board.install(klass, "__setattr__", _watched(own, private=True))
+
+
+def watch_module_class(board: PatchBoard, cls: type) -> None:
+    """Watch the attributes of ``cls``'s instances while ``board`` is open (an instance of it is
+    called for the first time in this opening), unless a base class is watched already.
+
+    Example:
+        >>> board = PatchBoard()
+        >>> watch_module_class(board, torch.nn.ReLU)  # (no profile open: nothing installed)
+        >>> "__setattr__" in vars(torch.nn.ReLU)
+        False
+    """
+    current: Callable[[Any, str, Any], None] = cls.__setattr__  # type: ignore[assignment]
+    if not getattr(current, "watches_paths", False):
+        board.install(cls, "__setattr__", _watched(current, private=False))
 
 
 def _with_subclasses(base: type) -> list[type]:
@@ -123,6 +137,7 @@ def _watched(original: Callable[[Any, str, Any], None], private: bool
         original(self, name, value)
 
     watched_setattr.__wrapped__ = original  # type: ignore[attr-defined]
+    watched_setattr.watches_paths = True  # type: ignore[attr-defined]
     return watched_setattr
 
 
