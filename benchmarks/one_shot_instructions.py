@@ -52,9 +52,9 @@ MODELS = {
 }
 
 
-def _free_rules(registry: FlopRegistry, layer_type: type) -> object:
+def _free_rules(registry: FlopRegistry, layer_type: type, layer: object = None) -> object:
     # Each rule found stands in as one that costs nothing and counts 0.
-    rule = _LOOKUP(registry, layer_type)
+    rule = _LOOKUP(registry, layer_type, layer)
     return rule if rule is None or rule is NO_RULE else _no_flops
 
 
