@@ -89,7 +89,7 @@ from tracetorch.adapters.torch.steps import quiet_zero_grad, start_step_hooks
 from tracetorch.adapters.torch.structure import start_structure_hooks
 from tracetorch.adapters.torch.tracing import skip_frames, tracing
 from tracetorch.adapters.torch.vmapped import start_vmap_watch
-from tracetorch.engine.hotpath import OpCounter, make_wrapper
+from tracetorch.engine.hotpath import OpCounter, current_frame, make_wrapper
 from tracetorch.engine.patches import PatchBoard, PatchTarget
 from tracetorch.engine.saved_meters import register_saved_meter
 from tracetorch.models.tensors import register_int_shaped, register_quiet_reads
@@ -212,7 +212,9 @@ class FirstCalls:
         if cls is torch.nn.Module:
             return
         self.wrap(cls)
-        watch_module_class(self.board, cls)
+        frame = current_frame()
+        if frame is None or frame.collector.records_tree:  # (a one-shot count keeps no figures)
+            watch_module_class(self.board, cls)
         install = self.board.install
         subclasses: list[type] = cls.__subclasses__()
         for sub in subclasses:  # first: none may inherit the original meanwhile
