@@ -53,7 +53,12 @@ import torch
 from torch import nn
 
 from tracetorch.flops import torch_rules
-from tracetorch.flops.torch_functions import CallFormula, Shape, torch_function_formulas
+from tracetorch.flops.torch_functions import (
+    CallFormula,
+    Shape,
+    real_arithmetic,
+    torch_function_formulas,
+)
 
 __all__ = ("Needs", "GradientPart", "layer_gradient_parts", "function_gradient_parts",
            "einsum_contractions")
@@ -417,7 +422,7 @@ def _einsum(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any
         operands = tuple(operands[0])
     contractions = einsum_contractions(args[0], [tuple(t.shape) for t in operands],
                                        _einsum_path(args[0], operands))
-    real = 4 if result.is_complex() else 1  # (a complex product's real arithmetic)
+    real = real_arithmetic(result)
     return [(real * flops, tuple(sorted({1 if listed else i + 1 for i in side})))
             for flops, *sides in contractions for side in sides]
 

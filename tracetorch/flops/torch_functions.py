@@ -76,7 +76,7 @@ from tracetorch.flops.elementwise import (
 )
 
 __all__ = ("Shape", "CallFormula", "CRITERION_PARAMETERS", "matmul_flops", "einsum_flops",
-           "conv_flops", "sdpa_flops", "fft_flops", "torch_function_formulas",
+           "conv_flops", "sdpa_flops", "fft_flops", "real_arithmetic", "torch_function_formulas",
            "data_movement_functions")
 
 Shape = tuple[int, ...]
@@ -251,12 +251,23 @@ def _sdpa(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
                       _shape(_arg(args, kwargs, 2, "value")))
 
 
+def real_arithmetic(result: Any) -> int:
+    """Real FLOPs per FLOP of a product's count that returned ``result``: 4 for a complex tensor
+    (a complex multiply-add is 4 real multiplies and 4 real adds), else 1.
+
+    Example:
+        >>> import torch
+        >>> real_arithmetic(torch.ones(2, dtype=torch.complex64)), real_arithmetic(torch.ones(2))
+        (4, 1)
+    """
+    is_complex = getattr(result, "is_complex", None)
+    return 4 if is_complex is not None and is_complex() else 1
+
+
 def _complex_aware(formula: CallFormula) -> CallFormula:
-    """``formula`` of a product, 4 x for complex tensors (see the module docstring)."""
+    """``formula`` of a product, in real FLOPs (see :func:`real_arithmetic`)."""
     def counted(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
-        flops = formula(args, kwargs, result)
-        is_complex = getattr(result, "is_complex", None)
-        return 4 * flops if is_complex is not None and is_complex() else flops
+        return formula(args, kwargs, result) * real_arithmetic(result)
     return counted
 
 

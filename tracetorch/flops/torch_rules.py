@@ -40,7 +40,7 @@ from tracetorch.flops.elementwise import (
     normalization_flops,
 )
 from tracetorch.flops.registry import FlopCount, FlopRegistry, default_registry
-from tracetorch.flops.torch_functions import CRITERION_PARAMETERS
+from tracetorch.flops.torch_functions import CRITERION_PARAMETERS, real_arithmetic
 
 __all__ = ("register_torch_rules", "linear_rule", "mha_count")
 
@@ -72,10 +72,8 @@ def _numel(value: Any) -> int:
 
 
 def _real(output: Any) -> int:
-    # Real FLOPs per FLOP of a product's count: 4 for complex tensors (a complex multiply-add
-    # is 4 real multiplies and 4 real adds), else 1.
-    tensor = output if output.__class__ is _Tensor else _first_tensor(output)
-    return 4 if tensor is not None and tensor.is_complex() else 1
+    # Real FLOPs per FLOP of the product that returned ``output`` (a tensor, or tensors).
+    return real_arithmetic(output if output.__class__ is _Tensor else _first_tensor(output))
 
 
 def _gemm(gemm: int, other: int = 0) -> FlopCount:

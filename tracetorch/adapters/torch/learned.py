@@ -409,7 +409,7 @@ class OpLearner:
             flops = sum(row[2] for row in counted)
             gemm = sum(row[2] for row in counted if row[0] in self._gemm)
             entry[LEARNED] = (flops, gemm, counted, None, None, places, FIRST_BUDGET, self)
-            entry[BUDGET] = entry[REPLAYED] + FIRST_BUDGET
+            _grant(entry, FIRST_BUDGET)
             self._learned[id(entry)] = entry
         elif first.__class__ is _Seen:
             entry[LEARNED] = _Never(self)
@@ -423,7 +423,7 @@ class OpLearner:
         if learned[2] == counted and learned[LEARNED_PRODUCTS] == places:
             granted = min(2 * learned[_GRANTED], MOST_BUDGET)
             entry[LEARNED] = (*learned[:_GRANTED], granted, self)
-            entry[BUDGET] = entry[REPLAYED] + granted
+            _grant(entry, granted)
         elif check.exact:
             entry[LEARNED] = (_Never(self) if places is _UNPLACED
                               else _Seen(counted, places, self))
@@ -518,6 +518,12 @@ def check_learned_again() -> None:
     """
     for learner in list(_LEARNERS):
         learner.check_again()
+
+
+def _grant(entry: list[Any], budget: int) -> None:
+    # The engine may replay ``budget`` more calls of the counter's key before the next check
+    # (its calls replayed since the last fold count against the budget until that fold).
+    entry[BUDGET] = entry[REPLAYED] + budget
 
 
 def _unwatch(node: CallNode, watch: ProductWatch | None) -> None:

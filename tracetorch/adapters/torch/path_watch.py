@@ -57,6 +57,7 @@ from typing import Any, Callable
 
 import torch
 
+from tracetorch.adapters.base import all_subclasses
 from tracetorch.adapters.torch.learned import check_learned_again
 from tracetorch.engine.hotpath import innermost_frame, structure_changed
 from tracetorch.engine.patches import PatchBoard
@@ -85,7 +86,7 @@ def start_path_watch(board: PatchBoard) -> None:
     config = getattr(configuration, "PreTrainedConfig", None) or getattr(
         configuration, "PretrainedConfig", None)
     if isinstance(config, type):
-        for klass in _with_subclasses(config):
+        for klass in all_subclasses(config):
             own = vars(klass).get("__setattr__")
             if own is not None:
                 board.install(klass, "__setattr__", _watched(own, private=True))
@@ -104,19 +105,6 @@ def watch_module_class(board: PatchBoard, cls: type) -> None:
     current: Callable[[Any, str, Any], None] = cls.__setattr__  # type: ignore[assignment]
     if not getattr(current, "watches_paths", False):
         board.install(cls, "__setattr__", _watched(current, private=False))
-
-
-def _with_subclasses(base: type) -> list[type]:
-    # ``base`` and every class defined so far that derives from it.
-    found: list[type] = [base]
-    seen = {base}
-    for klass in found:  # (the list grows as it is read)
-        subclasses: list[type] = type.__subclasses__(klass)
-        for subclass in subclasses:
-            if subclass not in seen:
-                seen.add(subclass)
-                found.append(subclass)
-    return found
 
 
 def _watched(original: Callable[[Any, str, Any], None], private: bool
