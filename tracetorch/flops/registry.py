@@ -29,9 +29,11 @@ Example:
 """
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, NamedTuple, Union
 
-__all__ = ("FlopCount", "FlopRule", "FlopRegistry", "NO_RULE", "default_registry", "flop_rule")
+__all__ = ("FlopCount", "FlopRule", "FlopRegistry", "NO_RULE", "default_registry", "flop_rule",
+           "hooks_run_inside")
 
 
 class FlopCount(NamedTuple):
@@ -98,7 +100,9 @@ class FlopRegistry:
         that adds a low-rank product in its own ``forward``, as loralib's does, has no rule:
         its operations are counted), and an instance only while no ``forward`` of its own was
         assigned on it (but for accelerate's device hooks, which run the class's, kept as
-        ``_old_forward``). A user's rule covers every subclass and instance.
+        ``_old_forward``) and no forward hook runs inside its calls (:func:`hooks_run_inside`:
+        pruning's mask, an old-style ``weight_norm`` on one of its sublayers). A user's rule
+        covers every subclass and instance.
 
         Example:
             >>> class Layer:
@@ -120,7 +124,9 @@ class FlopRegistry:
             if klass in self._builtin:
                 if forward_from is not None and _package(forward_from) != _package(klass):
                     return NO_RULE  # another package's forward: not what the rule counts
-                return NO_RULE if _forward_of_its_own(layer) else self._builtin[klass]
+                if _forward_of_its_own(layer) or hooks_run_inside(layer, deep=True):
+                    return NO_RULE
+                return self._builtin[klass]
         return NO_RULE
 
     def copy(self) -> FlopRegistry:
@@ -137,6 +143,40 @@ def _forward_of_its_own(layer: Any) -> bool:
     # device hooks run the class's forward, kept as ``_old_forward``, between moves of tensors).
     own = getattr(layer, "__dict__", None) or {}
     return "forward" in own and "_old_forward" not in own
+
+
+def hooks_run_inside(layer: Any, deep: bool) -> bool:
+    """Whether torch runs forward hooks or pre-hooks inside a call of ``layer``: those of its
+    sublayers (of its children only, ``deep=False``), or hooks registered for every module
+    (``register_module_forward_hook``). torch runs a layer's hooks around its ``forward``, in
+    its caller's call: arithmetic there (pruning's ``weight * mask``, an old-style
+    ``weight_norm`` or ``spectral_norm``, a hook computing a statistic) is no sublayer's, and
+    no rule of the caller counts it. Duck-typed: nothing but torch modules have hooks.
+
+    Example:
+        >>> import torch
+        >>> block = torch.nn.Sequential(torch.nn.Linear(2, 2))
+        >>> before = hooks_run_inside(block, deep=False)
+        >>> handle = block[0].register_forward_pre_hook(lambda layer, inputs: None)
+        >>> before, hooks_run_inside(block, deep=False)
+        (False, True)
+        >>> handle.remove()
+    """
+    torch_module = sys.modules.get("torch.nn.modules.module")
+    if torch_module is None:
+        return False
+    if (getattr(torch_module, "_global_forward_hooks", None)
+            or getattr(torch_module, "_global_forward_pre_hooks", None)):
+        return True
+    sublayers = list((getattr(layer, "__dict__", {}).get("_modules") or {}).values())
+    while sublayers:
+        sublayer = sublayers.pop()
+        own = getattr(sublayer, "__dict__", {})
+        if own.get("_forward_hooks") or own.get("_forward_pre_hooks"):
+            return True
+        if deep:
+            sublayers.extend((own.get("_modules") or {}).values())
+    return False
 
 
 def _package(klass: type) -> str:

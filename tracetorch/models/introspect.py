@@ -26,6 +26,8 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
+from tracetorch.flops.registry import hooks_run_inside
+
 __all__ = ("computes_a_weight", "declared_attribute", "is_layer", "is_torch_module",
            "is_stateless",
            "only_calls_children", "runs_compiled_graph",
@@ -137,7 +139,9 @@ def runs_compiled_graph(obj: Any) -> bool:
 
 def only_calls_children(obj: Any) -> bool:
     """Whether ``obj`` is a torch container whose ``forward`` is ``nn.Sequential``'s own: it
-    runs its children one after the other and no operation of its own.
+    runs its children one after the other and no operation of its own (nor any forward hook of
+    theirs, which torch runs in its call: see :func:`~tracetorch.flops.registry.
+    hooks_run_inside`).
 
     Example:
         >>> import torch
@@ -153,7 +157,7 @@ def only_calls_children(obj: Any) -> bool:
         return False
     for klass in type(obj).__mro__:  # the class that defines forward, wrapped or not
         if "forward" in vars(klass):
-            return klass is nn.Sequential
+            return klass is nn.Sequential and not hooks_run_inside(obj, deep=False)
     return False
 
 
