@@ -312,6 +312,14 @@ FUNCTIONS = {
     "conv_transpose1d": (F.conv_transpose1d, lambda: ((t(2, 4, 5), t(4, 3, 3)), {"stride": 2})),
     "conv_transpose2d": (F.conv_transpose2d, lambda: ((t(1, 3, 4, 4), t(3, 2, 3, 3)), {})),
     "conv_transpose3d": (F.conv_transpose3d, lambda: ((t(1, 2, 2, 3, 2), t(2, 2, 2, 2, 2)), {})),
+    "tensordot": (torch.tensordot, lambda: ((t(3, 4, 5), t(4, 5, 6)), {"dims": 2})),
+    "tensordot-pairs": (torch.tensordot,
+                        lambda: ((t(3, 4, 5), t(5, 2, 3)), {"dims": ([0, 2], [2, 0])})),
+    "inner": (torch.inner, lambda: ((t(3, 4), t(2, 5, 4)), {})),
+    "inner-method": (torch.Tensor.inner, lambda: ((t(2, 3, 4), t(5, 4)), {})),
+    "multi_dot": (torch.linalg.multi_dot, lambda: (([t(10, 30), t(30, 5), t(5, 60)],), {})),
+    "multi_dot-vectors": (torch.linalg.multi_dot, lambda: (([t(7), t(7, 3), t(3, 9), t(9)],), {})),
+    "chain_matmul": (torch.chain_matmul, lambda: ((t(4, 30), t(30, 2), t(2, 20)), {})),
 }
 
 

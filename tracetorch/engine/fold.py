@@ -178,7 +178,7 @@ def _fold_node(node: CallNode, flops: int, gemm: int, macs: int,
         inclusive = op_flops + flops
         inclusive_gemm = engine.op_gemm + gemm
         inclusive_macs = engine.op_gemm // 2 + macs
-        if op_flops:
+        if op_flops and node.flops_source == "none":  # ("uncounted" stays: a lower bound)
             node.flops_source = "ops"
     engine.op_flops = engine.op_gemm = 0
     # A rule smaller than its children's rules (or a call that raised) must not go negative
@@ -207,7 +207,7 @@ def add_recorded(source: CallNode, target: CallNode) -> None:
     target.gemm_flops += source.gemm_flops
     if source.macs is not None:
         target.macs = (target.macs or 0) + source.macs
-    if target.flops_source == "none":
+    if target.flops_source == "none" or source.flops_source == "uncounted":
         target.flops_source = source.flops_source
     target.backward_flops += source.backward_flops
     target.backward_gemm_flops += source.backward_gemm_flops

@@ -164,7 +164,12 @@ DATA_MOVEMENT = (
     "split", "chunk", "unbind", "cat", "concat", "stack", "clone", "detach", "to", "type",
     "movedim", "swapaxes", "repeat", "repeat_interleave", "roll", "flip", "index_select",
     "gather", "embedding", "pad", "dropout", "__getitem__", "masked_select", "tril", "triu",
-    "zeros_like", "ones_like", "full_like", "arange", "zeros", "ones", "full", "empty")
+    "zeros_like", "ones_like", "full_like", "arange", "zeros", "ones", "full", "empty",
+    # the functions of torch.nn's data-movement layers (Unfold, PixelShuffle, ChannelShuffle,
+    # MaxUnpool, the channel and alpha dropouts)
+    "unfold", "pixel_shuffle", "pixel_unshuffle", "channel_shuffle", "native_channel_shuffle",
+    "max_unpool1d", "max_unpool2d", "max_unpool3d", "dropout1d", "dropout2d", "dropout3d",
+    "alpha_dropout", "feature_alpha_dropout", "one_hot")
 
 #: The normalizations :func:`normalization_flops` knows, by torch name.
 NORMALIZATIONS = ("layer_norm", "group_norm", "instance_norm", "batch_norm", "rms_norm")

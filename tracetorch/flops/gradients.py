@@ -56,6 +56,8 @@ from tracetorch.flops import torch_rules
 from tracetorch.flops.torch_functions import (
     CallFormula,
     Shape,
+    chain_operands,
+    chain_products,
     real_arithmetic,
     torch_function_formulas,
 )
@@ -312,6 +314,26 @@ def _operands(forward: CallFormula, operands: Sequence[tuple[int, str]]) -> Part
     return parts
 
 
+def _chain(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> list[GradientPart]:
+    """multi_dot / chain_matmul: per product of the chain, each factor's gradient is one product
+    the size of it, done where some operand inside that factor needs a gradient. ``multi_dot``'s
+    operands are one list (one need): a part is kept where its factor holds an operand that
+    requires a gradient at this call."""
+    matrices = chain_operands(args, kwargs)
+    listed = len(args) == 1 or "tensors" in kwargs
+    real = real_arithmetic(result)
+    parts: list[GradientPart] = []
+    for product, *factors in chain_products([tuple(m.shape) for m in matrices]):
+        flops = real * product
+        for factor in factors:
+            if listed:
+                if any(matrices[i].requires_grad for i in factor):
+                    parts.append((flops, (_where(args, kwargs, 0, "tensors"),)))
+            else:
+                parts.append((flops, tuple(factor)))
+    return parts
+
+
 def _matrix_vector(t1: torch.Tensor, t2: torch.Tensor) -> bool:
     """Whether ``torch.matmul(t1, t2)`` runs as ``dot``/``mv`` (uncounted) rather than ``mm``/
     ``bmm``: ATen's choice (``should_fold``), which looks at ``requires_grad`` and strides."""
@@ -471,6 +493,7 @@ _OPERANDS: dict[str, tuple[tuple[int, str], ...]] = {
     "mm": ((0, "input"), (1, "mat2")), "bmm": ((0, "input"), (1, "mat2")),
     "addmm": ((1, "mat1"), (2, "mat2")), "baddbmm": ((1, "batch1"), (2, "batch2")),
     "linear": ((0, "input"), (1, "weight")),
+    "tensordot": ((0, "a"), (1, "b")), "inner": ((0, "input"), (1, "other")),
     "bilinear": ((0, "input1"), (1, "input2"), (2, "weight")),
     **{f"conv{t}{d}d": ((0, "input"), (1, "weight")) for t in ("", "_transpose") for d in "123"},
 }
@@ -486,6 +509,8 @@ def _function_formulas() -> dict[Callable[..., Any], PartsFormula]:
             table[func] = _matmul(forward, func is torch.Tensor.__rmatmul__)
         elif name == "einsum":
             table[func] = _einsum
+        elif name == "multi_dot":
+            table[func] = _chain
         elif name == "scaled_dot_product_attention":
             table[func] = _sdpa
         elif name in _OPERANDS:

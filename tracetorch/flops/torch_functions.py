@@ -38,7 +38,18 @@ counted, as in the layer rules and in PyTorch's own counter:
 ``conv_transpose1d/2d/3d``                    2·N·prod(in spatial)·C_in·C_out/groups·prod(k)
 ``scaled_dot_product_attention``              2·batch·L·S·(E + E_v): the two products; the
                                               causal mask is not discounted (as FlopCounterMode)
+``tensordot``, ``inner``                      2 x result elements x contracted size
+``linalg.multi_dot``, ``chain_matmul``        the products in the cheapest order (torch's)
 ============================================  ==================================================
+
+Products of vectors are counted apart from the matrix products (``torch.utils.flop_counter``
+counts none of them): ``mv``, ``addmv``, ``dot``, ``vdot`` 2 per element of the matrix or
+vector, ``linalg.vecdot`` 2 per product summed, ``addbmm`` as ``bmm``, ``outer``/``ger``,
+``addr`` and ``kron`` 1 per output element, ``cdist`` 3 per pair of points and coordinate and a
+root per pair. The functions of torch's pooling, resampling, bag and weight-norm layers cost
+what the layers' rules count (:mod:`tracetorch.flops.layer_functions`); the functions of
+:func:`uncounted_functions` compute with no formula here, and leave their layer's FLOPs
+unknown.
 
 A product of complex tensors counts its real arithmetic: a complex multiply-add is 4 real
 multiplies and 4 real adds, 4 x the FLOPs above (``FlopCounterMode`` counts it as a real one).
@@ -62,7 +73,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from math import log2, prod
+from math import isqrt, log2, prod
 from typing import Any, Callable
 
 from tracetorch.flops.elementwise import (
@@ -74,10 +85,12 @@ from tracetorch.flops.elementwise import (
     criterion_flops,
     normalization_flops,
 )
+from tracetorch.flops.layer_functions import layer_function_table
 
 __all__ = ("Shape", "CallFormula", "CRITERION_PARAMETERS", "matmul_flops", "einsum_flops",
-           "conv_flops", "sdpa_flops", "fft_flops", "real_arithmetic", "torch_function_formulas",
-           "data_movement_functions")
+           "conv_flops", "sdpa_flops", "fft_flops", "chain_products", "chain_operands",
+           "real_arithmetic", "torch_function_formulas", "data_movement_functions",
+           "uncounted_functions")
 
 Shape = tuple[int, ...]
 #: The FLOPs of one call, from its positional arguments, keyword arguments and result.
@@ -211,6 +224,86 @@ def _product(first: int, names: tuple[str, str]) -> CallFormula:
         b = _shape(_arg(args, kwargs, first + 1, names[1]))
         return 2 * prod(a) * b[-1]
     return formula
+
+
+def _contracted(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+    # tensordot, inner: the result holds the free elements of both operands, each the sum of K
+    # products; a·b = free_a·K·K·free_b, so K² = a·b / result (a 0-d operand: plain multiplies).
+    a, b = _arg(args, kwargs, 0, "a"), _arg(args, kwargs, 1, "b")
+    if a is None or b is None:  # (inner names them input, other)
+        a, b = _arg(args, kwargs, 0, "input"), _arg(args, kwargs, 1, "other")
+    outputs = int(result.numel())
+    if not outputs or not a.dim() or not b.dim():
+        return outputs
+    return 2 * outputs * isqrt(int(a.numel()) * int(b.numel()) // outputs)
+
+
+def chain_products(shapes: Sequence[Shape]) -> list[tuple[int, range, range]]:
+    """The products ``torch.linalg.multi_dot`` (and ``chain_matmul``) computes for matrices of
+    these shapes, in the cheapest order (torch's): each one's FLOPs and the operands (ranges of
+    positions) whose product its two factors are. A 1-D first or last operand is a row or
+    column vector.
+
+    Example:
+        >>> chain_products([(10, 100), (100, 5), (5, 50)])    # (AB)C
+        [(10000, range(0, 1), range(1, 2)), (5000, range(0, 2), range(2, 3))]
+    """
+    count = len(shapes)
+    dims = [shapes[0][0] if len(shapes[0]) == 2 else 1]
+    dims += [shape[-1] if len(shape) == 2 or i < count - 1 else 1
+             for i, shape in enumerate(shapes)]
+    cheapest = [[0] * count for _ in range(count)]
+    split_at = [[0] * count for _ in range(count)]
+    for span in range(1, count):
+        for first in range(count - span):
+            last = first + span
+            cheapest[first][last], split_at[first][last] = min(
+                (cheapest[first][split] + cheapest[split + 1][last]
+                 + dims[first] * dims[split + 1] * dims[last + 1], split)
+                for split in range(first, last))
+    products: list[tuple[int, range, range]] = []
+
+    def multiply(first: int, last: int) -> None:
+        if first == last:
+            return
+        split = split_at[first][last]
+        multiply(first, split)
+        multiply(split + 1, last)
+        products.append((2 * dims[first] * dims[split + 1] * dims[last + 1],
+                         range(first, split + 1), range(split + 1, last + 1)))
+
+    multiply(0, count - 1)
+    return products
+
+
+def chain_operands(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    """The matrices of a ``multi_dot(tensors)`` or ``chain_matmul(*matrices)`` call."""
+    matrices = _arg(args, kwargs, 0, "tensors")
+    return list(matrices) if isinstance(matrices, (list, tuple)) else list(args)
+
+
+def _chain(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+    return sum(flops for flops, _, _ in chain_products(
+        [_shape(matrix) for matrix in chain_operands(args, kwargs)]))
+
+
+def _vector_product(at: int, name: str) -> CallFormula:
+    """mv, addmv, dot, vdot: one multiply-add per element of the operand at ``at`` (the matrix,
+    or either vector)."""
+    def formula(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+        return 2 * int(_arg(args, kwargs, at, name).numel())
+    return formula
+
+
+def _vecdot(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+    x, dim = _arg(args, kwargs, 0, "x"), _arg(args, kwargs, 2, "dim")
+    return 2 * int(result.numel()) * int(x.shape[-1 if dim is None else dim])
+
+
+def _cdist(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+    # Per pair of points and coordinate a difference, its power and an add; a root per pair.
+    pairs = int(result.numel())
+    return pairs * (3 * int(_arg(args, kwargs, 0, "x1").shape[-1]) + 1)
 
 
 def _einsum(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
@@ -463,6 +556,44 @@ def data_movement_functions() -> frozenset[Callable[..., Any]]:
                      if hasattr(owner, name))
 
 
+#: Functions that do arithmetic this module has no formula for, by owner: the fused recurrent
+#: layers and cells, attention and transformer kernels behind ``nn.MultiheadAttention`` and
+#: ``nn.TransformerEncoderLayer`` (whose layer rules count them where the layer is called as
+#: itself), ``F.linear_cross_entropy`` and the linear-algebra solvers and decompositions. A
+#: layer that calls one has unknown FLOPs (a lower bound), not a silent 0.
+_UNCOUNTED: dict[str, tuple[str, ...]] = {
+    "torch": ("lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "rnn_tanh_cell",
+              "rnn_relu_cell", "_native_multi_head_attention", "_transformer_encoder_layer_fwd",
+              "inverse", "det", "logdet", "slogdet", "svd", "qr", "cholesky", "cholesky_solve",
+              "cholesky_inverse", "triangular_solve", "lu", "lu_solve", "pinverse",
+              "matrix_exp", "matrix_power", "geqrf", "ormqr", "lobpcg"),
+    "functional": ("multi_head_attention_forward", "linear_cross_entropy"),
+    "linalg": ("solve", "solve_ex", "solve_triangular", "inv", "inv_ex", "pinv", "cholesky",
+               "cholesky_ex", "qr", "svd", "svdvals", "eig", "eigvals", "eigh", "eigvalsh",
+               "det", "slogdet", "lstsq", "lu", "lu_factor", "lu_factor_ex", "lu_solve",
+               "ldl_factor", "ldl_solve", "matrix_exp", "matrix_power", "matrix_rank", "cond",
+               "tensorinv", "tensorsolve", "householder_product"),
+}
+
+
+@functools.cache
+def uncounted_functions() -> frozenset[Callable[..., Any]]:
+    """The objects a ``TorchFunctionMode`` receives for the functions of :data:`_UNCOUNTED`
+    (``torch.<f>`` and ``Tensor.<f>``, ``F.<f>``, ``torch.linalg.<f>``).
+
+    Example:
+        >>> import torch
+        >>> torch.lstm in uncounted_functions(), torch.matmul in uncounted_functions()
+        (True, False)
+    """
+    import torch
+
+    owners = {"torch": (torch, torch.Tensor), "functional": (torch.nn.functional,),
+              "linalg": (torch.linalg,)}
+    return frozenset(getattr(owner, name) for key, names in _UNCOUNTED.items()
+                     for owner in owners[key] for name in names if hasattr(owner, name))
+
+
 @functools.cache
 def torch_function_formulas() -> dict[Callable[..., Any], tuple[str, CallFormula, bool]]:
     """``{function: (name, formula, gemm)}`` for every counted torch function, keyed by the
@@ -502,13 +633,35 @@ def torch_function_formulas() -> dict[Callable[..., Any], tuple[str, CallFormula
         (functional, "linear", "linear", _linear),
         (functional, "bilinear", "bilinear", _bilinear),
         (functional, "scaled_dot_product_attention", "scaled_dot_product_attention", _sdpa),
+        (torch, "tensordot", "tensordot", _contracted), (torch, "inner", "inner", _contracted),
+        (tensor, "inner", "inner", _contracted),
+        (torch.linalg, "multi_dot", "multi_dot", _chain),
+        (torch, "chain_matmul", "multi_dot", _chain),
     ]
+    # Products of vectors, and of a matrix with a vector: not matrix products
+    # (torch.utils.flop_counter leaves them out too), complex ones 4 x as products are.
+    vectors: list[tuple[Any, str, str, CallFormula]] = [
+        (torch, "addbmm", "addbmm", _product(1, ("batch1", "batch2"))),
+        (torch, "mv", "mv", _vector_product(0, "input")),
+        (torch, "addmv", "addmv", _vector_product(1, "mat")),
+        (torch, "dot", "dot", _vector_product(0, "input")),
+        (torch, "vdot", "vdot", _vector_product(0, "input")),
+        (torch.linalg, "vecdot", "vecdot", _vecdot),
+        (torch, "outer", "outer", _per_output(1)), (torch, "ger", "outer", _per_output(1)),
+        (torch, "addr", "addr", _per_output(1)), (torch, "kron", "kron", _per_output(1)),
+        (torch, "cdist", "cdist", _cdist),
+    ]
+    vectors += [(tensor, attr, name, formula) for owner, attr, name, formula in list(vectors)
+                if owner is torch for attr in (attr, attr + "_")]
     for dims in ("1d", "2d", "3d"):
         table.append((functional, "conv" + dims, "conv" + dims, conv))
         table.append((functional, "conv_transpose" + dims, "conv_transpose" + dims, conv_t))
     formulas: dict[Callable[..., Any], tuple[str, CallFormula, bool]] = {}
     for owner, attr, name, formula in _elementwise_table(torch):
         if hasattr(owner, attr):  # F.tanh is Tensor.tanh: the same function once
+            formulas.setdefault(getattr(owner, attr), (name, formula, False))
+    for owner, attr, name, formula in layer_function_table(torch):
+        if hasattr(owner, attr):
             formulas.setdefault(getattr(owner, attr), (name, formula, False))
     for name in _FFTS:
         if hasattr(torch.fft, name):
@@ -519,4 +672,7 @@ def torch_function_formulas() -> dict[Callable[..., Any], tuple[str, CallFormula
     for owner, attr, name, formula in table:
         if hasattr(owner, attr):
             formulas[getattr(owner, attr)] = (name, _complex_aware(formula), True)
+    for owner, attr, name, formula in vectors:
+        if hasattr(owner, attr):
+            formulas[getattr(owner, attr)] = (name, _complex_aware(formula), False)
     return formulas

@@ -27,7 +27,7 @@ Example:
 """
 from __future__ import annotations
 
-from math import ceil, prod
+from math import prod
 from typing import Any
 
 import torch
@@ -38,6 +38,13 @@ from tracetorch.flops.elementwise import (
     criterion_flops,
     loss_flops,
     normalization_flops,
+)
+from tracetorch.flops.layer_functions import (
+    adaptive_window,
+    embedding_bag_flops,
+    interpolation_flops,
+    weight_norm_flops,
+    window_flops,
 )
 from tracetorch.flops.registry import FlopCount, FlopRegistry, default_registry
 from tracetorch.flops.torch_functions import CRITERION_PARAMETERS, real_arithmetic
@@ -256,7 +263,8 @@ def activation_rule(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -> F
 
 def pool_rule(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """Max/average/LP pooling: one comparison or add per window element per output element."""
-    return _elementwise(_numel(output) * prod(_tuple(layer.kernel_size, _spatial_dims(layer))))
+    return _elementwise(window_flops(_numel(output),
+                                     _tuple(layer.kernel_size, _spatial_dims(layer))))
 
 
 def adaptive_pool_rule(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -> FlopCount:
@@ -266,17 +274,18 @@ def adaptive_pool_rule(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -
     if x is None or out is None:
         return _elementwise(0)
     dims = _spatial_dims(layer)  # an int output_size (AdaptiveAvgPool2d(1)) covers them all
-    window = prod(ceil(i / max(o, 1)) for i, o in zip(x.shape[-dims:], out.shape[-dims:]))
-    return _elementwise(out.numel() * window)
+    return _elementwise(out.numel() * adaptive_window(x.shape[-dims:], out.shape[-dims:]))
 
 
 def upsample_rule(layer: nn.Upsample, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """Upsample: nearest 0; (bi/tri)linear 2^d multiplies + 2^d−1 adds per output element
-    (3, 7, 15); bicubic 31 per output element."""
-    out = _numel(output)
-    mode = getattr(layer, "mode", "nearest")
-    per = {"linear": 3, "bilinear": 7, "trilinear": 15, "bicubic": 31}.get(mode, 0)
-    return _elementwise(out * per)
+    (3, 7, 15); bicubic 31 per output element; area as adaptive average pooling."""
+    x, out = _first_tensor(inputs), _first_tensor(output)
+    if x is None or out is None:
+        return _elementwise(0)
+    spatial = x.dim() - 2
+    return _elementwise(interpolation_flops(getattr(layer, "mode", "nearest"), x.shape[2:],
+                                            out.shape[-spatial:], out.numel()))
 
 
 def free_rule(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -> FlopCount:
@@ -334,7 +343,7 @@ def weight_norm_rule(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -> 
     """``parametrizations.weight_norm``: g·v/‖v‖ — the norm of v (2 per element of v: square,
     add), a root and a division per norm (2 per element of g), the scaling (1 per element of v)."""
     magnitude, direction = (_numel(value) for value in inputs[:2])
-    return _elementwise(3 * direction + 2 * magnitude)
+    return _elementwise(weight_norm_flops(direction, magnitude))
 
 
 def spectral_norm_rule(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -> FlopCount:
@@ -356,10 +365,9 @@ def spectral_norm_rule(layer: nn.Module, inputs: tuple[Any, ...], output: Any) -
 def embedding_bag_rule(layer: nn.EmbeddingBag, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """EmbeddingBag: one add (sum/mean) or comparison (max) per looked-up element, one multiply
     more with per_sample_weights, one divide per output element for mean."""
-    looked_up = _numel(inputs[:1]) * layer.embedding_dim
-    weighted = looked_up if len(inputs) > 2 and inputs[2] is not None else 0
-    mean = _numel(output) if layer.mode == "mean" else 0
-    return _elementwise(looked_up + weighted + mean)
+    weighted = len(inputs) > 2 and inputs[2] is not None
+    return _elementwise(embedding_bag_flops(_numel(inputs[:1]) * layer.embedding_dim, weighted,
+                                            layer.mode, _numel(output)))
 
 
 def _tuple(value: Any, n: int) -> tuple[int, ...]:

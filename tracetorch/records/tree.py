@@ -168,7 +168,8 @@ class CallNode:
         time: inclusive forward time per call.
         flops: forward FLOPs of all calls; ``gemm_flops`` the matmul/convolution part of it.
         flops_source: ``"rule"`` (an analytical rule), ``"ops"`` (counted tensor operations),
-            ``"user"`` (``instrument(flops=...)``) or ``"none"``.
+            ``"user"`` (``instrument(flops=...)``), ``"uncounted"`` (its calls ran an
+            operation that computes but has no formula: a fused LSTM, a solver) or ``"none"``.
         macs: multiply-accumulates where defined (``None`` where not).
         params: the module's parameters (its whole subtree, shared tensors once).
         backward_time / backward_flops / backward_gemm_flops: gradient computation attributed
@@ -265,9 +266,12 @@ class CallNode:
     def flops_unknown(self) -> bool:
         """Whether this layer's own FLOPs are unknown: it ran, has no FLOP rule, and neither
         counted operations nor calls below it explain its work (see :attr:`completeness`); an
-        optimizer step with no rule, whatever ran below it (LBFGS's closure)."""
-        return (self.flops_source == "none" and self.calls > 0
-                and (self.kind == "optimizer" or (self.kind == "module" and not self.children)))
+        optimizer step with no rule, whatever ran below it (LBFGS's closure); a call that ran
+        an operation with no formula (its count is a lower bound)."""
+        source = self.flops_source
+        return source == "uncounted" or (
+            source == "none" and self.calls > 0
+            and (self.kind == "optimizer" or (self.kind == "module" and not self.children)))
 
     @property
     def completeness(self) -> Completeness:

@@ -78,6 +78,7 @@ from tracetorch.flops.torch_functions import (
     CallFormula,
     data_movement_functions,
     torch_function_formulas,
+    uncounted_functions,
 )
 
 __all__ = ("OpCountingMode", "drop_retired", "make_switch", "mode_off", "start_op_counting",
@@ -112,6 +113,18 @@ def _moving_data(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[s
         node = frame.node
         if node.flops_source == "none":
             node.flops_source = "ops"
+    return result
+
+
+def _uncounted_arithmetic(func: Callable[..., Any], args: tuple[Any, ...],
+                          kwargs: dict[str, Any]) -> Any:
+    # Arithmetic with no formula (a fused LSTM, a solver): the layer's own FLOPs are unknown,
+    # a lower bound, whatever else it counted (see torch_functions.uncounted_functions).
+    result = func(*args, **kwargs)
+    frame = current_frame()
+    if (frame is not None and frame.owner is not None and frame.ops
+            and _current_node() is None and not tracing()):
+        frame.node.flops_source = "uncounted"
     return result
 
 
@@ -181,6 +194,7 @@ def _counting_entries(counter: OpCounter) -> tuple[dict[Any, Entry], dict[Any, s
     known = _COUNTING.get(counter)
     if known is None:
         entries: dict[Any, Entry] = dict.fromkeys(data_movement_functions(), _moving_data)
+        entries.update(dict.fromkeys(uncounted_functions(), _uncounted_arithmetic))
         names: dict[Any, str] = {}
         for func, (name, formula, gemm) in torch_function_formulas().items():
             entries[func] = _counting(name, formula, gemm, counter.charge)

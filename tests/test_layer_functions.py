@@ -1,0 +1,156 @@
+"""What a layer's forward does by calling torch itself costs what the layer would: every
+``torch.nn`` layer of the sweep (:data:`test_torch_layer_sweep.CASES`) given a ``forward`` of its
+own (the class's, assigned on the instance: no rule covers it, its operations are counted) costs
+what its rule counts; products of vectors and chains of matrices cost their hand formulas; an
+operation with no formula (a fused LSTM, a solver) leaves its layer unknown, never a silent 0;
+and a module's forward hooks (pruning's mask, old-style ``weight_norm`` and ``spectral_norm``,
+a hook of the user's), which torch runs around its forward in its caller's call, are counted
+inside a plain ``nn.Sequential`` and a ruled layer as they are inside any other caller.
+"""
+from __future__ import annotations
+
+import os
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch") if os.environ.get("CI") != "true" else __import__("torch")
+
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+import tracetorch  # noqa: E402
+from test_torch_layer_sweep import CASES, _build, _inputs  # noqa: E402
+
+nn = torch.nn
+F = torch.nn.functional
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:LSTM with projections", "ignore:enable_nested_tensor", "ignore:Lazy modules",
+    "ignore:nn.Container is deprecated", "ignore:TF32", "ignore:`NLLLoss2d` has been deprecated",
+    "ignore:torch.chain_matmul is deprecated")
+
+#: Layers whose own forward runs an operation with no formula: their counted FLOPs are unknown
+#: (a lower bound), where the rule of the layer called as itself knows them.
+UNCOUNTED = {"RNN", "RNN-relu-batch_first", "LSTM", "LSTM-proj", "GRU", "RNNCell", "LSTMCell",
+             "GRUCell", "MultiheadAttention", "MultiheadAttention-fused",
+             "LinearCrossEntropyLoss"}
+#: Layers whose operations count more or less than their rule, and why.
+APART = {
+    # the rule leaves out the running-statistics counter (num_batches_tracked += 1)
+    "BatchNorm1d": 1, "BatchNorm2d": 1, "BatchNorm3d": 1, "SyncBatchNorm": 1,
+    # its own autograd Function, whose operations are counted as they run (a sum over a
+    # padded window), where the rule costs F.local_response_norm
+    "CrossMapLRN2d": 1250 - 1600,
+}
+
+
+def _own_forward(layer: nn.Module) -> nn.Module:
+    layer.forward = types.MethodType(type(layer).forward, layer)
+    return layer
+
+
+def _counted(layer: nn.Module, inputs: tuple) -> tuple[int, str]:
+    torch.manual_seed(1)
+    with torch.no_grad(), tracetorch.profile(layer) as prof:
+        layer(*inputs)
+    return prof.forward_flops, prof.completeness
+
+
+@pytest.mark.parametrize("name", sorted(name for name in CASES if not name.startswith("Lazy")))
+def test_a_layer_running_its_own_forward_costs_what_its_rule_counts(name):
+    case = CASES[name]
+    inputs = _inputs(case)
+    by_rule = _counted(_build(case), inputs)
+    assert by_rule[1] == "complete"
+    by_operations = _counted(_own_forward(_build(case)), inputs)
+    if name in UNCOUNTED:
+        assert by_operations[1] != "complete"
+    else:
+        assert by_operations == (by_rule[0] + APART.get(name, 0), "complete")
+
+
+def r(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape)
+
+
+#: Products that are no matrix products (FlopCounterMode counts none of them), with their
+#: hand counts: a multiply-add (2) per element of the matrix or vector, a multiply per output
+#: element of an outer product.
+VECTOR_PRODUCTS = {
+    "mv": (lambda: torch.mv(r(3, 4), r(4)), 2 * 12),
+    "Tensor.mv": (lambda: r(3, 4).mv(r(4)), 2 * 12),
+    "addmv": (lambda: torch.addmv(r(3), r(3, 4), r(4)), 2 * 12),
+    "addmv_": (lambda: r(3).addmv_(r(3, 4), r(4)), 2 * 12),
+    "dot": (lambda: torch.dot(r(5), r(5)), 2 * 5),
+    "vdot": (lambda: torch.vdot(r(5), r(5)), 2 * 5),
+    "vecdot": (lambda: torch.linalg.vecdot(r(3, 4), r(3, 4)), 2 * 3 * 4),
+    "vecdot-dim": (lambda: torch.linalg.vecdot(r(3, 4), r(3, 4), dim=0), 2 * 4 * 3),
+    "outer": (lambda: torch.outer(r(3), r(4)), 12),
+    "ger": (lambda: torch.ger(r(3), r(4)), 12),
+    "addr": (lambda: torch.addr(r(3, 4), r(3), r(4)), 12),
+    "kron": (lambda: torch.kron(r(2, 3), r(4, 5)), 120),
+    "addbmm": (lambda: torch.addbmm(r(3, 5), r(2, 3, 4), r(2, 4, 5)), 2 * 2 * 3 * 4 * 5),
+    # per pair of points and coordinate a difference, a power, an add; a root per pair
+    "cdist": (lambda: torch.cdist(r(2, 5, 3), r(2, 6, 3)), 2 * 5 * 6 * (3 * 3 + 1)),
+    "complex-mv": (lambda: torch.mv(r(3, 4).to(torch.complex64), r(4).to(torch.complex64)),
+                   4 * 2 * 12),
+}
+#: Matrix products torch runs as mm/bmm, which FlopCounterMode counts.
+MATRIX_PRODUCTS = {
+    "tensordot": lambda: torch.tensordot(r(3, 4, 5), r(4, 5, 6), 2),
+    "tensordot-pairs": lambda: torch.tensordot(r(3, 4, 5), r(5, 2, 3), ([0, 2], [2, 0])),
+    "inner": lambda: torch.inner(r(3, 4), r(2, 5, 4)),
+    "multi_dot": lambda: torch.linalg.multi_dot([r(10, 30), r(30, 5), r(5, 60)]),
+    "multi_dot-vectors": lambda: torch.linalg.multi_dot([r(7), r(7, 3), r(3, 9), r(9)]),
+    "chain_matmul": lambda: torch.chain_matmul(r(4, 30), r(30, 2), r(2, 20)),
+}
+
+
+@pytest.mark.parametrize("name", VECTOR_PRODUCTS)
+def test_a_product_of_vectors_costs_its_hand_count(name):
+    call, expected = VECTOR_PRODUCTS[name]
+    with tracetorch.profile() as prof:
+        call()
+    assert (prof.forward_flops, prof.forward_gemm_flops) == (expected, 0)
+
+
+@pytest.mark.parametrize("name", MATRIX_PRODUCTS)
+def test_a_matrix_product_costs_what_flop_counter_mode_counts(name):
+    call = MATRIX_PRODUCTS[name]
+    torch.manual_seed(0)
+    with FlopCounterMode(display=False) as reference:
+        call()
+    torch.manual_seed(0)
+    with tracetorch.profile() as prof:
+        call()
+    assert prof.forward_gemm_flops == prof.forward_flops == reference.get_total_flops() > 0
+
+
+def test_a_chain_is_multiplied_in_its_cheapest_order():
+    # (AB)C costs 2·(10·100·5 + 10·5·50) = 15,000; A(BC) would cost 2·(100·5·50 + 10·100·50)
+    a, b, c = r(10, 100), r(100, 5), r(5, 50)
+    with tracetorch.profile() as prof:
+        torch.linalg.multi_dot([a, b, c])
+    assert prof.forward_flops == 15_000
+
+
+class Solver(nn.Module):
+    """A layer whose forward solves a linear system: arithmetic no formula counts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = x.T @ x + torch.eye(4)
+        return self.fc(torch.linalg.solve(a, x.T).T)
+
+
+def test_an_operation_with_no_formula_leaves_its_layer_unknown_and_its_callers_partial():
+    model = nn.Sequential(Solver(), nn.ReLU())
+    with tracetorch.profile(model) as prof:
+        model(r(6, 4))
+    solver = prof.find("0")
+    assert solver.completeness == "unknown" and "linalg_solve" in solver.ops
+    assert prof.find("0.fc").completeness == "complete"
+    assert prof.completeness == "partial"
+    assert "?" in prof.table()
