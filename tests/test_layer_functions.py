@@ -145,10 +145,16 @@ class Solver(nn.Module):
         return self.fc(torch.linalg.solve(a, x.T).T)
 
 
-def test_an_operation_with_no_formula_leaves_its_layer_unknown_and_its_callers_partial():
+def test_an_operation_with_no_formula_leaves_its_layer_unknown_and_its_callers_partial(tmp_path):
     model = nn.Sequential(Solver(), nn.ReLU())
+    with pytest.warns(UserWarning, match="Solver runs linalg_solve, which tracetorch has no"):
+        tracetorch.count_flops(model, r(6, 4))  # (warned once per layer type and process)
     with tracetorch.profile(model) as prof:
         model(r(6, 4))
+    assert prof.unsupported == {"Solver": 1}
+    saved = tmp_path / "solver.json"
+    prof.save(saved)
+    assert tracetorch.load(saved).find("0").completeness == "unknown"
     solver = prof.find("0")
     assert solver.completeness == "unknown" and "linalg_solve" in solver.ops
     assert prof.find("0.fc").completeness == "complete"

@@ -37,11 +37,12 @@ def unsupported_calls(root: CallNode) -> dict[str, int]:
 
 
 def warn_unsupported(type_name: str, compiled: bool, stacklevel: int,
-                     ops_counted: bool = True) -> None:
+                     ops_counted: bool = True, uncounted: str | None = None) -> None:
     """Warn that ``type_name``'s FLOPs are unknown, unless this process warned about it already
     (``compiled``: the layer runs a compiled graph; ``ops_counted``: false for a profile with
-    ``ops=False``, which did not look for its operations). ``stacklevel`` is
-    ``warnings.warn``'s, from the caller's point of view.
+    ``ops=False``, which did not look for its operations; ``uncounted``: the name of an
+    operation it ran that computes with no formula). ``stacklevel`` is ``warnings.warn``'s,
+    from the caller's point of view.
 
     Example:
         >>> import warnings
@@ -62,6 +63,9 @@ def warn_unsupported(type_name: str, compiled: bool, stacklevel: int,
         advice = (f"{shown} runs a compiled graph, which tracetorch cannot look "
                   f"into: {unknown}. Profile the module before compiling it for FLOPs; its "
                   f"time is measured either way.")
+    elif uncounted is not None:
+        advice = (f"{shown} runs {printable(uncounted)}, which tracetorch has no FLOP formula "
+                  f"for: {unknown}. Register a rule with @tracetorch.flop_rule({shown}).")
     elif not ops_counted:
         advice = (f"tracetorch has no FLOP rule for {shown}, and this profile counts no tensor "
                   f"operations (ops=False): {unknown}. Profile with ops=True to count its "

@@ -73,6 +73,7 @@ from tracetorch.engine.hotpath import (
     set_op_switch,
 )
 from tracetorch.engine.native import native_type
+from tracetorch.engine.unsupported import warn_unsupported
 from tracetorch.flops.gradients import function_gradient_parts
 from tracetorch.flops.torch_functions import (
     CallFormula,
@@ -124,7 +125,12 @@ def _uncounted_arithmetic(func: Callable[..., Any], args: tuple[Any, ...],
     frame = current_frame()
     if (frame is not None and frame.owner is not None and frame.ops
             and _current_node() is None and not tracing()):
-        frame.node.flops_source = "uncounted"
+        node = frame.node
+        if node.flops_source != "uncounted":
+            node.flops_source = "uncounted"
+            if frame.collector.warn_unsupported:
+                warn_unsupported(node.type_name, compiled=False, stacklevel=4,
+                                 uncounted=_op_name(func))
     return result
 
 
