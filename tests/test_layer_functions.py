@@ -160,3 +160,26 @@ def test_an_operation_with_no_formula_leaves_its_layer_unknown_and_its_callers_p
     assert prof.find("0.fc").completeness == "complete"
     assert prof.completeness == "partial"
     assert "?" in prof.table()
+
+
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "F.gelu": F.gelu, "nn.GELU": nn.GELU(),
+               "nn.SiLU": nn.SiLU(), "F.silu": F.silu,
+               "users-silu": lambda x: x * torch.sigmoid(x)}
+
+
+@pytest.mark.parametrize("training", [False, True])
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_an_encoder_layer_costs_its_activation_whatever_it_is(activation, training):
+    # relu 47,500 (see test_torch_layer_sweep); per hidden element (2·5 tokens x 32) gelu 6,
+    # silu 5 (x·sigmoid(x): 4 + 1) where relu costs 1
+    x = r(2, 5, 16)
+    expected = 47_500 + 2 * 5 * 32 * {"relu": 0, "gelu": 5, "F.gelu": 5, "nn.GELU": 5}.get(
+        activation, 4)
+
+    def layer() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True,
+                                          activation=ACTIVATIONS[activation]).train(training)
+
+    assert _counted(layer(), (x,)) == _counted(_own_forward(layer()), (x,)) == (
+        expected, "complete")

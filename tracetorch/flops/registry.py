@@ -100,9 +100,10 @@ class FlopRegistry:
         that adds a low-rank product in its own ``forward``, as loralib's does, has no rule:
         its operations are counted), and an instance only while no ``forward`` of its own was
         assigned on it (but for accelerate's device hooks, which run the class's, kept as
-        ``_old_forward``) and no forward hook runs inside its calls (:func:`hooks_run_inside`:
-        pruning's mask, an old-style ``weight_norm`` on one of its sublayers). A user's rule
-        covers every subclass and instance.
+        ``_old_forward``), no forward hook runs inside its calls (:func:`hooks_run_inside`:
+        pruning's mask, an old-style ``weight_norm`` on one of its sublayers) and the rule's own
+        ``covers(layer)``, where it has one, holds (a layer built with a function of the user's
+        that the rule cannot cost). A user's rule covers every subclass and instance.
 
         Example:
             >>> class Layer:
@@ -124,9 +125,12 @@ class FlopRegistry:
             if klass in self._builtin:
                 if forward_from is not None and _package(forward_from) != _package(klass):
                     return NO_RULE  # another package's forward: not what the rule counts
-                if _forward_of_its_own(layer) or hooks_run_inside(layer, deep=True):
+                rule = self._builtin[klass]
+                covers = getattr(rule, "covers", None)
+                if (_forward_of_its_own(layer) or hooks_run_inside(layer, deep=True)
+                        or (covers is not None and layer is not None and not covers(layer))):
                     return NO_RULE
-                return self._builtin[klass]
+                return rule
         return NO_RULE
 
     def copy(self) -> FlopRegistry:

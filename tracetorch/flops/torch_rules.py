@@ -161,11 +161,28 @@ def encoder_layer_rule(layer: nn.TransformerEncoderLayer, inputs: tuple[Any, ...
     hidden = layer.linear1.out_features
     attn = mha_count(layer.self_attn, n, length, length)
     ffn = 2 * tokens * e * hidden * 2
-    activation = layer.activation
-    name = getattr(activation, "__name__", None) or _ACTIVATIONS.get(type(activation), "relu")
-    other = (PER_ELEMENT.get(name, 1) * tokens * hidden
+    activation = _activation_name(layer.activation)
+    assert activation is not None  # (covers() keeps a user's activation from this rule)
+    other = (PER_ELEMENT[activation] * tokens * hidden
              + 2 * normalization_flops("layer_norm", tokens * e))
     return _gemm(attn.gemm + ffn, (attn.flops - attn.gemm) + other + 2 * tokens * e)
+
+
+def _activation_name(activation: Any) -> str | None:
+    # The torch function an encoder layer's activation is (F.relu, F.gelu, as its string
+    # options give), or applies (a ReLU or GELU module...); None for the user's own.
+    if isinstance(activation, nn.Module):
+        return _ACTIVATIONS.get(type(activation))
+    name = getattr(activation, "__name__", None)
+    if name in PER_ELEMENT and getattr(nn.functional, name, None) is activation:
+        return str(name)
+    return None
+
+
+# A function of the user's as the activation (lambda x: x * torch.sigmoid(x)) has a cost the
+# rule cannot know: such a layer runs its children (no fast path), counted by its operations.
+encoder_layer_rule.covers = (  # type: ignore[attr-defined]
+    lambda layer: _activation_name(layer.activation) is not None)
 
 
 # ----------------------------------------------------------------------------- recurrent
