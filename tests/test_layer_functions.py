@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import types
+import warnings
 
 import pytest
 
@@ -183,3 +184,49 @@ def test_an_encoder_layer_costs_its_activation_whatever_it_is(activation, traini
 
     assert _counted(layer(), (x,)) == _counted(_own_forward(layer()), (x,)) == (
         expected, "complete")
+
+
+@pytest.mark.parametrize("implementation", ["eager", "grouped_mm", "batched_mm"])
+def test_mixture_of_experts_costs_its_routed_products_however_its_experts_run(implementation):
+    # transformers runs Mixtral's experts as a loop of F.linear over the tokens routed to each,
+    # one grouped_mm per projection, or one bmm per projection over the routed copies: 12
+    # tokens, 2 experts each, gate_up 32 -> 2·64 and down 64 -> 32, backward twice that.
+    transformers = pytest.importorskip("transformers") if os.environ.get("CI") != "true" else (
+        __import__("transformers"))
+    config = transformers.MixtralConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=100, num_local_experts=4, num_experts_per_tok=2)
+    config._experts_implementation = implementation
+    torch.manual_seed(0)
+    model = transformers.MixtralModel(config)
+    ids = torch.randint(100, (1, 12), generator=torch.Generator().manual_seed(1))
+    with tracetorch.profile(model) as prof:
+        model(input_ids=ids).last_hidden_state.sum().backward()
+    experts = prof.find("layers.0.mlp.experts")
+    routed = 12 * 2
+    forward = 2 * routed * 32 * 128 + 2 * routed * 64 * 32
+    assert (experts.gemm_flops, experts.backward_gemm_flops) == (forward, 2 * forward)
+    assert prof.completeness == "complete"
+
+
+@torch.library.custom_op("tracetorch_tests::outer_sum", mutates_args=())
+def _library_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a @ b.T
+
+
+class LibraryOperator(nn.Module):
+    """A layer calling an operator a library registered (torch.library, a C++ extension)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.tracetorch_tests.outer_sum(x, x).relu() + torch.ops.aten.mul(x, 2).sum()
+
+
+def test_a_library_operator_leaves_its_layer_unknown_in_every_profile():
+    layer = LibraryOperator()
+    for _ in range(2):  # (the second profile finds the operator classified already)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with tracetorch.profile(layer) as prof:
+                layer(r(3, 4))
+        assert prof.completeness == "unknown" and prof.unsupported == {"LibraryOperator": 1}
+        assert set(prof.find("").ops) >= {"outer_sum", "relu", "mul", "add"}

@@ -37,6 +37,11 @@ def _quantized(model):
     return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
 
 
+def _experts(config, implementation):
+    config._experts_implementation = implementation
+    return config
+
+
 def _configs():
     """name: (model class, config, input shapes, what to do to the model once built)."""
     hf = transformers
@@ -79,6 +84,11 @@ def _configs():
         "convnext": (hf.ConvNextModel, hf.ConvNextConfig(hidden_sizes=[16, 32], depths=[1, 1],
                                                        num_stages=2, patch_size=4),
                      image, None),
+        # A mixture of experts: its experts run as one grouped_mm per projection.
+        "mixtral-moe": (hf.MixtralModel, _experts(hf.MixtralConfig(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=100, num_local_experts=4, num_experts_per_tok=2),
+            "grouped_mm"), {"input_ids": ids}, None),
         "bert-int8-dynamic": (hf.BertModel, hf.BertConfig(hidden_size=32, num_hidden_layers=1,
                                                         num_attention_heads=2,
                                                         intermediate_size=64, vocab_size=100),
@@ -126,11 +136,20 @@ def _quantized_linear(x_shape, *args, out_shape=None, **kwargs):
     return 2 * math.prod(x_shape) * out_shape[-1]
 
 
+def _grouped_mm(a_shape, b_shape, *args, out_shape=None, **kwargs):
+    """grouped_mm (MoE experts; FlopCounterMode has none): each group's product, 2·rows·K·N;
+    two 2-D operands (a weight gradient) split K into groups, each a matrix of the result."""
+    if len(a_shape) == 2 and len(b_shape) == 2:
+        return 2 * math.prod(a_shape) * b_shape[-1]
+    return 2 * math.prod(out_shape) * a_shape[-1]
+
+
 def corrected_formulas():
     """What FlopCounterMode is given: its own sdpa formulas for the CPU flash kernels it lacks,
     and the corrections above."""
     return {**cpu_attention_formulas(), torch.ops.aten.convolution_backward: _grouped_conv_backward,
-            torch.ops.quantized.linear_dynamic: _quantized_linear}
+            torch.ops.quantized.linear_dynamic: _quantized_linear,
+            torch.ops.aten._grouped_mm: _grouped_mm}
 
 
 def first_output(out):

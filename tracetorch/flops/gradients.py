@@ -494,6 +494,7 @@ _OPERANDS: dict[str, tuple[tuple[int, str], ...]] = {
     "addmm": ((1, "mat1"), (2, "mat2")), "baddbmm": ((1, "batch1"), (2, "batch2")),
     "linear": ((0, "input"), (1, "weight")),
     "tensordot": ((0, "a"), (1, "b")), "inner": ((0, "input"), (1, "other")),
+    "grouped_mm": ((0, "mat_a"), (1, "mat_b")),
     "bilinear": ((0, "input1"), (1, "input2"), (2, "weight")),
     **{f"conv{t}{d}d": ((0, "input"), (1, "weight")) for t in ("", "_transpose") for d in "123"},
 }

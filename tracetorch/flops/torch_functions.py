@@ -40,6 +40,8 @@ counted, as in the layer rules and in PyTorch's own counter:
                                               causal mask is not discounted (as FlopCounterMode)
 ``tensordot``, ``inner``                      2 x result elements x contracted size
 ``linalg.multi_dot``, ``chain_matmul``        the products in the cheapest order (torch's)
+``grouped_mm`` (MoE experts)                  2·M·K·N over the groups (rows past ``offs[-1]``
+                                              included: reading ``offs`` would synchronize)
 ============================================  ==================================================
 
 Products of vectors are counted apart from the matrix products (``torch.utils.flop_counter``
@@ -285,6 +287,17 @@ def chain_operands(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
 def _chain(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
     return sum(flops for flops, _, _ in chain_products(
         [_shape(matrix) for matrix in chain_operands(args, kwargs)]))
+
+
+def _grouped(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+    # grouped_mm: a (groups of rows) x b (one matrix a group), or two 3-D batches: 2 per row of
+    # the result, column and reduced element; two 2-D operands split the reduced dimension
+    # into groups instead (the result one matrix a group): 2·M·K·N over all of them. (Rows
+    # beyond offs[-1] are counted: reading offs would wait for the device.)
+    a, b = _arg(args, kwargs, 0, "mat_a"), _arg(args, kwargs, 1, "mat_b")
+    if a.dim() == 2 and b.dim() == 2:
+        return 2 * int(a.numel()) * int(b.shape[-1])
+    return 2 * int(result.numel()) * int(a.shape[-1])
 
 
 def _vector_product(at: int, name: str) -> CallFormula:
@@ -635,6 +648,8 @@ def torch_function_formulas() -> dict[Callable[..., Any], tuple[str, CallFormula
         (functional, "scaled_dot_product_attention", "scaled_dot_product_attention", _sdpa),
         (torch, "tensordot", "tensordot", _contracted), (torch, "inner", "inner", _contracted),
         (tensor, "inner", "inner", _contracted),
+        (torch, "_grouped_mm", "grouped_mm", _grouped),
+        (functional, "grouped_mm", "grouped_mm", _grouped),
         (torch.linalg, "multi_dot", "multi_dot", _chain),
         (torch, "chain_matmul", "multi_dot", _chain),
     ]

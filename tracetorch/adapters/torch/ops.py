@@ -134,6 +134,31 @@ def _uncounted_arithmetic(func: Callable[..., Any], args: tuple[Any, ...],
     return result
 
 
+#: The namespaces of ``torch.ops`` whose operators add nothing to a model's FLOPs (profiler ranges,
+#: collectives, compiler plumbing) or are torch's own (aten, prims: reached through torch.ops in
+#: export and compiler code, and counted, where they are, through the functions above).
+_TORCH_NAMESPACES = frozenset({"aten", "prims", "profiler", "_c10d_functional",
+                               "c10d_functional", "c10d", "_dtensor", "higher_order", "inductor"})
+
+
+def _library_operator(func: Any) -> bool:
+    """Whether ``func`` is an operator a library registered with ``torch.library`` or a C++
+    extension (``torch.ops.transformers.grouped_mm_fallback``, ``torch.ops.torchvision.nms``),
+    whose arithmetic no formula here knows.
+
+    Example:
+        >>> _library_operator(torch.ops.aten.mm), _library_operator(torch.matmul)
+        (False, False)
+    """
+    if isinstance(func, torch._ops.OpOverload):
+        namespace = func.namespace
+    elif isinstance(func, torch._ops.OpOverloadPacket):
+        namespace = func._qualified_op_name.partition("::")[0]
+    else:
+        return False
+    return namespace not in _TORCH_NAMESPACES
+
+
 def _mark_product(frame: Frame, func: Callable[..., Any], args: tuple[Any, ...],
                   kwargs: dict[str, Any], result: Any) -> None:
     # Products carry their gradients' cost to the backward pass (elementwise gradients are not
@@ -247,6 +272,7 @@ class OpCountingMode(TorchFunctionMode):
     def __init__(self, counter: OpCounter) -> None:
         super().__init__()
         counting, self._names = _counting_entries(counter)
+        self._counting = counting  # (shared by the modes of this counter: see _names)
         entries = dict(counting)
         backward = _disturbing(pass_recorder())
         entries[torch.Tensor.backward] = backward
@@ -274,8 +300,10 @@ class OpCountingMode(TorchFunctionMode):
         if (frame is not None and frame.owner is not None and frame.collector.active
                 and _current_node() is None):
             name = self._names.get(func)
-            if name is None:
+            if name is None:  # the first call of this function in a layer
                 name = self._names[func] = _op_name(func)
+                if entry is None and _library_operator(func):
+                    entry = self._entries[func] = self._counting[func] = _uncounted_arithmetic
             if name:  # ("": a tensor attribute read or written, no operation of the layer's)
                 if frame.collector.op_timing:
                     clock = frame.collector.host_clock
