@@ -368,8 +368,13 @@ def test_function_parts_charged_as_flop_counter_mode(name):
 def test_every_counted_product_is_tested():
     # (grouped_mm, which FlopCounterMode has no formula for: tests/test_layer_functions.py,
     # the MoE experts run three ways, and tests/test_transformers_models.py)
+    # (and the integer and float8 products of quantized inference, which have no gradient:
+    # their forward in tests/test_layer_functions.py)
     tested = {func for func, _ in FUNCTIONS.values()} | {
-        F.scaled_dot_product_attention, torch._grouped_mm, F.grouped_mm}
+        F.scaled_dot_product_attention, torch._grouped_mm, F.grouped_mm, torch._scaled_grouped_mm,
+        torch._scaled_grouped_mm_v2, torch._int_mm, torch._scaled_mm, torch._scaled_mm_v2,
+        torch._weight_int8pack_mm, torch._weight_int4pack_mm, torch._weight_int4pack_mm_for_cpu,
+        torch._weight_int4pack_mm_with_scales_and_zeros}
     products = {func for func, (_, _, gemm) in torch_function_formulas().items() if gemm}
     assert products <= tested
 

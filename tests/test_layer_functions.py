@@ -230,3 +230,39 @@ def test_a_library_operator_leaves_its_layer_unknown_in_every_profile():
                 layer(r(3, 4))
         assert prof.completeness == "unknown" and prof.unsupported == {"LibraryOperator": 1}
         assert set(prof.find("").ops) >= {"outer_sum", "relu", "mul", "add"}
+
+
+def _int8(*shape: int) -> torch.Tensor:
+    return torch.randint(-8, 8, shape, dtype=torch.int8)
+
+
+#: The products of quantized inference (torchao, gpt-fast), as the float product of the same
+#: shapes: 2·M·K·N.
+QUANTIZED_PRODUCTS = {
+    "_int_mm": (lambda: torch._int_mm(_int8(32, 64), _int8(64, 16)), 2 * 32 * 64 * 16),
+    "_weight_int8pack_mm": (lambda: torch._weight_int8pack_mm(r(4, 64), _int8(16, 64), r(16)),
+                            2 * 4 * 64 * 16),
+    "_scaled_mm": (lambda: torch._scaled_mm(
+        r(32, 64).to(torch.float8_e4m3fn), r(16, 64).to(torch.float8_e4m3fn).T,
+        torch.tensor(1.0), torch.tensor(1.0), out_dtype=torch.float32), 2 * 32 * 64 * 16),
+}
+
+
+@pytest.mark.parametrize("name", QUANTIZED_PRODUCTS)
+def test_a_quantized_product_costs_the_float_products_flops(name):
+    call, expected = QUANTIZED_PRODUCTS[name]
+    with tracetorch.profile() as prof:
+        call()
+    assert prof.forward_gemm_flops == prof.forward_flops == expected
+
+
+def test_a_sparse_product_leaves_its_layer_unknown():
+    class Sparse(nn.Module):
+        def forward(self, x):
+            return torch.sparse.mm(x.to_sparse(), x.T)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with tracetorch.profile(Sparse()) as prof:
+            Sparse()(r(3, 4))
+    assert prof.completeness == "unknown"

@@ -42,6 +42,8 @@ counted, as in the layer rules and in PyTorch's own counter:
 ``linalg.multi_dot``, ``chain_matmul``        the products in the cheapest order (torch's)
 ``grouped_mm`` (MoE experts)                  2·M·K·N over the groups (rows past ``offs[-1]``
                                               included: reading ``offs`` would synchronize)
+``_int_mm``, ``_scaled_mm`` (int8, float8)    as ``mm`` (the float product of the same shapes)
+``_weight_int8pack_mm``, ``int4pack_mm``      as ``linear``
 ============================================  ==================================================
 
 Products of vectors are counted apart from the matrix products (``torch.utils.flop_counter``
@@ -287,6 +289,11 @@ def chain_operands(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
 def _chain(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
     return sum(flops for flops, _, _ in chain_products(
         [_shape(matrix) for matrix in chain_operands(args, kwargs)]))
+
+
+def _rows_by_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+    # A product whose weight is packed (int4): 2 per output element and input feature.
+    return 2 * int(result.numel()) * int(args[0].shape[-1])
 
 
 def _grouped(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
@@ -572,15 +579,21 @@ def data_movement_functions() -> frozenset[Callable[..., Any]]:
 #: Functions that do arithmetic this module has no formula for, by owner: the fused recurrent
 #: layers and cells, attention and transformer kernels behind ``nn.MultiheadAttention`` and
 #: ``nn.TransformerEncoderLayer`` (whose layer rules count them where the layer is called as
-#: itself), ``F.linear_cross_entropy`` and the linear-algebra solvers and decompositions. A
+#: itself), ``F.linear_cross_entropy``, sparse products and the linear-algebra solvers and
+#: decompositions. A
 #: layer that calls one has unknown FLOPs (a lower bound), not a silent 0.
 _UNCOUNTED: dict[str, tuple[str, ...]] = {
     "torch": ("lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "rnn_tanh_cell",
               "rnn_relu_cell", "_native_multi_head_attention", "_transformer_encoder_layer_fwd",
+              # sparse products: their cost follows the values (the stored elements)
+              "spmm", "smm", "hspmm", "sspaddmm", "_cslt_sparse_mm",
+              "_sparse_semi_structured_mm", "_sparse_semi_structured_addmm",
+              "_sparse_semi_structured_linear", "_sparse_mm",
               "inverse", "det", "logdet", "slogdet", "svd", "qr", "cholesky", "cholesky_solve",
               "cholesky_inverse", "triangular_solve", "lu", "lu_solve", "pinverse",
               "matrix_exp", "matrix_power", "geqrf", "ormqr", "lobpcg"),
     "functional": ("multi_head_attention_forward", "linear_cross_entropy"),
+    "sparse": ("mm", "addmm", "sampled_addmm"),
     "linalg": ("solve", "solve_ex", "solve_triangular", "inv", "inv_ex", "pinv", "cholesky",
                "cholesky_ex", "qr", "svd", "svdvals", "eig", "eigvals", "eigh", "eigvalsh",
                "det", "slogdet", "lstsq", "lu", "lu_factor", "lu_factor_ex", "lu_solve",
@@ -602,7 +615,7 @@ def uncounted_functions() -> frozenset[Callable[..., Any]]:
     import torch
 
     owners = {"torch": (torch, torch.Tensor), "functional": (torch.nn.functional,),
-              "linalg": (torch.linalg,)}
+              "linalg": (torch.linalg,), "sparse": (torch.sparse,)}
     return frozenset(getattr(owner, name) for key, names in _UNCOUNTED.items()
                      for owner in owners[key] for name in names if hasattr(owner, name))
 
@@ -648,7 +661,17 @@ def torch_function_formulas() -> dict[Callable[..., Any], tuple[str, CallFormula
         (functional, "scaled_dot_product_attention", "scaled_dot_product_attention", _sdpa),
         (torch, "tensordot", "tensordot", _contracted), (torch, "inner", "inner", _contracted),
         (tensor, "inner", "inner", _contracted),
+        # the integer and float8 products of quantized inference (torchao, gpt-fast): as the
+        # float product of the same shapes
+        (torch, "_int_mm", "int_mm", mm), (torch, "_scaled_mm", "scaled_mm", mm),
+        (torch, "_scaled_mm_v2", "scaled_mm", mm),
+        (torch, "_weight_int8pack_mm", "int8pack_mm", _linear),
+        (torch, "_weight_int4pack_mm", "int4pack_mm", _rows_by_inputs),
+        (torch, "_weight_int4pack_mm_for_cpu", "int4pack_mm", _rows_by_inputs),
+        (torch, "_weight_int4pack_mm_with_scales_and_zeros", "int4pack_mm", _rows_by_inputs),
         (torch, "_grouped_mm", "grouped_mm", _grouped),
+        (torch, "_scaled_grouped_mm", "grouped_mm", _grouped),
+        (torch, "_scaled_grouped_mm_v2", "grouped_mm", _grouped),
         (functional, "grouped_mm", "grouped_mm", _grouped),
         (torch.linalg, "multi_dot", "multi_dot", _chain),
         (torch, "chain_matmul", "multi_dot", _chain),
