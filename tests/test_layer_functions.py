@@ -266,3 +266,44 @@ def test_a_sparse_product_leaves_its_layer_unknown():
         with tracetorch.profile(Sparse()) as prof:
             Sparse()(r(3, 4))
     assert prof.completeness == "unknown"
+
+
+def _flops(call) -> int:
+    with tracetorch.profile() as prof:
+        call()
+    return prof.forward_flops
+
+
+ALIASES = {"multiply": "mul", "divide": "div", "subtract": "sub", "absolute": "abs",
+           "negative": "neg", "fix": "trunc", "arctan2": "atan2", "arcsin": "asin",
+           "arctanh": "atanh"}
+
+
+@pytest.mark.parametrize("alias", ALIASES)
+def test_an_alias_costs_what_its_function_costs(alias):
+    a, b = r(3, 4).clamp(-0.5, 0.5), r(3, 4).clamp(-0.5, 0.5)
+    two = alias in ("multiply", "divide", "subtract", "arctan2")
+
+    def run(name):
+        return _flops(lambda: getattr(torch, name)(*((a, b) if two else (a,))))
+
+    assert run(alias) == run(ALIASES[alias]) > 0
+
+
+#: Functions returning values and indices, each against one returning its values alone.
+WITH_INDICES = {
+    "max-dim": (lambda x: torch.max(x, 1), lambda x: torch.amax(x, 1)),
+    "min-dim": (lambda x: x.min(dim=0), lambda x: x.amin(dim=0)),
+    "cummax": (lambda x: x.cummax(0), lambda x: x.cumsum(0)),
+    "max_pool2d": (lambda x: F.max_pool2d(x, 2, return_indices=True), lambda x: F.max_pool2d(x, 2)),
+    "adaptive_max_pool2d": (lambda x: F.adaptive_max_pool2d(x, 3, return_indices=True),
+                            lambda x: F.adaptive_max_pool2d(x, 3)),
+    "var_mean": (lambda x: torch.var_mean(x), lambda x: torch.var(x)),
+}
+
+
+@pytest.mark.parametrize("name", WITH_INDICES)
+def test_a_function_returning_values_and_indices_costs_its_values(name):
+    with_indices, alone = WITH_INDICES[name]
+    x = r(2, 3, 6, 6)
+    assert _flops(lambda: with_indices(x)) == _flops(lambda: alone(x)) > 0

@@ -8,8 +8,12 @@ both frameworks::
 
     per output element                                   FLOPs
     ---------------------------------------------------  --------------------------------------
-    add sub mul div neg abs exp log sqrt rsqrt pow ...   1 (one elementary operation)
-    addcmul addcdiv lerp                                 2
+    add sub mul div neg abs exp log sqrt rsqrt pow ...   1 (one elementary operation; also
+    sin asin sinh atan2 fmin frac erfinv lgamma ...      their aliases: multiply, divide,
+                                                         subtract, absolute, arctan...)
+    addcmul addcdiv lerp xlogy                           2
+    logit (log(x / (1 - x))) / sinc (sin(πx) / πx)       3 / 3
+    hypot / logaddexp, logaddexp2                        4 (two squares, add, root) / 4
     relu relu6 leaky_relu hardtanh threshold prelu ...   1 (compare and select)
     sigmoid                                              4 (negate, exp, add, divide)
     tanh                                                 1 (one library call, as core)
@@ -23,8 +27,11 @@ both frameworks::
 
     per input element
     ---------------------------------------------------  --------------------------------------
-    sum mean amax amin prod cumsum                       1
-    norm (p = 2) / var, std / logsumexp                  2 / 3 / 4
+    sum mean amax amin max min argmax prod cumsum ...     1
+    norm (p = 2) / var, std, var_mean / logsumexp        2 / 3 / 4
+
+    Comparisons, logical operations, sorting and selection (eq, lt, logical_and, sort, topk,
+    median) count 0, as in torch.utils.flop_counter and fvcore.
     layer_norm group_norm instance_norm                  7 (mean 1, variance 2, normalize 2,
                                                          affine 2; core's norm_flops)
     batch_norm                                           7 in training, 4 with running stats
@@ -133,11 +140,18 @@ PER_ELEMENT: dict[str, int] = {
         "abs", "reciprocal", "exp2", "expm1", "log2", "log10", "log1p", "rsqrt", "square",
         "sin", "cos", "tan", "erf", "erfc", "floor", "ceil", "round", "trunc", "sign", "clamp",
         "clip", "maximum", "minimum", "fmod", "remainder", "floor_divide", "where",
-        "masked_fill", "rsub", "true_divide")},
+        "masked_fill", "rsub", "true_divide",
+        "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "atan2", "arcsin",
+        "arccos", "arctan", "arcsinh", "arccosh", "arctanh", "arctan2", "frac", "fmin", "fmax",
+        "clamp_min", "clamp_max", "sgn", "copysign", "nan_to_num", "deg2rad", "rad2deg",
+        "float_power", "erfinv", "lgamma", "digamma", "i0", "heaviside", "nextafter", "ldexp",
+        "absolute", "fix")},
     "add": ADD.forward, "sub": SUB.forward, "mul": MUL.forward, "div": DIV.forward,
-    "neg": NEG.forward, "exp": EXP.forward, "log": LOG.forward, "sqrt": SQRT.forward,
-    "pow": POW.forward,
-    "addcmul": 2, "addcdiv": 2, "lerp": 2,
+    "subtract": SUB.forward, "multiply": MUL.forward, "divide": DIV.forward,
+    "neg": NEG.forward, "negative": NEG.forward, "exp": EXP.forward, "log": LOG.forward,
+    "sqrt": SQRT.forward, "pow": POW.forward,
+    "addcmul": 2, "addcdiv": 2, "lerp": 2, "xlogy": 2, "logit": 3, "sinc": 3, "hypot": 4,
+    "logaddexp": 4, "logaddexp2": 4,
     **{name: RELU.forward for name in (
         "relu", "relu6", "leaky_relu", "hardtanh", "threshold", "hardshrink", "softshrink",
         "prelu", "rrelu")},
@@ -153,8 +167,10 @@ PER_ELEMENT: dict[str, int] = {
 #: FLOPs per input element of each reduction.
 PER_INPUT_ELEMENT: dict[str, int] = {
     **{name: REDUCTION.forward for name in ("sum", "mean", "amax", "amin", "prod", "cumsum",
-                                            "nansum", "nanmean")},
-    "norm": 2, "var": 3, "std": 3, "logsumexp": 4,
+                                            "nansum", "nanmean", "max", "min", "argmax",
+                                            "argmin", "cumprod", "cummax", "cummin")},
+    "norm": 2, "var": 3, "std": 3, "var_mean": 3, "std_mean": 3, "logsumexp": 4,
+    "logcumsumexp": 4,
 }
 
 #: Functions that only move or reinterpret data, by torch name: 0 FLOPs.

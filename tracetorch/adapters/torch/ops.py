@@ -189,13 +189,20 @@ def _reading_values(mode: OpCountingMode, test: DependsOnValues, entry: Entry | 
     return run
 
 
+def _first_is_tensor(result: Any) -> bool:
+    # A function returning values and indices (torch.max(x, dim), F.max_pool2d(...,
+    # return_indices=True)): a namedtuple or tuple whose first item is the computed tensor.
+    return isinstance(result, tuple) and bool(result) and isinstance(result[0], _Tensor)
+
+
 def _counting(name: str, formula: CallFormula, gemm: bool,
               charge: Callable[..., Any]) -> Entry:
     def count(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = func(*args, **kwargs)
         frame = current_frame()
         if (frame is None or not frame.ops or not frame.collector.count_ops
-                or not isinstance(result, _Tensor) or _current_node() is not None or tracing()):
+                or not (isinstance(result, _Tensor) or _first_is_tensor(result))
+                or _current_node() is not None or tracing()):
             return result  # outside a counting call, or nothing real ran (see the docstring)
         try:
             with _no_subclass_dispatch():  # a subclass's __torch_function__ sees no .shape read
