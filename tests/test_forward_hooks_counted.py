@@ -120,3 +120,25 @@ def test_hooks_run_inside_a_layer_are_its_sublayers_and_every_modules():
     nested = nn.Sequential(_sequential())
     _pruned(nested[0][0])
     assert not hooks_run_inside(nested, deep=False) and hooks_run_inside(nested, deep=True)
+
+
+def test_count_flops_tells_a_hooked_instance_from_its_twins():
+    # One count meets two Sequentials and two encoder layers, one of each hooked: each is
+    # counted as its own instance is, not as the first of its class met.
+    def encoder() -> nn.Module:
+        torch.manual_seed(0)
+        # (in eval: one without hooks runs torch's fused fast path, which only its rule costs)
+        return nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True).eval()
+
+    plain = nn.Sequential(nn.Sequential(nn.Linear(16, 16)), encoder())
+    hooked = nn.Sequential(nn.Sequential(nn.Linear(16, 16)), encoder())
+    mask = _pruned(hooked[0][0]) + _pruned(hooked[1].linear1)
+    x = r(2, 5, 16)
+    with torch.no_grad():
+        alone = tracetorch.count_flops(plain, x)
+        for model in (nn.Sequential(plain, hooked), nn.Sequential(hooked, plain)):
+            assert tracetorch.count_flops(model, x) == 2 * alone + mask
+            with tracetorch.profile(model) as prof:
+                model(x)
+            assert prof.forward_flops == 2 * alone + mask
+            assert prof.completeness == "complete"

@@ -41,7 +41,13 @@ from typing import Any, Callable
 from tracetorch.engine.collector import RULED_KINDS, RULED_STATES, Collector, call_type_name
 from tracetorch.engine.hotpath import NO_COUNTERS, Frame
 from tracetorch.engine.unsupported import warn_unsupported
-from tracetorch.flops.registry import NO_RULE, FlopCount
+from tracetorch.flops.registry import (
+    NO_RULE,
+    FlopCount,
+    FlopRegistry,
+    default_registry,
+    hooks_run_inside,
+)
 from tracetorch.models.introspect import (
     bound_inputs,
     computes_a_weight,
@@ -49,6 +55,7 @@ from tracetorch.models.introspect import (
     only_calls_children,
     returns_an_input,
     runs_compiled_graph,
+    runs_sequential_forward,
 )
 from tracetorch.records.tree import CALLS, CallNode, NodeKind, new_entry
 
@@ -58,6 +65,60 @@ _new_tuple = tuple.__new__
 # What a call's end hands the wrappers: a counter counted already (no fold is to take it up).
 _COUNTED = new_entry()
 _COUNTED[CALLS] = 1
+
+
+#: Which instances of a class the facts cached for it hold for (see _reach):
+#: every one; those whose children have no forward hooks; those with none below them; none.
+_EVERY_INSTANCE, _HOOKLESS_CHILDREN, _HOOKLESS_BELOW, _NO_INSTANCE = range(4)
+
+
+ClassFacts = tuple[tuple[str, str, Any, bool, bool | None, bool], int]
+
+#: The facts of the layer classes counted with the process-wide rules (see
+#: TallyCollector.new_child), kept from one count to the next: per the rules' generation and
+#: whether operations are counted, and at most :data:`_KEPT_CLASSES` classes (those a loop
+#: makes afresh are not all kept alive).
+_KEPT: dict[tuple[int, bool], dict[type, ClassFacts]] = {}
+_KEPT_CLASSES = 4096
+
+
+def _class_facts_kept(registry: FlopRegistry, count_ops: bool) -> dict[type, ClassFacts]:
+    # The facts kept for counts with ``registry`` (a profile's own rules: kept for its count only).
+    if registry is not default_registry:
+        return {}
+    key = (registry.generation, count_ops)
+    kept = _KEPT.get(key)
+    if kept is None or len(kept) > _KEPT_CLASSES:
+        if kept is None:
+            _KEPT.clear()  # (the facts of older rules are found no more)
+        kept = _KEPT[key] = {}
+    return kept
+
+
+def _reach(owner: Any, rule: Any, registry: FlopRegistry) -> int:
+    # Which other instances of ``owner``'s class the facts found for it (its ``rule``) hold for
+    # (asked once per class and count): a Sequential's counting depends on its children's
+    # hooks, a built-in rule's cover of a layer with sublayers on their hooks
+    # (only_calls_children, FlopRegistry.lookup), or on the layer's settings where the rule
+    # says which it covers. (The class's rule, not this instance's: a hooked one has none.)
+    if runs_sequential_forward(owner):
+        return _HOOKLESS_CHILDREN
+    if not (getattr(owner, "__dict__", None) or {}).get("_modules"):
+        return _EVERY_INSTANCE
+    if rule is NO_RULE:
+        rule = registry.lookup(type(owner))
+    if rule is NO_RULE or rule is None:
+        return _EVERY_INSTANCE
+    return _NO_INSTANCE if registry.covers_some(type(owner)) else _HOOKLESS_BELOW
+
+
+def _holds(owner: Any, reach: int) -> bool:
+    # Whether facts of ``reach`` hold for ``owner``.
+    if reach == _EVERY_INSTANCE:
+        return True
+    if reach == _NO_INSTANCE:
+        return False
+    return not hooks_run_inside(owner, deep=reach == _HOOKLESS_BELOW)
 
 
 class Tally:
@@ -132,7 +193,7 @@ class TallyCollector(Collector):
         super().__init__(root, model, **settings)
         self._total = 0
         # Per layer class, what new_child decides from the class alone (see _class_facts).
-        self._classes: dict[type, tuple[str, str, Any, bool, bool | None, bool]] = {}
+        self._classes = _class_facts_kept(self.registry, self.count_ops)
 
     @property
     def total(self) -> int:
@@ -145,15 +206,20 @@ class TallyCollector(Collector):
         """The frame of this one call of ``owner`` under ``frame``: whether its operations are
         counted is decided as :meth:`Collector.adopt` decides it."""
         parent = frame.node
-        # (a layer's facts depend on its class alone, looked up once per class and count, but
-        # for one with a forward assigned on it: see FlopRegistry.lookup)
+        # (a layer's facts depend on its class alone, looked up once per class, but for one
+        # with a forward assigned on it, and for the classes whose instances decide them: see
+        # _reach)
         by_class = (kind == "module" and flops_fn is None
                     and "forward" not in (getattr(owner, "__dict__", None) or ()))
-        facts = self._classes.get(owner.__class__) if by_class else None
-        if facts is None:
+        cached = self._classes.get(owner.__class__) if by_class else None
+        if cached is not None and (cached[1] == _EVERY_INSTANCE or _holds(owner, cached[1])):
+            facts = cached[0]
+        else:
             facts = self._class_facts(owner, kind, label, flops_fn)
-            if by_class:
-                self._classes[owner.__class__] = facts
+            if by_class and cached is None:
+                reach = _reach(owner, facts[2], self.registry)
+                if _holds(owner, reach):  # (the facts of a hookless instance: its class's)
+                    self._classes[owner.__class__] = (facts, reach)
         type_name, rule_state, rule, torch_module, ops, beside_rule = facts
         # (a backward pass, and every layer it runs again, is no forward work)
         counts = kind != "backward" and (parent.__class__ is not Tally or parent.counts)

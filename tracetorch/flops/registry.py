@@ -30,6 +30,8 @@ Example:
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Callable, NamedTuple, Union
 
 __all__ = ("FlopCount", "FlopRule", "FlopRegistry", "NO_RULE", "default_registry", "flop_rule",
@@ -68,11 +70,18 @@ class FlopRegistry:
     def __init__(self) -> None:
         self._builtin: dict[type, FlopRule | None] = {}
         self._user: dict[type, FlopRule | None] = {}
+        #: Per built-in rule's type, which of its instances the rule covers (a test of one).
+        self._covers: dict[type, Callable[[Any], bool]] = {}
 
-    def register(self, layer_type: type, *, builtin: bool = False) -> Callable[[Any], Any]:
-        """Decorator registering ``rule`` for ``layer_type`` and its subclasses."""
+    def register(self, layer_type: type, *, builtin: bool = False,
+                 covers: Callable[[Any], bool] | None = None) -> Callable[[Any], Any]:
+        """Decorator registering ``rule`` for ``layer_type`` and its subclasses; a built-in
+        rule's ``covers(layer)`` says which instances it counts (those it cannot cost, a layer
+        built with a function of the user's, have their operations counted)."""
         if not isinstance(layer_type, type):
             raise TypeError(f"layer_type must be a class, got {layer_type!r}")
+        if covers is not None and builtin:
+            self._covers[layer_type] = covers
 
         def decorate(rule: FlopRule | None) -> FlopRule | None:
             if rule is not None and not callable(rule):
@@ -101,9 +110,9 @@ class FlopRegistry:
         its operations are counted), and an instance only while no ``forward`` of its own was
         assigned on it (but for accelerate's device hooks, which run the class's, kept as
         ``_old_forward``), no forward hook runs inside its calls (:func:`hooks_run_inside`:
-        pruning's mask, an old-style ``weight_norm`` on one of its sublayers) and the rule's own
-        ``covers(layer)``, where it has one, holds (a layer built with a function of the user's
-        that the rule cannot cost). A user's rule covers every subclass and instance.
+        pruning's mask, an old-style ``weight_norm`` on one of its sublayers) and the rule's
+        ``covers(layer)`` (see :meth:`register`) holds. A user's rule covers every subclass and
+        instance.
 
         Example:
             >>> class Layer:
@@ -125,28 +134,33 @@ class FlopRegistry:
             if klass in self._builtin:
                 if forward_from is not None and _package(forward_from) != _package(klass):
                     return NO_RULE  # another package's forward: not what the rule counts
-                rule = self._builtin[klass]
-                covers = getattr(rule, "covers", None)
-                if (_forward_of_its_own(layer) or hooks_run_inside(layer, deep=True)
-                        or (covers is not None and layer is not None and not covers(layer))):
-                    return NO_RULE
-                return rule
+                if layer is not None:
+                    own = getattr(layer, "__dict__", _NOTHING)
+                    covers = self._covers.get(klass)
+                    if (("forward" in own and "_old_forward" not in own)
+                            or (own.get("_modules") and hooks_run_inside(layer, deep=True))
+                            or (covers is not None and not covers(layer))):
+                        return NO_RULE
+                return self._builtin[klass]
         return NO_RULE
+
+    def covers_some(self, layer_type: type) -> bool:
+        """Whether the built-in rule of ``layer_type`` covers some of its instances only (see
+        :meth:`register`'s ``covers``).
+
+        Example:
+            >>> FlopRegistry().covers_some(int)
+            False
+        """
+        return any(klass in self._covers for klass in layer_type.__mro__)
 
     def copy(self) -> FlopRegistry:
         """A registry whose user rules are independent; built-in rules stay shared, so those a
         framework adapter registers later (when its framework is first profiled) reach it too."""
         twin = FlopRegistry()
-        twin._builtin = self._builtin
+        twin._builtin, twin._covers = self._builtin, self._covers
         twin._user = dict(self._user)
         return twin
-
-
-def _forward_of_its_own(layer: Any) -> bool:
-    # Whether ``layer`` runs a forward assigned on it, which may do anything (accelerate's
-    # device hooks run the class's forward, kept as ``_old_forward``, between moves of tensors).
-    own = getattr(layer, "__dict__", None) or {}
-    return "forward" in own and "_old_forward" not in own
 
 
 def hooks_run_inside(layer: Any, deep: bool) -> bool:
@@ -166,16 +180,17 @@ def hooks_run_inside(layer: Any, deep: bool) -> bool:
         (False, True)
         >>> handle.remove()
     """
-    torch_module = sys.modules.get("torch.nn.modules.module")
-    if torch_module is None:
+    below = getattr(layer, "__dict__", _NOTHING).get("_modules")
+    if not below:  # (a leaf: its own hooks run in its caller's call)
         return False
+    torch_module = sys.modules.get("torch.nn.modules.module")
     if (getattr(torch_module, "_global_forward_hooks", None)
             or getattr(torch_module, "_global_forward_pre_hooks", None)):
         return True
-    sublayers = list((getattr(layer, "__dict__", {}).get("_modules") or {}).values())
+    sublayers = list(below.values())
     while sublayers:
         sublayer = sublayers.pop()
-        own = getattr(sublayer, "__dict__", {})
+        own = getattr(sublayer, "__dict__", _NOTHING)
         if own.get("_forward_hooks") or own.get("_forward_pre_hooks"):
             return True
         if deep:
@@ -187,6 +202,9 @@ def _package(klass: type) -> str:
     # The top-level package a class is defined in ("torch" for torch.nn.modules.rnn.LSTM).
     return str(getattr(klass, "__module__", "") or "").partition(".")[0]
 
+
+#: What a layer without a ``__dict__`` holds of its own: nothing.
+_NOTHING: Mapping[str, Any] = MappingProxyType({})
 
 #: The process-wide registry that built-in rules and :func:`flop_rule` write to.
 default_registry = FlopRegistry()

@@ -28,7 +28,7 @@ Example:
 from __future__ import annotations
 
 from math import prod
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -162,7 +162,7 @@ def encoder_layer_rule(layer: nn.TransformerEncoderLayer, inputs: tuple[Any, ...
     attn = mha_count(layer.self_attn, n, length, length)
     ffn = 2 * tokens * e * hidden * 2
     activation = _activation_name(layer.activation)
-    assert activation is not None  # (covers() keeps a user's activation from this rule)
+    assert activation is not None  # (_known_activation keeps a user's from this rule)
     other = (PER_ELEMENT[activation] * tokens * hidden
              + 2 * normalization_flops("layer_norm", tokens * e))
     return _gemm(attn.gemm + ffn, (attn.flops - attn.gemm) + other + 2 * tokens * e)
@@ -179,10 +179,10 @@ def _activation_name(activation: Any) -> str | None:
     return None
 
 
-# A function of the user's as the activation (lambda x: x * torch.sigmoid(x)) has a cost the
-# rule cannot know: such a layer runs its children (no fast path), counted by its operations.
-encoder_layer_rule.covers = (  # type: ignore[attr-defined]
-    lambda layer: _activation_name(layer.activation) is not None)
+def _known_activation(layer: nn.TransformerEncoderLayer) -> bool:
+    # A function of the user's as the activation (lambda x: x * torch.sigmoid(x)) has a cost the
+    # rule cannot know: such a layer runs its children (no fast path), counted by its operations.
+    return _activation_name(layer.activation) is not None
 
 
 # ----------------------------------------------------------------------------- recurrent
@@ -404,16 +404,16 @@ def _spatial_dims(layer: nn.Module) -> int:
 # ----------------------------------------------------------------------------- registration
 def register_torch_rules(registry: FlopRegistry = default_registry) -> None:
     """Register every built-in torch rule (user rules registered before or after still win)."""
-    def add(types: Any, rule: Any) -> None:
+    def add(types: Any, rule: Any, covers: Callable[[Any], bool] | None = None) -> None:
         for layer_type in types if isinstance(types, tuple) else (types,):
-            registry.register(layer_type, builtin=True)(rule)
+            registry.register(layer_type, builtin=True, covers=covers)(rule)
 
     add(nn.Linear, linear_rule)
     add(nn.Bilinear, bilinear_rule)
     add((nn.Conv1d, nn.Conv2d, nn.Conv3d), conv_rule)
     add((nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d), conv_transpose_rule)
     add(nn.MultiheadAttention, mha_rule)
-    add(nn.TransformerEncoderLayer, encoder_layer_rule)
+    add(nn.TransformerEncoderLayer, encoder_layer_rule, covers=_known_activation)
     add(nn.RNNBase, rnn_rule)
     add(nn.RNNCellBase, rnn_cell_rule)
     add(nn.modules.batchnorm._BatchNorm, batchnorm_rule)

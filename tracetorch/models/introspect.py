@@ -30,7 +30,7 @@ from tracetorch.flops.registry import hooks_run_inside
 
 __all__ = ("computes_a_weight", "declared_attribute", "is_layer", "is_torch_module",
            "is_stateless",
-           "only_calls_children", "runs_compiled_graph",
+           "only_calls_children", "runs_sequential_forward", "runs_compiled_graph",
            "bound_inputs", "returns_an_input",
            "named_submodules", "named_children_of", "layer_classes")
 
@@ -137,18 +137,16 @@ def runs_compiled_graph(obj: Any) -> bool:
         cls.__module__ == "torch._dynamo.eval_frame" and cls.__qualname__ == "OptimizedModule")
 
 
-def only_calls_children(obj: Any) -> bool:
+def runs_sequential_forward(obj: Any) -> bool:
     """Whether ``obj`` is a torch container whose ``forward`` is ``nn.Sequential``'s own: it
-    runs its children one after the other and no operation of its own (nor any forward hook of
-    theirs, which torch runs in its call: see :func:`~tracetorch.flops.registry.
-    hooks_run_inside`).
+    runs its children one after the other and no operation of its own.
 
     Example:
         >>> import torch
         >>> class Block(torch.nn.Sequential):
         ...     def forward(self, x):
         ...         return super().forward(x) + x       # an operation of its own
-        >>> only_calls_children(torch.nn.Sequential()), only_calls_children(Block())
+        >>> runs_sequential_forward(torch.nn.Sequential()), runs_sequential_forward(Block())
         (True, False)
     """
     torch = sys.modules.get("torch")
@@ -157,8 +155,24 @@ def only_calls_children(obj: Any) -> bool:
         return False
     for klass in type(obj).__mro__:  # the class that defines forward, wrapped or not
         if "forward" in vars(klass):
-            return klass is nn.Sequential and not hooks_run_inside(obj, deep=False)
+            return klass is nn.Sequential
     return False
+
+
+def only_calls_children(obj: Any) -> bool:
+    """Whether ``obj`` runs no operation in its own call: a container with ``nn.Sequential``'s
+    ``forward`` (:func:`runs_sequential_forward`) none of whose children has forward hooks,
+    which torch runs in its call (see :func:`~tracetorch.flops.registry.hooks_run_inside`).
+
+    Example:
+        >>> import torch
+        >>> block = torch.nn.Sequential(torch.nn.ReLU())
+        >>> handle = block[0].register_forward_hook(lambda *args: None)
+        >>> runs_sequential_forward(block), only_calls_children(block)
+        (True, False)
+        >>> handle.remove()
+    """
+    return runs_sequential_forward(obj) and not hooks_run_inside(obj, deep=False)
 
 
 def named_submodules(model: Any) -> Iterator[tuple[str, Any]]:

@@ -46,7 +46,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Iterator
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -221,14 +221,23 @@ def _counting(name: str, formula: CallFormula, gemm: bool,
     return count
 
 
-#: Per counter, the entries of the counted and data-movement functions and what each function
-#: is called in a node's op table (a counted one: its formula's name, under which it reports its
-#: FLOPs): built once, not at every opening of the first profile (a few hundred closures).
-_COUNTING: weakref.WeakKeyDictionary[OpCounter, tuple[dict[Any, Entry], dict[Any, str]]] = (
+#: Per counter: the entries of the counted, data-movement and uncounted functions, built once,
+#: not at every opening of the first profile (a few hundred closures); the entries of the
+#: functions its modes met so far (:data:`_PLAIN` for a function that only runs), which each
+#: new mode starts from (a copy of the functions a model uses, not of every function known);
+#: and what each function is called in a node's op table (a counted one: its formula's name,
+#: under which it reports its FLOPs).
+_COUNTING: weakref.WeakKeyDictionary[
+    OpCounter, tuple[dict[Any, Entry], dict[Any, Entry], dict[Any, str]]] = (
     weakref.WeakKeyDictionary())
 
+#: The entry of a function that only runs, nothing to count or record in it: a marker compared
+#: by identity, never called.
+_PLAIN = cast(Entry, object())
 
-def _counting_entries(counter: OpCounter) -> tuple[dict[Any, Entry], dict[Any, str]]:
+
+def _counting_entries(counter: OpCounter
+                      ) -> tuple[dict[Any, Entry], dict[Any, Entry], dict[Any, str]]:
     known = _COUNTING.get(counter)
     if known is None:
         entries: dict[Any, Entry] = dict.fromkeys(data_movement_functions(), _moving_data)
@@ -237,7 +246,7 @@ def _counting_entries(counter: OpCounter) -> tuple[dict[Any, Entry], dict[Any, s
         for func, (name, formula, gemm) in torch_function_formulas().items():
             entries[func] = _counting(name, formula, gemm, counter.charge)
             names[func] = name
-        known = _COUNTING[counter] = (entries, names)
+        known = _COUNTING[counter] = (entries, {}, names)
     return known
 
 
@@ -278,15 +287,14 @@ class OpCountingMode(TorchFunctionMode):
 
     def __init__(self, counter: OpCounter) -> None:
         super().__init__()
-        counting, self._names = _counting_entries(counter)
-        self._counting = counting  # (shared by the modes of this counter: see _names)
-        entries = dict(counting)
+        self._known, self._met, self._names = _counting_entries(counter)
+        entries = dict(self._met)
         backward = _disturbing(pass_recorder())
         entries[torch.Tensor.backward] = backward
         entries[torch.autograd.backward] = backward
         entries[torch.autograd.grad] = _disturbing(pass_recorder("autograd.grad"))
         for func, test in VALUE_READS.items():
-            entries[func] = _reading_values(self, test, entries.get(func))
+            entries[func] = _reading_values(self, test, self._known.get(func))
         self._entries = entries
         self.retired = False
         #: What learns this session's calls (set by :func:`start_op_counting`): told of each
@@ -301,28 +309,39 @@ class OpCountingMode(TorchFunctionMode):
         try:
             entry = self._entries.get(func)
         except TypeError:  # an unhashable callable handed to modes: nothing to count in it
-            entry = None
+            entry = _PLAIN
+        if entry is None:
+            entry = self._first_met(func)
         frame = _innermost()
         # Inside a layer (not a backward pass, not a profile that ended): in its op table.
         if (frame is not None and frame.owner is not None and frame.collector.active
                 and _current_node() is None):
             name = self._names.get(func)
-            if name is None:  # the first call of this function in a layer
+            if name is None:
                 name = self._names[func] = _op_name(func)
-                if entry is None and _library_operator(func):
-                    entry = self._entries[func] = self._counting[func] = _uncounted_arithmetic
             if name:  # ("": a tensor attribute read or written, no operation of the layer's)
                 if frame.collector.op_timing:
                     clock = frame.collector.host_clock
                     start = clock()
-                    result = (func(*args, **(kwargs or {})) if entry is None
+                    result = (func(*args, **(kwargs or {})) if entry is _PLAIN
                               else entry(func, args, kwargs or {}))
                     frame.node.note_op(name, 1, 0, clock() - start)
                     return result
                 frame.node.note_op(name, 1)
-        if entry is None:
+        if entry is _PLAIN:
             return func(*args, **kwargs) if kwargs else func(*args)
         return entry(func, args, kwargs or {})
+
+    def _first_met(self, func: Any) -> Entry:
+        # A function this mode meets for the first time: its entry, kept for this mode and the
+        # next ones of its counter (an operator a library registered is arithmetic with no
+        # formula; a function nothing knows only runs). A retired mode keeps nothing.
+        entry = self._known.get(func)
+        if entry is None:
+            entry = _uncounted_arithmetic if _library_operator(func) else _PLAIN
+        if not self.retired:
+            self._entries[func] = self._met[func] = entry
+        return entry
 
     def retire(self) -> None:
         """Count and record nothing from now on: a mode left on a thread's stack by a profile
