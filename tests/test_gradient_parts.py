@@ -312,6 +312,15 @@ FUNCTIONS = {
     "conv_transpose1d": (F.conv_transpose1d, lambda: ((t(2, 4, 5), t(4, 3, 3)), {"stride": 2})),
     "conv_transpose2d": (F.conv_transpose2d, lambda: ((t(1, 3, 4, 4), t(3, 2, 3, 3)), {})),
     "conv_transpose3d": (F.conv_transpose3d, lambda: ((t(1, 2, 2, 3, 2), t(2, 2, 2, 2, 2)), {})),
+    # (L, N, E) queries over S keys; weights packed, then separate q/k/v weights
+    "multi_head_attention_forward": (F.multi_head_attention_forward, lambda: (
+        (t(4, 2, 8), t(5, 2, 8), t(5, 2, 8), 8, 2, t(24, 8), t(24), None, None, False, 0.0,
+         t(8, 8), t(8)), {"training": False})),
+    "multi_head_attention_forward-separate": (F.multi_head_attention_forward, lambda: (
+        (t(4, 2, 8), t(5, 2, 6), t(5, 2, 5), 8, 2, None, t(24), None, None, False, 0.0,
+         t(8, 8), t(8)), {"training": False, "use_separate_proj_weight": True,
+                          "q_proj_weight": t(8, 8), "k_proj_weight": t(8, 6),
+                          "v_proj_weight": t(8, 5), "need_weights": False})),
     "tensordot": (torch.tensordot, lambda: ((t(3, 4, 5), t(4, 5, 6)), {"dims": 2})),
     "tensordot-pairs": (torch.tensordot,
                         lambda: ((t(3, 4, 5), t(5, 2, 3)), {"dims": ([0, 2], [2, 0])})),
@@ -361,8 +370,11 @@ def test_function_parts_charged_as_flop_counter_mode(name):
         if not needed:
             assert expected == 0
             continue
-        count = profiled_backward if func is F.bilinear else fcm_backward
-        assert expected == count(call, func, args, kwargs), (name, needed)
+        if func is F.bilinear:
+            assert expected == profiled_backward(call, func, args, kwargs), (name, needed)
+        else:  # (attention without its weights runs CPU flash kernels: their formulas given)
+            assert expected == fcm_backward(call, func, args, kwargs,
+                                            mapping=cpu_attention_formulas()), (name, needed)
 
 
 def test_every_counted_product_is_tested():
@@ -450,6 +462,17 @@ def test_sdpa_parts_are_flop_counter_modes_fused_backward(shapes):
     q, k, v = (x.requires_grad_() for x in (q, k, v))
     assert fcm_backward(F.scaled_dot_product_attention, q, k, v,
                         mapping=cpu_attention_formulas()) == sum(flops for flops, _ in parts)
+
+
+@pytest.mark.parametrize("needed", [(0,), (1,), (2,), (0, 1), (1, 2)])
+def test_a_fused_kernel_computes_every_gradient_once_one_is_needed(needed):
+    # Frozen keys and values (cross-attention to a frozen memory): the flash kernel's backward
+    # still computes dQ, dK and dV, as FlopCounterMode's formula counts.
+    q, k, v = (t(*s).requires_grad_(i in needed) for i, s in enumerate(SDPA_SHAPES[1]))
+    parts = function_gradient_parts(F.scaled_dot_product_attention, (q, k, v), {},
+                                    F.scaled_dot_product_attention(q, k, v))
+    assert charged(parts, (q, k, v), {}) == fcm_backward(
+        F.scaled_dot_product_attention, q, k, v, mapping=cpu_attention_formulas()) > 0
 
 
 @pytest.mark.parametrize("by_keyword", [False, True])

@@ -32,8 +32,7 @@ pytestmark = pytest.mark.filterwarnings(
 #: Layers whose own forward runs an operation with no formula: their counted FLOPs are unknown
 #: (a lower bound), where the rule of the layer called as itself knows them.
 UNCOUNTED = {"RNN", "RNN-relu-batch_first", "LSTM", "LSTM-proj", "GRU", "RNNCell", "LSTMCell",
-             "GRUCell", "MultiheadAttention", "MultiheadAttention-fused",
-             "LinearCrossEntropyLoss"}
+             "GRUCell", "LinearCrossEntropyLoss"}
 #: Layers whose operations count more or less than their rule, and why.
 APART = {
     # the rule leaves out the running-statistics counter (num_batches_tracked += 1)
@@ -41,6 +40,11 @@ APART = {
     # its own autograd Function, whose operations are counted as they run (a sum over a
     # padded window), where the rule costs F.local_response_norm
     "CrossMapLRN2d": 1250 - 1600,
+    # F.multi_head_attention_forward costs the layer's products; its softmax (3 per score) and
+    # scaling (1 per query element) are the layer rule's alone: 2 sequences, 2 heads, 4
+    # queries, 5 keys, width 8
+    "MultiheadAttention": -(3 * 2 * 2 * 4 * 5 + 2 * 4 * 8),
+    "MultiheadAttention-fused": -(3 * 2 * 2 * 4 * 5 + 2 * 4 * 8),
 }
 
 
@@ -307,3 +311,32 @@ def test_a_function_returning_values_and_indices_costs_its_values(name):
     with_indices, alone = WITH_INDICES[name]
     x = r(2, 3, 6, 6)
     assert _flops(lambda: with_indices(x)) == _flops(lambda: alone(x)) > 0
+
+
+ATTENTION_LAYERS = {"plain": {}, "kdim-vdim": {"kdim": 6, "vdim": 5},
+                    "batch_first": {"batch_first": True}, "no-bias": {"bias": False},
+                    "bias_kv": {"add_bias_kv": True}, "dropout": {"dropout": 0.5}}
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+@pytest.mark.parametrize("settings", ATTENTION_LAYERS)
+def test_attention_through_its_function_costs_the_layers_products_forward_and_backward(
+        settings, need_weights):
+    # A forward of its own runs F.multi_head_attention_forward, counted by its formula and its
+    # gradient parts; the layer under its rule is the reference (and FlopCounterMode's: see
+    # test_torch_layer_sweep).
+    options = ATTENTION_LAYERS[settings]
+    figures = []
+    for own in (False, True):
+        torch.manual_seed(0)
+        layer = nn.MultiheadAttention(8, 2, **options)
+        if own:
+            _own_forward(layer)
+        rows = (2, 3) if options.get("batch_first") else (3, 2)
+        query = torch.randn(*rows, 8, requires_grad=True)
+        key, value = torch.randn(*rows, options.get("kdim", 8)), torch.randn(
+            *rows, options.get("vdim", 8))
+        with tracetorch.profile(layer) as prof:
+            layer(query, key, value, need_weights=need_weights)[0].sum().backward()
+        figures.append((prof.forward_gemm_flops, prof.backward_gemm_flops, prof.completeness))
+    assert figures[0] == figures[1] and figures[0][1] > 0

@@ -22,11 +22,12 @@ Bilinear, mm, bmm, addmm,     each the forward product's FLOPs; a bias gradient 
 baddbmm, matmul, functions,   counted
 LinearCrossEntropyLoss
 einsum                        per pairwise ``bmm`` ATen runs, one part per side
-scaled_dot_product_attention  the fused kernels: scores recomputed (q, k or v), dP = dO·vᵀ (q or
-                              k), dV (v), dQ (q), dK (k)
-MultiheadAttention            projections per operand; the attention as the kernel that runs:
-                              as scaled_dot_product_attention's where a fused one does
-                              (``need_weights=False``, no dropout), else dP, dV, dQ, dK (the
+scaled_dot_product_attention  the fused kernels: scores recomputed, dP = dO·vᵀ, dV, dQ, dK,
+                              all once any of q, k, v needs a gradient (the kernel computes
+                              all three); the math kernel: dP (q or k), dV (v), dQ (q), dK (k)
+MultiheadAttention and its    projections per operand; the attention as the kernel that runs:
+function (F.multi_head_       as scaled_dot_product_attention's where a fused one does
+attention_forward)            (``need_weights=False``, no dropout), else dP, dV, dQ, dK (the
                               weights are kept: ``need_weights``' bmm, the math kernel); the
                               output projection
 RNN, LSTM, GRU, cells         per layer and direction: input projection (input; weight); hidden
@@ -47,15 +48,17 @@ import functools
 from collections import deque
 from collections.abc import Sequence
 from math import prod
-from typing import Any, Callable, Union
+from typing import Any, Callable, NamedTuple, Union
 
 import torch
 from torch import nn
 
 from tracetorch.flops import torch_rules
 from tracetorch.flops.torch_functions import (
+    ATTENTION_PARAMETERS,
     CallFormula,
     Shape,
+    bound_attention,
     chain_operands,
     chain_products,
     real_arithmetic,
@@ -110,80 +113,138 @@ def _stand_in(like: torch.Tensor, shape: tuple[int, ...], requires_grad: bool) -
     return row.expand(shape)
 
 
-def _keys(mha: nn.MultiheadAttention, source: int) -> int:
-    # The positions each query attends to: the source sequence, bias_k's, add_zero_attn's.
-    return source + _has(mha, "bias_k") + mha.add_zero_attn
+class _Attention(NamedTuple):
+    """What the gradient parts of one multi-head attention call depend on, from the layer
+    (nn.MultiheadAttention) or from the arguments of F.multi_head_attention_forward: its sizes,
+    whether torch's fused kernel ran (it recomputes the scores in backward), and what makes a
+    tensor of it need a gradient (``where(name)``: the need naming that weight or bias, empty
+    where there is none; names as the layer's parameters, ``out_proj.weight`` included)."""
+
+    embed: int
+    kdim: int
+    vdim: int
+    dims: tuple[int, int, int]  # sequences, queries, source positions
+    keys: int  # positions each query attends to: the source, bias_k's, add_zero_attn's
+    recompute: bool
+    where: Callable[[str], Needs]
 
 
-def _mha_recomputes(mha: nn.MultiheadAttention, inputs: tuple[Any, ...],
-                    dims: tuple[int, int, int]) -> bool:
-    """Whether this MultiheadAttention call's attention is a fused kernel's, which recomputes
-    the scores in backward (as :func:`_sdpa` counts them): not with ``need_weights`` (plain
-    ``bmm`` products that keep the weights), nor where torch picks the math kernel (dropout in
-    training, a mask that needs a gradient...). ``inputs`` as ``forward`` takes them; the kernel
-    is asked as F.multi_head_attention_forward calls it: (N, heads, L or S, head size), the
-    padding and attention masks merged into one of the query's dtype."""
-    def argument(index: int, default: Any) -> Any:
-        return inputs[index] if len(inputs) > index else default
-
-    padding, need_weights, mask, causal = (argument(3, None), argument(4, True),
-                                           argument(5, None), bool(argument(7, False)))
-    if need_weights or not isinstance(inputs[0], torch.Tensor):
+def _fused_kernel(like: torch.Tensor, heads: int, embed: int, dims: tuple[int, int, int],
+                  keys: int, dropout: float, need_weights: bool, padding: Any, mask: Any,
+                  causal: bool) -> bool:
+    """Whether an attention call's attention is a fused kernel's, which recomputes the scores in
+    backward (as :func:`_sdpa` counts them): not with ``need_weights`` (plain ``bmm`` products
+    that keep the weights), nor where torch picks the math kernel (dropout, a mask that needs a
+    gradient...). The kernel is asked as F.multi_head_attention_forward calls it: (N, heads,
+    L or S, head size), the padding and attention masks merged into one of the query's dtype."""
+    if need_weights or not isinstance(like, torch.Tensor):
         return False
     if causal and padding is None:
         mask = None  # the causal hint goes to the kernel as is
     else:
         causal = False  # a padding mask merged into the attention mask: no longer causal
     masks = [m for m in (mask, padding) if isinstance(m, torch.Tensor)]
-    n, length, source = dims
-    keys = _keys(mha, source)
-    heads, like = mha.num_heads, inputs[0]
-    q, k, v = (_stand_in(like, (n, heads, rows, mha.embed_dim // heads), True)
+    n, length, _ = dims
+    q, k, v = (_stand_in(like, (n, heads, rows, embed // heads), True)
                for rows in (length, keys, keys))
     merged = (_stand_in(like, (n, heads, length, keys), any(m.requires_grad for m in masks))
               if masks else None)
-    return not _math_kernel(q, k, v, merged, float(mha.dropout) if mha.training else 0.0, causal)
+    return not _math_kernel(q, k, v, merged, dropout, causal)
 
 
-def _mha_parts(mha: nn.MultiheadAttention, prefix: str, dims: tuple[int, int, int],
-               operands: tuple[Needs, Needs, Needs], recompute: bool) -> list[GradientPart]:
-    """MultiheadAttention off the fast path: projections, attention, output projection; the
-    scores recomputed first where a fused kernel ran (``recompute``, see
-    :func:`_mha_recomputes`). ``operands``: what makes query, key and value need a gradient;
-    parameter names get ``prefix``."""
-    n, length, source = dims
-    e = mha.embed_dim
+def _layer_attention(mha: nn.MultiheadAttention, prefix: str, inputs: tuple[Any, ...],
+                     dims: tuple[int, int, int]) -> _Attention:
+    """A layer's attention; ``inputs`` as its ``forward`` takes them, parameter names with
+    ``prefix``."""
+    def argument(index: int, default: Any) -> Any:
+        return inputs[index] if len(inputs) > index else default
 
-    def own(name: str) -> Needs:
-        return (prefix + name,) if _has(mha, name) else ()
+    def where(name: str) -> Needs:
+        return (prefix + name,) if name == "out_proj.weight" or _has(mha, name) else ()
 
-    packed = _has(mha, "in_proj_weight")
+    keys = dims[2] + _has(mha, "bias_k") + mha.add_zero_attn
+    recompute = _fused_kernel(
+        inputs[0], mha.num_heads, mha.embed_dim, dims, keys,
+        float(mha.dropout) if mha.training else 0.0, argument(4, True), argument(3, None),
+        argument(5, None), bool(argument(7, False)))
+    return _Attention(mha.embed_dim, mha.kdim, mha.vdim, dims, keys, recompute, where)
+
+
+def _mha_parts(attention: _Attention, operands: tuple[Needs, Needs, Needs]
+               ) -> list[GradientPart]:
+    """Multi-head attention off the fast path: projections, attention, output projection; the
+    scores recomputed first where a fused kernel ran. ``operands``: what makes query, key and
+    value need a gradient."""
+    n, length, source = attention.dims
+    e, where = attention.embed, attention.where
+    packed = bool(where("in_proj_weight"))
     weights = (("in_proj_weight",) * 3 if packed
                else ("q_proj_weight", "k_proj_weight", "v_proj_weight"))
-    bias = own("in_proj_bias")
-    q = _union(operands[0], own(weights[0]), bias)
-    k = _union(operands[1], own(weights[1]), bias, own("bias_k"))
-    v = _union(operands[2], own(weights[2]), bias, own("bias_v"))
+    bias = where("in_proj_bias")
+    q = _union(operands[0], where(weights[0]), bias)
+    k = _union(operands[1], where(weights[1]), bias, where("bias_k"))
+    v = _union(operands[2], where(weights[2]), bias, where("bias_v"))
     parts: list[GradientPart] = []
     for rows, width, needs, weight in ((length, e, operands[0], weights[0]),
-                                       (source, mha.kdim, operands[1], weights[1]),
-                                       (source, mha.vdim, operands[2], weights[2])):
+                                       (source, attention.kdim, operands[1], weights[1]),
+                                       (source, attention.vdim, operands[2], weights[2])):
         projection = 2 * n * rows * width * e
-        parts += [(projection, needs), (projection, own(weight))]
-    keys = _keys(mha, source)
-    attend = 2 * n * length * keys * e  # each of dP = dO·vᵀ, dV = Pᵀ·dO, dQ = dS·k, dK = dSᵀ·q
-    out = 2 * n * length * e * e
-    if recompute:
-        parts.append((attend, _union(q, k, v)))
-    return parts + [(attend, _union(q, k)), (attend, v), (attend, q), (attend, k),
-                    (out, _union(q, k, v)), (out, (prefix + "out_proj.weight",))]
+        parts += [(projection, needs), (projection, where(weight))]
+    attend = 2 * n * length * attention.keys * e  # each of dP = dO·vᵀ, dV = Pᵀ·dO, dQ = dS·k,
+    out = 2 * n * length * e * e                   # dK = dSᵀ·q
+    qkv = _union(q, k, v)
+    if attention.recompute:  # a fused kernel computes all of dQ, dK and dV once any is needed
+        parts += [(attend, qkv)] * 5
+    else:
+        parts += [(attend, _union(q, k)), (attend, v), (attend, q), (attend, k)]
+    return parts + [(out, qkv), (out, where("out_proj.weight"))]
+
+
+#: The argument of F.multi_head_attention_forward holding each weight and bias of the layer,
+#: by the layer's parameter name (the q/k/v weights are used with separate projections only).
+_ATTENTION_ARGUMENTS = {"in_proj_bias": "in_proj_bias", "bias_k": "bias_k", "bias_v": "bias_v",
+                        "out_proj.weight": "out_proj_weight"}
+
+
+def _attention_function(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any
+                        ) -> list[GradientPart]:
+    """F.multi_head_attention_forward: as nn.MultiheadAttention's parts, each weight and bias
+    named by its argument."""
+    bound = bound_attention(args, kwargs)
+    query, key, value = bound["query"], bound["key"], bound["value"]
+    separate = bool(bound.get("use_separate_proj_weight", False))
+    arguments = dict(_ATTENTION_ARGUMENTS)
+    for name in ("q_proj_weight", "k_proj_weight", "v_proj_weight") if separate else (
+            "in_proj_weight",):
+        arguments[name] = name
+
+    def where(name: str) -> Needs:
+        argument = arguments.get(name)
+        if argument is None or bound.get(argument) is None:
+            return ()
+        return (_where(args, kwargs, ATTENTION_PARAMETERS.index(argument), argument),)
+
+    dims = (int(query.shape[1]) if query.dim() == 3 else 1, int(query.shape[0]),
+            int(key.shape[0]))
+    keys = dims[2] + (bound.get("bias_k") is not None) + bool(bound.get("add_zero_attn"))
+    embed = int(bound["embed_dim_to_check"])
+    dropout = float(bound.get("dropout_p") or 0.0) if bound.get("training", True) else 0.0
+    recompute = _fused_kernel(query, int(bound["num_heads"]), embed, dims, keys, dropout,
+                              bool(bound.get("need_weights", True)),
+                              bound.get("key_padding_mask"), bound.get("attn_mask"),
+                              bool(bound.get("is_causal", False)))
+    attention = _Attention(embed, int(key.shape[-1]), int(value.shape[-1]), dims, keys,
+                           recompute, where)
+    return _mha_parts(attention, ((_where(args, kwargs, 0, "query"),),
+                                  (_where(args, kwargs, 1, "key"),),
+                                  (_where(args, kwargs, 2, "value"),)))
 
 
 def _mha(layer: nn.MultiheadAttention, inputs: tuple[Any, ...], output: Any
          ) -> list[GradientPart]:
     key = inputs[1] if len(inputs) > 1 and isinstance(inputs[1], torch.Tensor) else None
     dims = torch_rules._mha_dims(layer, inputs[0], key)
-    return _mha_parts(layer, "", dims, ((0,), (1,), (2,)), _mha_recomputes(layer, inputs, dims))
+    return _mha_parts(_layer_attention(layer, "", inputs, dims), ((0,), (1,), (2,)))
 
 
 def _encoder_layer(layer: nn.TransformerEncoderLayer, inputs: tuple[Any, ...], output: Any
@@ -192,14 +253,14 @@ def _encoder_layer(layer: nn.TransformerEncoderLayer, inputs: tuple[Any, ...], o
     linear1, linear2; the norms decide what feeds what (``norm_first``)."""
     n, length, _ = torch_rules._mha_dims(layer.self_attn, inputs[0], None)
     x, mask, padding, causal = (*inputs, None, None, False)[:4]
-    recompute = _mha_recomputes(layer.self_attn, (x, x, x, padding, False, mask, False, causal),
-                                (n, length, length))
+    self_attention = _layer_attention(layer.self_attn, "self_attn.",
+                                      (x, x, x, padding, False, mask, False, causal),
+                                      (n, length, length))
     attention, norm1, norm2 = (_params(layer, p) for p in ("self_attn.", "norm1.", "norm2."))
     into_attention: Needs = _union((0,), norm1) if layer.norm_first else (0,)
     into_ffn = _union(into_attention, attention, norm2 if layer.norm_first else norm1)
     ffn = 2 * n * length * layer.linear1.in_features * layer.linear1.out_features
-    return _mha_parts(layer.self_attn, "self_attn.", (n, length, length), (into_attention,) * 3,
-                      recompute) + [
+    return _mha_parts(self_attention, (into_attention,) * 3) + [
         (ffn, into_ffn), (ffn, ("linear1.weight",)),
         (ffn, _union(into_ffn, _params(layer, "linear1."))), (ffn, ("linear2.weight",))]
 
@@ -483,10 +544,10 @@ def _sdpa(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> list[Gr
     qs, ks, vs = (_value(args, kwargs, w).shape for w in (q, k, v))
     scores = 2 * prod(qs[:-2]) * qs[-2] * ks[-2]
     e, ev = scores * qs[-1], scores * vs[-1]
-    products = [(ev, (q, k)), (ev, (v,)), (e, (q,)), (e, (k,))]
-    if _runs_math_kernel(args, kwargs):
-        return products
-    return [(e, (q, k, v)), *products]
+    if _runs_math_kernel(args, kwargs):  # plain products: each gradient where it is needed
+        return [(ev, (q, k)), (ev, (v,)), (e, (q,)), (e, (k,))]
+    # A fused kernel's backward computes all of dQ, dK and dV once any is needed.
+    return [(flops, (q, k, v)) for flops in (e, ev, ev, e, e)]
 
 
 _OPERANDS: dict[str, tuple[tuple[int, str], ...]] = {
@@ -512,6 +573,8 @@ def _function_formulas() -> dict[Callable[..., Any], PartsFormula]:
             table[func] = _einsum
         elif name == "multi_dot":
             table[func] = _chain
+        elif name == "multi_head_attention_forward":
+            table[func] = _attention_function
         elif name == "scaled_dot_product_attention":
             table[func] = _sdpa
         elif name in _OPERANDS:

@@ -40,6 +40,7 @@ counted, as in the layer rules and in PyTorch's own counter:
                                               causal mask is not discounted (as FlopCounterMode)
 ``tensordot``, ``inner``                      2 x result elements x contracted size
 ``linalg.multi_dot``, ``chain_matmul``        the products in the cheapest order (torch's)
+``multi_head_attention_forward``              as ``nn.MultiheadAttention``'s products
 ``grouped_mm`` (MoE experts)                  2·M·K·N over the groups (rows past ``offs[-1]``
                                               included: reading ``offs`` would synchronize)
 ``_int_mm``, ``_scaled_mm`` (int8, float8)    as ``mm`` (the float product of the same shapes)
@@ -93,6 +94,7 @@ from tracetorch.flops.layer_functions import layer_function_table
 
 __all__ = ("Shape", "CallFormula", "CRITERION_PARAMETERS", "matmul_flops", "einsum_flops",
            "conv_flops", "sdpa_flops", "fft_flops", "chain_products", "chain_operands",
+           "ATTENTION_PARAMETERS", "attention_products", "bound_attention",
            "real_arithmetic", "torch_function_formulas", "data_movement_functions",
            "uncounted_functions")
 
@@ -294,6 +296,44 @@ def _chain(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
 def _rows_by_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
     # A product whose weight is packed (int4): 2 per output element and input feature.
     return 2 * int(result.numel()) * int(args[0].shape[-1])
+
+
+#: The parameters of ``F.multi_head_attention_forward``, in order.
+ATTENTION_PARAMETERS = (
+    "query", "key", "value", "embed_dim_to_check", "num_heads", "in_proj_weight",
+    "in_proj_bias", "bias_k", "bias_v", "add_zero_attn", "dropout_p", "out_proj_weight",
+    "out_proj_bias", "training", "key_padding_mask", "need_weights", "attn_mask",
+    "use_separate_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "static_k",
+    "static_v", "average_attn_weights", "is_causal")
+
+
+def attention_products(embed: int, kdim: int, vdim: int, n: int, length: int,
+                       source: int) -> int:
+    """The products of multi-head attention over ``n`` sequences of ``length`` queries and
+    ``source`` keys: the q/k/v projections, the scores and the weighted sum, the output
+    projection (``nn.MultiheadAttention``'s rule adds its softmax and scaling).
+
+    Example:
+        >>> attention_products(8, 8, 8, n=1, length=4, source=4)   # 3·512 + 2·256 + 512
+        2560
+    """
+    projections = 2 * n * (length * embed * embed + source * kdim * embed + source * vdim * embed)
+    return projections + 2 * 2 * n * length * source * embed + 2 * n * length * embed * embed
+
+
+def bound_attention(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A call of ``F.multi_head_attention_forward``'s arguments by name."""
+    return {**dict(zip(ATTENTION_PARAMETERS, args)), **kwargs}
+
+
+def _attention(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+    # F.multi_head_attention_forward, (L, N, E) or unbatched (L, E): its products, as the layer's
+    # rule counts them (its softmax and scaling, elementwise, are the layer rule's only).
+    bound = bound_attention(args, kwargs)
+    query, key, value = bound["query"], bound["key"], bound["value"]
+    return attention_products(int(bound["embed_dim_to_check"]), int(key.shape[-1]),
+                              int(value.shape[-1]), int(query.shape[1]) if query.dim() == 3 else 1,
+                              int(query.shape[0]), int(key.shape[0]))
 
 
 def _grouped(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
@@ -577,11 +617,11 @@ def data_movement_functions() -> frozenset[Callable[..., Any]]:
 
 
 #: Functions that do arithmetic this module has no formula for, by owner: the fused recurrent
-#: layers and cells, attention and transformer kernels behind ``nn.MultiheadAttention`` and
-#: ``nn.TransformerEncoderLayer`` (whose layer rules count them where the layer is called as
-#: itself), ``F.linear_cross_entropy``, sparse products and the linear-algebra solvers and
-#: decompositions. A
-#: layer that calls one has unknown FLOPs (a lower bound), not a silent 0.
+#: layers and cells, the fused attention and transformer kernels behind
+#: ``nn.MultiheadAttention`` and ``nn.TransformerEncoderLayer`` (whose layer rules count them
+#: where the layer is called as itself), ``F.linear_cross_entropy``, sparse products and the
+#: linear-algebra solvers and decompositions. A layer that calls one has unknown FLOPs (a
+#: lower bound), not a silent 0.
 _UNCOUNTED: dict[str, tuple[str, ...]] = {
     "torch": ("lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "rnn_tanh_cell",
               "rnn_relu_cell", "_native_multi_head_attention", "_transformer_encoder_layer_fwd",
@@ -592,7 +632,7 @@ _UNCOUNTED: dict[str, tuple[str, ...]] = {
               "inverse", "det", "logdet", "slogdet", "svd", "qr", "cholesky", "cholesky_solve",
               "cholesky_inverse", "triangular_solve", "lu", "lu_solve", "pinverse",
               "matrix_exp", "matrix_power", "geqrf", "ormqr", "lobpcg"),
-    "functional": ("multi_head_attention_forward", "linear_cross_entropy"),
+    "functional": ("linear_cross_entropy",),
     "sparse": ("mm", "addmm", "sampled_addmm"),
     "linalg": ("solve", "solve_ex", "solve_triangular", "inv", "inv_ex", "pinv", "cholesky",
                "cholesky_ex", "qr", "svd", "svdvals", "eig", "eigvals", "eigh", "eigvalsh",
@@ -659,6 +699,8 @@ def torch_function_formulas() -> dict[Callable[..., Any], tuple[str, CallFormula
         (functional, "linear", "linear", _linear),
         (functional, "bilinear", "bilinear", _bilinear),
         (functional, "scaled_dot_product_attention", "scaled_dot_product_attention", _sdpa),
+        (functional, "multi_head_attention_forward", "multi_head_attention_forward",
+         _attention),
         (torch, "tensordot", "tensordot", _contracted), (torch, "inner", "inner", _contracted),
         (tensor, "inner", "inner", _contracted),
         # the integer and float8 products of quantized inference (torchao, gpt-fast): as the

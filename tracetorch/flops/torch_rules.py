@@ -47,7 +47,11 @@ from tracetorch.flops.layer_functions import (
     window_flops,
 )
 from tracetorch.flops.registry import FlopCount, FlopRegistry, default_registry
-from tracetorch.flops.torch_functions import CRITERION_PARAMETERS, real_arithmetic
+from tracetorch.flops.torch_functions import (
+    CRITERION_PARAMETERS,
+    attention_products,
+    real_arithmetic,
+)
 
 __all__ = ("register_torch_rules", "linear_rule", "mha_count")
 
@@ -122,12 +126,10 @@ def mha_count(layer: nn.MultiheadAttention, n: int, length: int, source: int) ->
     """FLOPs of nn.MultiheadAttention for ``n`` sequences of ``length`` queries over ``source``
     keys: q/k/v and output projections, the two attention products, softmax (3 per score)."""
     e = layer.embed_dim
-    proj = 2 * n * (length * e * e + source * layer.kdim * e + source * layer.vdim * e)
-    attend = 2 * 2 * n * length * source * e
-    out = 2 * n * length * e * e
     softmax = 3 * n * layer.num_heads * length * source
     scale = n * length * e
-    return _gemm(proj + attend + out, softmax + scale)
+    return _gemm(attention_products(e, layer.kdim, layer.vdim, n, length, source),
+                 softmax + scale)
 
 
 def _mha_dims(layer: nn.MultiheadAttention, query: torch.Tensor,

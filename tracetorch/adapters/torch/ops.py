@@ -209,8 +209,9 @@ def _counting(name: str, formula: CallFormula, gemm: bool,
                 flops = formula(args, kwargs, result)
                 if flops:
                     charge(name, flops, gemm, 0)  # the mode counted the call itself
-                    if gemm:
-                        _mark_product(frame, func, args, kwargs, result)
+                    if gemm:  # (of values and weights, the values carry the gradient)
+                        _mark_product(frame, func, args, kwargs,
+                                      result if isinstance(result, _Tensor) else result[0])
                 elif frame.owner is not None and frame.node.flops_source == "none":
                     # (counted, and it did nothing: an empty batch, a transform of one point)
                     frame.node.flops_source = "ops"  # a known 0, as data movement is
