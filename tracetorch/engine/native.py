@@ -82,7 +82,7 @@ C_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
         "BackwardPass": ("hot", "_charge", "reach"),
         "CallNode": ("kind",),
         "NodeKind": ("thread",),
-        "tensor": ("grad_fn", "requires_grad"),
+        "tensor": ("grad_fn", "requires_grad", "_base"),
         "autograd node": ("metadata", "_register_hook_dict"),
         "torch module": ("_parameters",),
         "ops": ("_stack_len", "_stack_at", "_pop", "_push", "drop_retired"),

@@ -56,7 +56,7 @@ typedef struct {
 
 static PyObject *s_Tensor, *s_PARTS, *s_MARKS, *s_HOOK_CARRIER, *s_layer_parts, *s_WATCHED,
     *s_LEARNED, *s_LEARNED_PRODUCTS,
-    *s_grad_fn, *s_metadata, *s_register_hook_dict,
+    *s_grad_fn, *s_metadata, *s_register_hook_dict, *s_base,
     *s_current_node, *s_PASSES, *s_hot, *s_charge, *s_reach, *s_Parameter, *s_parameters,
     *s_requires_grad, *s_will_execute, *s_kind, *s_thread,
     *s_Frame, *s_fields, *s_collector, *s_node, *s_owner, *s_Hot, *s_clock, *s_recompute_of,
@@ -424,7 +424,13 @@ Marker_call(Standin *self, PyObject *call_args, PyObject *call_kwargs)
     int products = has_products(self, frame, entry);
     if (products < 0)
         return NULL;
-    if (products)
+    /* a view's node is replaced if the output is written in place: marks._lasting_node */
+    PyObject *base = PyObject_GetAttr(output, s_base);
+    if (base == NULL)
+        return NULL;
+    int view = base != Py_None;
+    Py_DECREF(base);
+    if (products || view)
         return PyObject_Call(self->fallback, call_args, call_kwargs);
     if (mark(self, frame, args, kwargs, output, PyList_GET_ITEM(entry, self->at.parts)) < 0) {
         /* marking must never break the user's model (as tag_call's ``except Exception``) */
@@ -794,6 +800,7 @@ PyInit__marks(void)
     INTERN(s_LEARNED, "LEARNED");
     INTERN(s_LEARNED_PRODUCTS, "LEARNED_PRODUCTS");
     INTERN(s_grad_fn, "grad_fn");
+    INTERN(s_base, "_base");
     INTERN(s_metadata, "metadata");
     INTERN(s_register_hook_dict, "_register_hook_dict");
     INTERN(s_current_node, "_current_node");

@@ -66,6 +66,36 @@ _HOOK_CARRIER = torch.empty(0, device="cpu")
 _HOOK_CARRIER._backward_hooks = {"tracetorch": MARKED_NODE_HOOK}
 
 
+def _lasting_node(tensor: Any, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The node of ``tensor`` (its ``grad_fn``, ``fn``) that stays in the graph if the tensor is
+    written in place later (``h += x``, ``h[mask] = e`` on a Linear's output of a 3-D input,
+    which is a view): autograd replaces a view's node then, rebuilt over its base's, and the
+    base's node stays. The base's node only where the call made the base: not an input, the
+    node of one, or an input's base (a layer that hands back a view of what it was given).
+
+    Example:
+        >>> x, weight = torch.ones(2, 3, 4), torch.ones(5, 4, requires_grad=True)
+        >>> out = torch.nn.functional.linear(x, weight, torch.ones(5))   # addmm, then a view
+        >>> type(_lasting_node(out, out.grad_fn, (x, weight), {})).__name__
+        'AddmmBackward0'
+        >>> y = out * 1
+        >>> view = y.view(6, 5)                              # a view of what the call was given
+        >>> _lasting_node(view, view.grad_fn, (y,), {}) is view.grad_fn
+        True
+    """
+    base = tensor._base
+    if base is None:
+        return fn
+    below = base.grad_fn
+    if below is None or below is fn:
+        return fn
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, _Tensor) and (
+                value is base or value.grad_fn is below or value._base is base):
+            return fn
+    return below
+
+
 def _mark(fn: Any, frame: Frame, parts: Sequence[ResolvedPart]) -> None:
     meta = fn.metadata
     inner = meta.get(MARKS)
@@ -216,7 +246,8 @@ def tag_call(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], output
         if output.__class__ is _Tensor or isinstance(output, _Tensor):  # one tensor, one node
             fn = output.grad_fn
             if fn is not None:
-                _mark(fn, frame, _call_parts(frame, args, kwargs, output, entry))
+                _mark(_lasting_node(output, fn, args, kwargs), frame,
+                      _call_parts(frame, args, kwargs, output, entry))
             return
         outputs: list[torch.Tensor] = []
         collect_tensors(output, outputs)  # a tuple, dict, dataclass... of outputs
@@ -286,5 +317,5 @@ def mark_operation(frame: Frame, result: Any, parts: Sequence[GradientPart],
         return False  # (off between the sampled steps of profile(backward_every=K))
     resolved = resolve_parts(parts, operation_tensors(args, kwargs))
     if resolved:
-        _mark(fn, frame, resolved)
+        _mark(_lasting_node(result, fn, args, kwargs), frame, resolved)
     return bool(resolved)
