@@ -309,6 +309,75 @@ failed:
     return NULL;
 }
 
+/* Whether ``value`` (an argument of the call) is ``base``, has the node ``below`` or is a view
+ * of ``base``: 1 or 0; -1 with an error set. */
+static int
+given(PyObject *value, PyObject *base, PyObject *below, PyObject *tensor)
+{
+    if (value == base)
+        return 1;
+    if (!PyObject_TypeCheck(value, (PyTypeObject *)tensor))
+        return 0;
+    PyObject *fn = PyObject_GetAttr(value, s_grad_fn);
+    if (fn == NULL)
+        return -1;
+    int same = fn == below;
+    Py_DECREF(fn);
+    if (same)
+        return 1;
+    PyObject *own = PyObject_GetAttr(value, s_base);
+    if (own == NULL)
+        return -1;
+    same = own == base;
+    Py_DECREF(own);
+    return same;
+}
+
+/* The node of ``output`` (``fn``, a new reference, replaced) that stays in the graph if the
+ * output is written in place later, as marks._lasting_node: for a view, its base's node, where
+ * the call made the base. 0, or -1 with an error set. */
+static int
+lasting_node(PyObject *output, PyObject **fn, PyObject *args, PyObject *kwargs, PyObject *tensor)
+{
+    PyObject *base = PyObject_GetAttr(output, s_base), *below = NULL;
+    int status = -1;
+    if (base == NULL)
+        return -1;
+    if (base == Py_None) {
+        status = 0;
+        goto done;
+    }
+    if ((below = PyObject_GetAttr(base, s_grad_fn)) == NULL)
+        goto done;
+    if (below == Py_None || below == *fn) {
+        status = 0;
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); i++) {
+        int found = given(PyTuple_GET_ITEM(args, i), base, below, tensor);
+        if (found != 0) {
+            status = found < 0 ? -1 : 0;
+            goto done;
+        }
+    }
+    Py_ssize_t at = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(kwargs, &at, &key, &value)) {
+        int found = given(value, base, below, tensor);
+        if (found != 0) {
+            status = found < 0 ? -1 : 0;
+            goto done;
+        }
+    }
+    Py_SETREF(*fn, below);
+    below = NULL;
+    status = 0;
+done:
+    Py_DECREF(base);
+    Py_XDECREF(below);
+    return status;
+}
+
 /* Mark ``output``'s node; 0, or -1 with an error set. */
 static int
 mark(Standin *self, PyObject *frame, PyObject *args, PyObject *kwargs, PyObject *output,
@@ -326,6 +395,9 @@ mark(Standin *self, PyObject *frame, PyObject *args, PyObject *kwargs, PyObject 
         status = 0;
         goto done;
     }
+    PyObject *tensor = constant(self, K_TENSOR, s_Tensor);
+    if (tensor == NULL || lasting_node(output, &fn, args, kwargs, tensor) < 0)
+        goto done;
     int has_parts = PyObject_IsTrue(symbolic);
     if (has_parts < 0)
         goto done;
@@ -424,13 +496,7 @@ Marker_call(Standin *self, PyObject *call_args, PyObject *call_kwargs)
     int products = has_products(self, frame, entry);
     if (products < 0)
         return NULL;
-    /* a view's node is replaced if the output is written in place: marks._lasting_node */
-    PyObject *base = PyObject_GetAttr(output, s_base);
-    if (base == NULL)
-        return NULL;
-    int view = base != Py_None;
-    Py_DECREF(base);
-    if (products || view)
+    if (products)
         return PyObject_Call(self->fallback, call_args, call_kwargs);
     if (mark(self, frame, args, kwargs, output, PyList_GET_ITEM(entry, self->at.parts)) < 0) {
         /* marking must never break the user's model (as tag_call's ``except Exception``) */
