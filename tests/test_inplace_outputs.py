@@ -104,3 +104,29 @@ def test_wavlm_spec_augment_keeps_the_feature_projections_backward():
     assert prof.forward_gemm_flops + prof.backward_gemm_flops == reference.get_total_flops()
     assert prof.find("feature_projection.projection").backward_gemm_flops > 0
     assert prof.completeness == "complete"
+
+
+def test_an_attention_output_written_in_place_keeps_its_backward():
+    # MultiheadAttention returns (output, weights): each output tensor's lasting node is marked.
+    class Residual(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attention = nn.MultiheadAttention(8, 2, batch_first=True)
+
+        def forward(self, x: torch.Tensor, in_place: bool) -> torch.Tensor:
+            out, _ = self.attention(x, x, x)
+            if in_place:
+                out += x
+            else:
+                out = out + x
+            return out * 1
+
+    figures = []
+    for in_place in (False, True):
+        torch.manual_seed(0)
+        model = Residual()
+        x = torch.randn(2, 3, 8, requires_grad=True)
+        with tracetorch.profile(model) as prof:
+            model(x, in_place).sum().backward()
+        figures.append(prof.find("attention").backward_gemm_flops)
+    assert figures[0] == figures[1] > 0

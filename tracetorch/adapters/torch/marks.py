@@ -254,8 +254,10 @@ def tag_call(frame: Frame, args: tuple[Any, ...], kwargs: dict[str, Any], output
         fns: list[Any] = []
         for tensor in outputs:
             fn = tensor.grad_fn
-            if fn is not None and not any(fn is known for known in fns):
-                fns.append(fn)
+            if fn is not None:
+                fn = _lasting_node(tensor, fn, args, kwargs)
+                if not any(fn is known for known in fns):
+                    fns.append(fn)
         if fns:
             parts = _call_parts(frame, args, kwargs, output, entry)
             for fn in fns:  # the parts on one node only: each call is charged once
