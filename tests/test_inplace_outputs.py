@@ -61,20 +61,38 @@ def test_a_linear_output_written_in_place_keeps_its_backward(write, shape, betwe
 
 
 def test_a_view_of_its_input_is_not_charged_to_the_layer_before():
-    # A layer handing back a view of what it was given marks nothing of its caller's nodes.
+    # A layer handing back a view of what it was given marks its own (view) node, not the node
+    # of the layer before: that node carries the first Linear's mark alone.
+    from tracetorch.adapters.torch.backward import MARKS
+
     class Reshape(nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return x.view(-1, 8)
 
-    model = nn.Sequential(nn.Linear(8, 8), Reshape(), nn.Linear(8, 4))
-    x = torch.randn(2, 3, 8)
+    made: list[torch.Tensor] = []
+
+    class Chain(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.first, self.reshape, self.last = nn.Linear(8, 8), Reshape(), nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            made.append(self.first(x))
+            return self.last(self.reshape(made[0]))
+
+    model = Chain()
     with tracetorch.profile(model) as prof:
-        out = model(x)
+        out = model(torch.randn(2, 3, 8))
+        marked, chain = [], made[0]._base.grad_fn.metadata.get(MARKS)
+        while chain is not None:
+            frame, _, chain = chain
+            marked.append(frame.node.path)
         out.add_(1)
         out.sum().backward()
-    assert prof.find("0").backward_gemm_flops == 2 * 6 * 8 * 8
-    assert prof.find("1").backward_gemm_flops == 0
-    assert prof.find("2").backward_gemm_flops == 2 * 6 * 8 * 4 * 2
+    assert marked == ["first"]
+    assert prof.find("first").backward_gemm_flops == 2 * 6 * 8 * 8
+    assert prof.find("reshape").backward_gemm_flops == 0
+    assert prof.find("last").backward_gemm_flops == 2 * 6 * 8 * 4 * 2
 
 
 def test_wavlm_spec_augment_keeps_the_feature_projections_backward():

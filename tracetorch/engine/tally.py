@@ -212,6 +212,7 @@ class TallyCollector(Collector):
         by_class = (kind == "module" and flops_fn is None
                     and "forward" not in (getattr(owner, "__dict__", None) or ()))
         cached = self._classes.get(owner.__class__) if by_class else None
+        # (the common case, facts for every instance, asked without a call: count_flops's goal)
         if cached is not None and (cached[1] == _EVERY_INSTANCE or _holds(owner, cached[1])):
             facts = cached[0]
         else:

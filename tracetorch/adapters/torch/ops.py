@@ -189,10 +189,15 @@ def _reading_values(mode: OpCountingMode, test: DependsOnValues, entry: Entry | 
     return run
 
 
-def _first_is_tensor(result: Any) -> bool:
-    # A function returning values and indices (torch.max(x, dim), F.max_pool2d(...,
-    # return_indices=True)): a namedtuple or tuple whose first item is the computed tensor.
-    return isinstance(result, tuple) and bool(result) and isinstance(result[0], _Tensor)
+def _computed(result: Any) -> Any:
+    # The tensor a counted call computed: its result, or the first of the values and indices
+    # it returns (torch.max(x, dim), F.max_pool2d(..., return_indices=True)); None for
+    # anything else (an fx Proxy, NotImplemented).
+    if isinstance(result, _Tensor):
+        return result
+    if isinstance(result, tuple) and result and isinstance(result[0], _Tensor):
+        return result[0]
+    return None
 
 
 def _counting(name: str, formula: CallFormula, gemm: bool,
@@ -201,17 +206,18 @@ def _counting(name: str, formula: CallFormula, gemm: bool,
         result = func(*args, **kwargs)
         frame = current_frame()
         if (frame is None or not frame.ops or not frame.collector.count_ops
-                or not (isinstance(result, _Tensor) or _first_is_tensor(result))
                 or _current_node() is not None or tracing()):
-            return result  # outside a counting call, or nothing real ran (see the docstring)
+            return result  # outside a counting call, or in a backward pass or a trace
+        computed = _computed(result)
+        if computed is None:
+            return result  # nothing real ran (see the module docstring)
         try:
             with _no_subclass_dispatch():  # a subclass's __torch_function__ sees no .shape read
                 flops = formula(args, kwargs, result)
                 if flops:
                     charge(name, flops, gemm, 0)  # the mode counted the call itself
                     if gemm:  # (of values and weights, the values carry the gradient)
-                        _mark_product(frame, func, args, kwargs,
-                                      result if isinstance(result, _Tensor) else result[0])
+                        _mark_product(frame, func, args, kwargs, computed)
                 elif frame.owner is not None and frame.node.flops_source == "none":
                     # (counted, and it did nothing: an empty batch, a transform of one point)
                     frame.node.flops_source = "ops"  # a known 0, as data movement is
