@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 import torch
 
 from tracetorch.adapters.torch.cuda import backward_timer
+from tracetorch.adapters.torch.higher_order import gradient_graph_mode, warn_unseen_graph
 from tracetorch.adapters.torch.tracing import tracing
 from tracetorch.engine.hotpath import BackwardPassOwner, Frame, current_frame, make_wrapper
 from tracetorch.engine.native import native_type
@@ -154,9 +155,20 @@ class BackwardPass:
             clock=self.clock, collector=self.collector,
             recompute_of=self.collector.recompute_of, boundaries=self.boundaries,
             leaves=self.leaves, flops=self.flops, pass_node=frame.node)
+        #: What a pass that gradient graphs concern ran, counted by dispatch (see
+        #: :meth:`note_dispatched`).
+        self.dispatched: tuple[int, int] | None = None
         self.start = self.clock()
         if self.timer is not None:
             self.timer.mark(frame)
+
+    def note_dispatched(self, gradient_graphs: int, forward_graph: int) -> None:
+        """The FLOPs the pass ran, counted by dispatch (:mod:`.higher_order`): on the nodes of
+        gradient graphs, and on all others. The layers' marks charge the latter in part only
+        when the pass entered a layer's graph in its middle (from a gradient graph, through the
+        activations its nodes saved), so what the marks did not charge is the pass's own, with
+        the gradient graphs' work."""
+        self.dispatched = (gradient_graphs, forward_graph)
 
     def accumulates(self, leaf: Any) -> bool:
         """Whether this pass computes a leaf's gradient, asked of autograd (cached per leaf)."""
@@ -251,8 +263,15 @@ class BackwardPass:
                 if frame is not None and frame.node in spent:
                     spent[frame.node] += elapsed
         boundaries.clear()
-        _exclude_descendants(self.flops)
-        self.collector.add_backward_pass(spent, self.flops)
+        flops = self.flops
+        _exclude_descendants(flops)
+        if self.dispatched is not None:
+            gradient_graphs, forward_graph = self.dispatched
+            unmarked = gradient_graphs + max(0, forward_graph - sum(flops.values()))
+            if unmarked:
+                node = self.frame.node
+                flops[node] = flops.get(node, 0) + unmarked
+        self.collector.add_backward_pass(spent, flops)
         self.flops.clear()
 
 
@@ -430,6 +449,8 @@ def implicit_pass(mark: Mark) -> BackwardPass | None:
     if frame is None:
         frame = collector.new_child(parent, owner, "backward", None, None)
     node = frame.node
+    if torch.is_grad_enabled():  # (autograd turns it on in a pass only for create_graph=True)
+        warn_unseen_graph()
     state = BackwardPass(frame, ASK_AUTOGRAD)
     key = _thread_id()
     _PASSES[key] = state
@@ -493,8 +514,13 @@ def pass_recorder(label: str | None = None) -> PassRecorder:
             thread = threading.get_ident()
             state = BackwardPass(frame, _leaves_of(func, args, kwargs))
             _PASSES[thread] = state
+            graphs = gradient_graph_mode(frame.collector, func, args, kwargs,
+                                         state.note_dispatched)
             try:
-                return func(*args, **kwargs)
+                if graphs is None:
+                    return func(*args, **kwargs)
+                with graphs:
+                    return func(*args, **kwargs)
             finally:
                 del _PASSES[thread]
                 state.finish()

@@ -61,10 +61,10 @@ from typing import Any, Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import flop_registry
 
 from tracetorch.adapters.torch.backward import collect_tensors
 from tracetorch.adapters.torch.compiled_layers import Replay
+from tracetorch.adapters.torch.higher_order import REGION_NODE, aten_flops
 from tracetorch.adapters.torch.ops import mode_off
 from tracetorch.adapters.torch.tracing import skip_frames, tracing
 from tracetorch.engine.collector import Collector
@@ -83,7 +83,8 @@ _COMPILE_TIMER = "_compile.compile_inner"
 
 class DispatchedFlops(TorchDispatchMode):
     """Counts the FLOPs of the operations dispatched while it is on, with
-    ``torch.utils.flop_counter``'s formulas; torch.compile compiles as if it were not there.
+    ``torch.utils.flop_counter``'s formulas (as :func:`~.higher_order.aten_flops` corrects
+    them); torch.compile compiles as if it were not there.
 
     Example:
         >>> with DispatchedFlops() as counted:
@@ -106,12 +107,7 @@ class DispatchedFlops(TorchDispatchMode):
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        formula = flop_registry.get(func._overloadpacket)
-        if formula is not None:
-            try:
-                self.flops += int(formula(*args, **kwargs, out_val=out))
-            except Exception:  # a formula that cannot read these arguments: left uncounted
-                pass
+        self.flops += aten_flops(func, args, kwargs, out)
         return out
 
 
@@ -346,7 +342,8 @@ def _eager_call(module: Any) -> Callable[..., Any]:
 def _region_autograd_nodes(output: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
                            ) -> list[Any]:
     # The autograd nodes between the call's outputs and its inputs: a compiled graph's
-    # CompiledFunctionBackward (one per graph), or each operation's with the eager backend.
+    # CompiledFunctionBackward (one per graph), or each operation's with the eager backend;
+    # each marked as the region's, whose backward the region charges (no pass counts it).
     outputs: list[Any] = []
     collect_tensors(output, outputs)
     inputs: list[Any] = []
@@ -362,6 +359,7 @@ def _region_autograd_nodes(output: Any, args: tuple[Any, ...], kwargs: dict[str,
             # parameter's hooks): a hook put there would run again in every later pass.
             continue
         found.append(fn)
+        fn.metadata[REGION_NODE] = True
         for parent, _ in fn.next_functions:
             if parent is not None and parent not in seen and parent not in stop:
                 seen.add(parent)
