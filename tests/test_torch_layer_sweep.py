@@ -676,6 +676,13 @@ class Sorted(nn.Module):
         return x.sort(dim=-1).values  # an operation nothing costs
 
 
+def profiled(model: nn.Module) -> int:
+    with tracetorch.profile(model) as prof:
+        model(r(2, 4))
+    assert prof.completeness == "complete" and prof.unsupported == {}
+    return prof.total_flops
+
+
 def test_a_layer_that_returns_its_input_untouched_costs_a_known_zero():
     model = nn.Sequential(nn.Linear(4, 4), DropPath()).eval()
     with warnings.catch_warnings():
@@ -684,6 +691,12 @@ def test_a_layer_that_returns_its_input_untouched_costs_a_known_zero():
             model(r(2, 4))
     assert prof.find("1").flops_source == "ops" and prof.find("1").flops == 0
     assert prof.completeness == "complete" and prof.unsupported == {}
+    # An empty nn.Sequential (a placeholder block) runs nothing of its own: a known 0 too.
+    model = nn.Sequential(nn.Linear(4, 4), nn.Sequential())
+    for count in (lambda: tracetorch.count_flops(model, r(2, 4)), lambda: profiled(model)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert count() == 2 * 2 * 4 * 4
     # An operation nothing costs, or ops=False where nothing is looked at: still unknown.
     for layer, ops in ((Sorted(), True), (DropPath().eval(), False)):
         with warnings.catch_warnings():

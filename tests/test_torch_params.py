@@ -68,6 +68,16 @@ def test_lazy_modules_are_counted_once_their_weights_have_shapes():
     assert again.find("").params == tracetorch.count_parameters(model) == 66
 
 
+@pytest.mark.parametrize("count", [tracetorch.count_parameters, tracetorch.parameter_table])
+def test_counting_a_lazy_model_before_its_first_call_says_what_to_do(count):
+    model = nn.Sequential(nn.LazyLinear(8), nn.ReLU())
+    with pytest.raises(ValueError, match="^model: a parameter of a lazy module .* call the "
+                                         "model once on an example input"):
+        count(model)
+    model(torch.randn(3, 5))
+    assert tracetorch.count_parameters(model) == 5 * 8 + 8
+
+
 def test_params_false_never_walks_the_model_and_counts_the_same_flops(monkeypatch):
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.LazyLinear(2))
     x = torch.randn(3, 4)

@@ -428,10 +428,12 @@ class Collector(CallTiming):
                 self.registry.lookup(type(owner), owner), owner, args, kwargs, output)
         elif (state == "none" and node.kind == "module" and not engine.op_flops
               and not node.children and node.flops_source == "none"):
-            if (not node.ops and engine.frame is not None and engine.frame.ops
-                    and is_torch_module(owner) and returns_an_input(args, kwargs, output)):
-                # A torch module whose operations were counted ran none and handed back what
-                # it was given (a DropPath in eval): it costs a known 0.
+            if (not node.ops and engine.frame is not None and is_torch_module(owner)
+                    and (engine.frame.ops or only_calls_children(owner))
+                    and returns_an_input(args, kwargs, output)):
+                # A torch module whose operations were counted (or that runs none of its own:
+                # an empty nn.Sequential) ran none and handed back what it was given (a
+                # DropPath in eval): it costs a known 0.
                 node.flops_source = "ops"
             elif self.warn_unsupported:
                 warn_unsupported(node.type_name, runs_compiled_graph(owner), stacklevel=2,

@@ -279,9 +279,11 @@ class TallyCollector(Collector):
             inclusive = node.op_flops + below
             if (not inclusive and not node.saw_children and node.kind == "module"
                     and node.flops_source == "none" and self.warn_unsupported
-                    and not (not node.saw_ops and node.counts_ops and is_torch_module(owner)
+                    and not (not node.saw_ops and is_torch_module(owner)
+                             and (node.counts_ops or only_calls_children(owner))
                              and returns_an_input(args, kwargs, output))):
-                # (a torch module that ran nothing and handed back its input costs a known 0)
+                # (a torch module that ran nothing, or runs none of its own (an empty
+                # nn.Sequential), and handed back its input costs a known 0)
                 warn_unsupported(node.type_name, runs_compiled_graph(owner), stacklevel=2)
         if node.counts and inclusive > below:
             self._total += inclusive - below

@@ -272,7 +272,17 @@ def numel(tensor: Any) -> int:
     """
     count = getattr(tensor, "numel", None)
     if callable(count):
-        return int(count())
+        try:
+            return int(count())
+        except ValueError as error:
+            if not hasattr(type(tensor), "materialize"):
+                raise
+            # torch's lazy modules (nn.LazyLinear...) give their parameters a shape at their
+            # first call: there is no count before it.
+            raise ValueError(
+                "model: a parameter of a lazy module (torch.nn.LazyLinear, LazyConv2d...) has "
+                "no shape before the module's first call; call the model once on an example "
+                "input, then count") from error
     data = getattr(tensor, "data", None)
     # A TinyTorch-style Tensor keeps its array in .data (its cached .shape can go stale).
     if isinstance(data, np.ndarray):
