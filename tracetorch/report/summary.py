@@ -115,6 +115,16 @@ def _vmap_line(result: ProfileResult) -> str:
             "FLOPs, sizes and op counts of what ran under them are one example's of each batch")
 
 
+def _forward_ad_line(result: ProfileResult) -> str:
+    # Dual tensors made in the profile (meta["forward_ad"]: see
+    # tracetorch.adapters.torch.forward_mode).
+    noted = result.meta.get("forward_ad")
+    if not noted:
+        return ""
+    return (f"{_plural(noted['dual_tensors'], 'dual tensor')} made: the tangents computed "
+            "beside the values are not counted, only the values' FLOPs")
+
+
 def summary_lines(result: ProfileResult) -> list[str]:
     """Totals and notes for the end of a report, one ``"Label: value"`` line each.
 
@@ -158,6 +168,9 @@ def summary_lines(result: ProfileResult) -> list[str]:
     vmapped = _vmap_line(result)
     if vmapped:
         rows.append(("Under vmap", vmapped))
+    dual = _forward_ad_line(result)
+    if dual:
+        rows.append(("Forward-mode AD", dual))
     total_time = format_time_ns(result.total_time_ns)
     rows.append(("Total time", f"{total_time} in {_plural(top_calls, 'top-level call')}"))
 

@@ -82,6 +82,7 @@ from tracetorch.adapters.torch.compiled import (
     wrap_compiled_in_place,
 )
 from tracetorch.adapters.torch.cuda import configure as cuda_configure
+from tracetorch.adapters.torch.forward_mode import start_forward_ad_watch
 from tracetorch.adapters.torch.ops import start_op_counting, traced_forward
 from tracetorch.adapters.torch.path_watch import start_path_watch, watch_module_class
 from tracetorch.adapters.torch.saved import saved_bytes
@@ -292,6 +293,7 @@ class TorchAdapter:
             optimizer = torch.optim.Optimizer
             board.install(optimizer, "zero_grad", quiet_zero_grad(vars(optimizer)["zero_grad"]))
             start_vmap_watch(board)
+            start_forward_ad_watch(board)
             start_path_watch(board)
             cleanups.append(start_autocast_watch(board))
             eval_frame = sys.modules.get("torch._dynamo.eval_frame")
