@@ -1,4 +1,4 @@
-"""The autocast state in every call's key (tracetorch.adapters.torch.autocast_state): calls of the
+"""The autocast state in every call's key (tracetorch.adapters.torch.call_context): calls of the
 same shapes under float32 and under ``torch.autocast`` keep their own sizes and counts, in one
 profile as in two, whatever their order, and a state entered again finds its keys again."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch") if os.environ.get("CI") != "true" else __im
 
 import tracetorch  # noqa: E402
 from test_learned_ops import _figures  # noqa: E402
-from tracetorch.adapters.torch.autocast_state import autocast_state  # noqa: E402
+from tracetorch.adapters.torch.call_context import autocast_state  # noqa: E402
 
 torch.set_num_threads(1)
 

@@ -173,6 +173,26 @@ def test_checkpointed_blocks_save_nothing_inside(torch):
     assert prof.find("inner").subtree_saved_bytes == 0
 
 
+@pytest.mark.parametrize("hooked_first", [True, False])
+def test_a_step_under_saved_tensor_hooks_leaves_the_others_their_saved_bytes(torch,
+                                                                             hooked_first):
+    # What autograd keeps under saved-tensor hooks (CPU offloading here) is theirs: nothing is
+    # read there, and the calls of the same shapes without hooks keep their own figures (a
+    # first step under save_on_cpu gave every later one 0 bytes saved).
+    import contextlib
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    x = torch.ones(8, 16)
+    with tracetorch.profile(model) as prof:
+        for hooked in (hooked_first, not hooked_first):
+            with torch.autograd.graph.save_on_cpu() if hooked else contextlib.nullcontext():
+                model(x).sum().backward()
+            prof.step()
+    # One step's: Linear 0 its input (8x16 floats), ReLU its output (8x32).
+    assert [prof.find(path).memory.saved_bytes for path in ("0", "1", "2")] == [
+        8 * 16 * 4, 8 * 32 * 4, 0]
+
+
 def test_torch_func_transforms_still_work_inside_a_profile(torch):
     layer = torch.nn.Linear(4, 1)
     with tracetorch.profile(layer):

@@ -74,7 +74,7 @@ from typing import Any, Callable
 import torch
 from torch._C._dynamo.eval_frame import get_eval_frame_callback as frame_callback
 
-from tracetorch.adapters.torch.autocast_state import start_autocast_watch
+from tracetorch.adapters.torch.call_context import start_context_watch
 from tracetorch.adapters.torch.call_hooks import configure_call_hooks
 from tracetorch.adapters.torch.compiled import (
     start_compiled_counting,
@@ -295,7 +295,7 @@ class TorchAdapter:
             start_vmap_watch(board)
             start_forward_ad_watch(board)
             start_path_watch(board)
-            cleanups.append(start_autocast_watch(board))
+            cleanups.append(start_context_watch(board))
             eval_frame = sys.modules.get("torch._dynamo.eval_frame")
             compiled = getattr(eval_frame, "OptimizedModule", None)
             if compiled is not None:  # else imported later: the subclass watcher wraps it
