@@ -740,6 +740,51 @@ def test_quantized_layers_count_their_integer_products():
     assert prof.forward_gemm_flops == 7776 + 21600 and prof.completeness == "complete"
 
 
+class _QuantizedNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        quantization = torch.ao.quantization
+        self.quant, self.dequant = quantization.QuantStub(), quantization.DeQuantStub()
+        self.conv, self.bn, self.relu = nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU()
+        self.pool, self.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool(self.relu(self.bn(self.conv(self.quant(x)))))
+        return self.dequant(self.fc(x.flatten(1)))
+
+
+def test_quantization_aware_training_counts_its_fake_quantization_beside_the_products():
+    # torch.ao's QAT layers subclass torch.nn's with a forward of their own: qat.Linear
+    # fake-quantizes its weight (a child) before its product, ConvBnReLU2d folds its batch
+    # norm in. Linear's rule took the weight's fake quantization for part of its product (576
+    # FLOPs lost, 'complete'); they are counted by their operations.
+    quantization = torch.ao.quantization
+    torch.manual_seed(0)
+    net = _QuantizedNet().train()
+    net.qconfig = quantization.get_default_qat_qconfig("fbgemm")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation
+        model = quantization.prepare_qat(
+            quantization.fuse_modules_qat(net, [["conv", "bn", "relu"]]))
+    x = r(2, 3, 12, 12)
+    forward, backward = _fcm(model, (x,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing unknown
+        with tracetorch.profile(model) as prof:
+            model(x).sum().backward()
+    assert prof.completeness == "complete" and prof.unsupported == {}
+    assert (prof.forward_gemm_flops, prof.backward_gemm_flops) == (forward, backward)
+    # fused_moving_avg_obs_fake_quant: 9 per element (the observer's min and max, then
+    # (clamp(round(x / s + z)) - z)·s); the Linear: its product and its weight's
+    fc = prof.find("fc")
+    assert prof.find("fc.weight_fake_quant").flops == 9 * 4 * 8
+    assert fc.gemm_flops == 2 * 2 * 8 * 4 and fc.flops_source == "ops"
+    assert fc.subtree_flops == 2 * 2 * 8 * 4 + 9 * 4 * 8
+    # (its output's, in a forward hook: the caller's call runs it)
+    assert prof.find("fc.activation_post_process").flops == 9 * 2 * 4
+    assert prof.find("quant.activation_post_process").flops == 9 * x.numel()
+
+
 def test_a_subclass_with_its_own_forward_is_counted_by_its_operations():
     # loralib's Linear: the product, two low-rank products, a scale and a sum.
     layer, x = LoRALinear(5, 7), r(4, 5)

@@ -24,10 +24,15 @@ both frameworks::
     logsigmoid / softsign / tanhshrink                   4 / 3 / 2
     glu (a·sigmoid b)                                    5
     softmax, log_softmax, softmin                        5 (max, subtract, exp, sum, divide)
+    fake_quantize_per_tensor_affine, _per_channel_       7 (divide by the scale, add the zero
+                                                         point, round, clamp at both ends,
+                                                         subtract, multiply)
+    fused_moving_avg_obs_fake_quant                      9 (its observer's min and max, both
+                                                         taken as on)
 
     per input element
     ---------------------------------------------------  --------------------------------------
-    sum mean amax amin max min argmax prod cumsum ...     1
+    sum mean amax amin max min argmax prod cumsum ...     1; aminmax 2
     norm (p = 2) / var, std, var_mean / logsumexp        2 / 3 / 4
 
     Comparisons, logical operations, sorting and selection (eq, lt, logical_and, sort, topk,
@@ -133,6 +138,8 @@ __all__ = ("PER_ELEMENT", "PER_INPUT_ELEMENT", "DATA_MOVEMENT", "NORMALIZATIONS"
 
 _ONE = 1  # one elementary operation per element
 _SOFTPLUS = EXP.forward + ADD.forward + LOG.forward
+#: divide by the scale, add the zero point, round, clamp at both ends, subtract, multiply
+_FAKE_QUANTIZE = 7
 
 #: FLOPs per output element of each elementwise function, by its torch name.
 PER_ELEMENT: dict[str, int] = {
@@ -162,6 +169,12 @@ PER_ELEMENT: dict[str, int] = {
     "logsigmoid": _SOFTPLUS + NEG.forward, "softsign": 3, "tanhshrink": 2,
     "glu": SIGMOID.forward + MUL.forward,
     "softmax": SOFTMAX.forward, "log_softmax": LOG_SOFTMAX.forward, "softmin": SOFTMAX.forward,
+    # quantization-aware training's fake quantization, (clamp(round(x / s + z)) - z)·s
+    **dict.fromkeys(("fake_quantize_per_tensor_affine", "fake_quantize_per_channel_affine",
+                     "_fake_quantize_learnable_per_tensor_affine",
+                     "_fake_quantize_learnable_per_channel_affine"), _FAKE_QUANTIZE),
+    # its observer's running min and max as well (both on, as they are while training)
+    "fused_moving_avg_obs_fake_quant": _FAKE_QUANTIZE + 2 * REDUCTION.forward,
 }
 
 #: FLOPs per input element of each reduction.
@@ -170,7 +183,7 @@ PER_INPUT_ELEMENT: dict[str, int] = {
                                             "nansum", "nanmean", "max", "min", "argmax",
                                             "argmin", "cumprod", "cummax", "cummin")},
     "norm": 2, "var": 3, "std": 3, "var_mean": 3, "std_mean": 3, "logsumexp": 4,
-    "logcumsumexp": 4,
+    "logcumsumexp": 4, "aminmax": 2 * REDUCTION.forward,
 }
 
 #: Functions that only move or reinterpret data, by torch name: 0 FLOPs.

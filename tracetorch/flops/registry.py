@@ -199,8 +199,12 @@ def hooks_run_inside(layer: Any, deep: bool) -> bool:
 
 
 def _package(klass: type) -> str:
-    # The top-level package a class is defined in ("torch" for torch.nn.modules.rnn.LSTM).
-    return str(getattr(klass, "__module__", "") or "").partition(".")[0]
+    # The top-level package a class is defined in ("numpy" for a numpy class); torch's by its
+    # area ("torch.nn" for torch.nn.modules.rnn.LSTM): torch.ao's subclasses of torch.nn's
+    # layers do more in their own forward than the layer (quantization-aware training's
+    # qat.Linear fake-quantizes its weight, qat.ConvBn2d folds a batch norm in).
+    parts = str(getattr(klass, "__module__", "") or "").split(".")
+    return ".".join(parts[:2]) if parts[0] == "torch" else parts[0]
 
 
 #: What a layer without a ``__dict__`` holds of its own: nothing.
