@@ -775,7 +775,7 @@ def test_quantization_aware_training_counts_its_fake_quantization_beside_the_pro
     assert prof.completeness == "complete" and prof.unsupported == {}
     assert (prof.forward_gemm_flops, prof.backward_gemm_flops) == (forward, backward)
     # fused_moving_avg_obs_fake_quant: 9 per element (the observer's min and max, then
-    # (clamp(round(x / s + z)) - z)·s); the Linear: its product and its weight's
+    # (clamp(round(x / s + z)) - z)·s: 5 + 2); the Linear: its product and its weight's
     fc = prof.find("fc")
     assert prof.find("fc.weight_fake_quant").flops == 9 * 4 * 8
     assert fc.gemm_flops == 2 * 2 * 8 * 4 and fc.flops_source == "ops"
@@ -783,6 +783,29 @@ def test_quantization_aware_training_counts_its_fake_quantization_beside_the_pro
     # (its output's, in a forward hook: the caller's call runs it)
     assert prof.find("fc.activation_post_process").flops == 9 * 2 * 4
     assert prof.find("quant.activation_post_process").flops == 9 * x.numel()
+
+
+def test_a_converted_quantized_model_is_counted_by_its_layers_rules():
+    # Quantized inference's layers (torch.ao.nn.quantized) run their own kernels and do what
+    # the float layer does: its rule; quantizing the input costs 5 FLOPs per element, 2 back.
+    quantization = torch.ao.quantization
+    torch.manual_seed(0)
+    net = _QuantizedNet().eval()
+    net.qconfig = quantization.get_default_qconfig("fbgemm")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation
+        prepared = quantization.prepare(net)
+        prepared(r(2, 3, 12, 12))  # calibration
+        model = quantization.convert(prepared)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing unknown
+        with tracetorch.profile(model) as prof:
+            model(r(2, 3, 12, 12))
+    assert prof.completeness == "complete" and prof.unsupported == {}
+    assert prof.find("quant").flops == 5 * 2 * 3 * 12 * 12
+    assert prof.find("dequant").flops == 2 * 2 * 4
+    assert prof.find("conv").flops_source == prof.find("bn").flops_source == "rule"
+    assert prof.find("conv").gemm_flops == 2 * (2 * 8 * 10 * 10) * 3 * 3 * 3
 
 
 def test_a_subclass_with_its_own_forward_is_counted_by_its_operations():

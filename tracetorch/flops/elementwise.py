@@ -24,9 +24,10 @@ both frameworks::
     logsigmoid / softsign / tanhshrink                   4 / 3 / 2
     glu (a·sigmoid b)                                    5
     softmax, log_softmax, softmin                        5 (max, subtract, exp, sum, divide)
-    fake_quantize_per_tensor_affine, _per_channel_       7 (divide by the scale, add the zero
-                                                         point, round, clamp at both ends,
-                                                         subtract, multiply)
+    quantize_per_tensor, _per_channel / dequantize       5 (divide by the scale, add the zero
+                                                         point, round, clamp at both ends) / 2
+                                                         (subtract, multiply)
+    fake_quantize_per_tensor_affine, _per_channel_       7 (both)
     fused_moving_avg_obs_fake_quant                      9 (its observer's min and max, both
                                                          taken as on)
 
@@ -138,8 +139,9 @@ __all__ = ("PER_ELEMENT", "PER_INPUT_ELEMENT", "DATA_MOVEMENT", "NORMALIZATIONS"
 
 _ONE = 1  # one elementary operation per element
 _SOFTPLUS = EXP.forward + ADD.forward + LOG.forward
-#: divide by the scale, add the zero point, round, clamp at both ends, subtract, multiply
-_FAKE_QUANTIZE = 7
+#: Quantizing: divide by the scale, add the zero point, round, clamp at both ends; and back:
+#: subtract the zero point, multiply by the scale.
+_QUANTIZE, _DEQUANTIZE = 5, 2
 
 #: FLOPs per output element of each elementwise function, by its torch name.
 PER_ELEMENT: dict[str, int] = {
@@ -169,12 +171,15 @@ PER_ELEMENT: dict[str, int] = {
     "logsigmoid": _SOFTPLUS + NEG.forward, "softsign": 3, "tanhshrink": 2,
     "glu": SIGMOID.forward + MUL.forward,
     "softmax": SOFTMAX.forward, "log_softmax": LOG_SOFTMAX.forward, "softmin": SOFTMAX.forward,
-    # quantization-aware training's fake quantization, (clamp(round(x / s + z)) - z)·s
+    # quantizing, clamp(round(x / s + z)), and back, (q - z)·s; quantization-aware training's
+    # fake quantization does both
+    "quantize_per_tensor": _QUANTIZE, "quantize_per_channel": _QUANTIZE,
+    "quantize_per_tensor_dynamic": _QUANTIZE, "dequantize": _DEQUANTIZE,
     **dict.fromkeys(("fake_quantize_per_tensor_affine", "fake_quantize_per_channel_affine",
                      "_fake_quantize_learnable_per_tensor_affine",
-                     "_fake_quantize_learnable_per_channel_affine"), _FAKE_QUANTIZE),
+                     "_fake_quantize_learnable_per_channel_affine"), _QUANTIZE + _DEQUANTIZE),
     # its observer's running min and max as well (both on, as they are while training)
-    "fused_moving_avg_obs_fake_quant": _FAKE_QUANTIZE + 2 * REDUCTION.forward,
+    "fused_moving_avg_obs_fake_quant": _QUANTIZE + _DEQUANTIZE + 2 * REDUCTION.forward,
 }
 
 #: FLOPs per input element of each reduction.

@@ -199,12 +199,18 @@ def hooks_run_inside(layer: Any, deep: bool) -> bool:
 
 
 def _package(klass: type) -> str:
-    # The top-level package a class is defined in ("numpy" for a numpy class); torch's by its
-    # area ("torch.nn" for torch.nn.modules.rnn.LSTM): torch.ao's subclasses of torch.nn's
-    # layers do more in their own forward than the layer (quantization-aware training's
-    # qat.Linear fake-quantizes its weight, qat.ConvBn2d folds a batch norm in).
-    parts = str(getattr(klass, "__module__", "") or "").split(".")
-    return ".".join(parts[:2]) if parts[0] == "torch" else parts[0]
+    # The top-level package a class is defined in ("torch" for torch.nn.modules.rnn.LSTM).
+    # torch's quantization-aware training layers count as another: they subclass torch.nn's
+    # layers with a forward that does more (qat.Linear fake-quantizes its weight, qat.ConvBn2d
+    # folds a batch norm in), where torch's other subclasses (quantized inference's, which run
+    # their own kernels) do what the layer does.
+    module = str(getattr(klass, "__module__", "") or "")
+    if module.startswith(_TRAINING_QUANTIZED):
+        return "torch.ao.qat"
+    return module.partition(".")[0]
+
+
+_TRAINING_QUANTIZED = ("torch.ao.nn.qat.", "torch.ao.nn.intrinsic.qat.")
 
 
 #: What a layer without a ``__dict__`` holds of its own: nothing.
