@@ -284,11 +284,12 @@ def test_the_registration_hooks_leave_with_the_block(torch):
 def _leaf_reference(value, out):
     """A call key's argument part as its rule says, one value at a time (shape_of, then
     dtype_of; a plain value itself; lists, tuples and dicts as their class and length, then
-    their items, a dict's with its keys; ``None`` for a tensor whose shape cannot be read; the
-    class of anything else)."""
+    their items, a dict's with its keys; for a tensor whose shape cannot be read its sizes as
+    its framework reads them (a nested tensor's components'), or ``None``; the class of
+    anything else)."""
     from enum import Enum
 
-    from tracetorch.models.tensors import SHAPELESS, dtype_of, shape_of
+    from tracetorch.models.tensors import SHAPELESS, dtype_of, irregular_sizes, shape_of
 
     shape = shape_of(value)
     if type(value) in SHAPELESS or isinstance(value, Enum):
@@ -304,6 +305,8 @@ def _leaf_reference(value, out):
         for name, item in value.items():
             out.append(name)
             _leaf_reference(item, out)
+    elif irregular_sizes(value) is not None:
+        out += [irregular_sizes(value), dtype_of(value)]
     else:
         out.append(None if hasattr(type(value), "shape") else type(value))
     return out
@@ -333,7 +336,8 @@ def test_a_multi_argument_key_is_each_arguments_shape_and_dtype_in_order(torch):
     assert key == (*reference, "tail")
     # the tensor, None, four plain values, numpy's scalar ... the nested tensor
     assert key[:8] == ((2, 3), torch.float32, None, True, 7, 0.5, "mode", 2.0)
-    assert key[key.index((4,)) + 9] is None  # (after the list: its class and length, items)
+    # (after the list: its class and length, items) its components' shapes
+    assert key[key.index((4,)) + 9: key.index((4,)) + 11] == (((2,), (3,)), torch.float32)
 
 
 def test_each_multi_argument_call_counts_under_call_keys_key(torch):

@@ -272,3 +272,39 @@ def test_gpt_block_per_module():
     sdpa = GPTBlock(dim=32, heads=4, sdpa=True)
     sdpa.load_state_dict(block.state_dict())
     assert profiled(sdpa, x).gemm_flops == prof.gemm_flops
+
+
+def test_a_built_in_rule_that_cannot_read_a_call_leaves_it_unknown_and_the_model_running():
+    # An error in tracetorch's own rule (as its Transformer rule had on a nested batch) is
+    # tracetorch's: the call's FLOPs are unknown, the model runs on. A user's rule's is theirs.
+    import warnings
+
+    from tracetorch.flops.registry import default_registry
+
+    class Doubling(nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    def unreadable(layer, inputs, output):
+        raise ValueError("no sizes to read")
+
+    default_registry.register(Doubling, builtin=True)(unreadable)
+    model = nn.Sequential(nn.Linear(4, 4), Doubling())
+    x = torch.ones(2, 4)
+    with pytest.warns(UserWarning, match=r"rule for Doubling could not read a call "
+                                         r"\(ValueError\('no sizes to read'\)\)"):
+        with tracetorch.profile(model) as prof:
+            out = model(x)
+    assert torch.equal(out, model(x))
+    assert prof.find("1").flops_unknown and prof.completeness == "partial"
+    assert prof.find("0").flops == 2 * 2 * 4 * 4
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (warned once per process)
+        assert tracetorch.count_flops(model, x) == 2 * 2 * 4 * 4
+
+    def users(layer, inputs, output):
+        raise ValueError("the user's rule")
+
+    with pytest.raises(ValueError, match="the user's rule"):
+        with tracetorch.profile(model, flop_rules={Doubling: users}):
+            model(x)

@@ -26,7 +26,7 @@ from tracetorch.engine.identities import Identities
 from tracetorch.engine.saved_meters import SeenStorages, saved_by_call
 from tracetorch.engine.stack_room import STACK_ROOM
 from tracetorch.engine.timing import CallTiming, Clock
-from tracetorch.engine.unsupported import unsupported_calls, warn_unsupported
+from tracetorch.engine.unsupported import unsupported_calls, warn_rule_failed, warn_unsupported
 from tracetorch.engine.warm import WarmNodes
 from tracetorch.engine.wrappers import is_wrapper, naming_through_wrappers, wrapper_name
 from tracetorch.flops.optimizers import optimizer_scope
@@ -424,8 +424,17 @@ class Collector(CallTiming):
         if state == "user":
             entry[FLOPS] = int(self._user_rules[node](*args, **kwargs))
         elif state == "rule":
-            entry[FLOPS], entry[GEMM_FLOPS], entry[MACS] = _rule_flops(
-                self.registry.lookup(type(owner), owner), owner, args, kwargs, output)
+            rule = self.registry.lookup(type(owner), owner)
+            try:
+                entry[FLOPS], entry[GEMM_FLOPS], entry[MACS] = _rule_flops(
+                    rule, owner, args, kwargs, output)
+            except Exception as error:
+                if not self.registry.is_builtin(rule):
+                    raise  # the user's rule: theirs to see
+                entry[FLOPS] = entry[GEMM_FLOPS] = entry[MACS] = 0
+                node.flops_source = "uncounted"  # (stays: a lower bound, see fold)
+                if self.warn_unsupported:
+                    warn_rule_failed(node.type_name, error, stacklevel=2)
         elif (state == "none" and node.kind == "module" and not engine.op_flops
               and not node.children and node.flops_source == "none"):
             if (not node.ops and engine.frame is not None and is_torch_module(owner)

@@ -165,7 +165,8 @@ def _fold_node(node: CallNode, flops: int, gemm: int, macs: int,
         memory.output_bytes += written
         memory.saved_bytes += saved
     if ruled:
-        node.flops_source = state
+        if node.flops_source != "uncounted":  # (a built-in rule that failed on a call)
+            node.flops_source = state
         if beside is not None:  # (what computing its weights cost is not the rule's)
             inclusive += beside[0]
             inclusive_gemm += beside[1]

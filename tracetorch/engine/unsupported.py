@@ -18,7 +18,7 @@ import warnings
 from tracetorch.records.tree import CallNode
 from tracetorch.text.units import printable
 
-__all__ = ("unsupported_calls", "warn_unsupported")
+__all__ = ("unsupported_calls", "warn_unsupported", "warn_rule_failed")
 
 # Types already warned about as unsupported, process-wide, so a training loop warns once; kept
 # apart for profiles that count no operations (``ops=False``), whose reason and advice differ.
@@ -75,3 +75,31 @@ def warn_unsupported(type_name: str, compiled: bool, stacklevel: int,
                   f"tensor operations in it: {unknown}. Register one "
                   f"with @tracetorch.flop_rule({shown}).")
     warnings.warn(advice, stacklevel=stacklevel + 1)
+
+
+def warn_rule_failed(type_name: str, error: Exception, stacklevel: int) -> None:
+    """Warn that tracetorch's own FLOP rule for ``type_name`` could not read a call (it raised
+    ``error``): that call's FLOPs are unknown, and the model runs on (an error in a built-in
+    rule is tracetorch's, never the model's). Once per type in the process.
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     warn_rule_failed("MyRuledLayer", ValueError("odd input"), stacklevel=1)
+        >>> "MyRuledLayer" in str(caught[0].message) and "odd input" in str(caught[0].message)
+        True
+    """
+    if type_name in _WARNED_FAILED:
+        return
+    _WARNED_FAILED.add(type_name)
+    shown = printable(type_name)
+    warnings.warn(
+        f"tracetorch's FLOP rule for {shown} could not read a call ({printable(repr(error))}): "
+        f"the FLOPs of such calls are unknown, and the counts that include them are lower "
+        f"bounds, marked '+'. Register a rule with @tracetorch.flop_rule({shown}).",
+        stacklevel=stacklevel + 1)
+
+
+#: Types whose built-in rule raised on a call, warned about once per process.
+_WARNED_FAILED: set[str] = set()

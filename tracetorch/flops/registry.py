@@ -144,6 +144,15 @@ class FlopRegistry:
                 return self._builtin[klass]
         return NO_RULE
 
+    def is_builtin(self, rule: Any) -> bool:
+        """Whether ``rule`` is one of the built-in rules (tracetorch's own, not a user's).
+
+        Example:
+            >>> FlopRegistry().is_builtin(len)
+            False
+        """
+        return any(rule is known for known in self._builtin.values())
+
     def covers_some(self, layer_type: type) -> bool:
         """Whether the built-in rule of ``layer_type`` covers some of its instances only (see
         :meth:`register`'s ``covers``).

@@ -27,6 +27,7 @@ Example:
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from math import prod
 from typing import Any, Callable
 
@@ -53,7 +54,7 @@ from tracetorch.flops.torch_functions import (
     real_arithmetic,
 )
 
-__all__ = ("register_torch_rules", "linear_rule", "mha_count")
+__all__ = ("register_torch_rules", "linear_rule", "mha_count", "nested_sizes")
 
 
 _Tensor = torch.Tensor
@@ -141,12 +142,48 @@ def _mha_dims(layer: nn.MultiheadAttention, query: torch.Tensor,
     return query.shape[batch_dim], query.shape[seq_dim], source
 
 
+def nested_sizes(value: Any) -> tuple[tuple[int, ...], ...] | None:
+    """The shapes of a strided nested tensor's components, which it has instead of one shape
+    (``None`` for any other value): nn.TransformerEncoder's inference fast path hands its layers
+    one, each sequence without its padding.
+
+    Example:
+        >>> batch = torch.nested.nested_tensor([torch.ones(2, 4), torch.ones(3, 4)])
+        >>> nested_sizes(batch), nested_sizes(torch.ones(2))
+        (((2, 4), (3, 4)), None)
+    """
+    if not isinstance(value, _Tensor) or not value.is_nested or value.layout != torch.strided:
+        return None
+    return tuple(map(tuple, value._nested_tensor_size().tolist()))
+
+
+def _sequence_lengths(value: Any) -> list[int] | None:
+    # A nested batch's sequence lengths (its components are (length, features)); None for a
+    # plain tensor.
+    sizes = nested_sizes(value)
+    return None if sizes is None else [size[0] for size in sizes]
+
+
+def _summed(counts: Iterable[FlopCount]) -> FlopCount:
+    gemm = flops = 0
+    for count in counts:
+        gemm += count.gemm
+        flops += count.flops
+    return _gemm(gemm, flops - gemm)
+
+
 def mha_rule(layer: nn.MultiheadAttention, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """MultiheadAttention: q/k/v projections 2·N·(L·E·E + S·kdim·E + S·vdim·E), scores and
     weighted sum 2·2·N·L·S·E, output projection 2·N·L·E·E; 3 per score for softmax
-    and 1 per query element for the scaling (bias_k / add_zero_attn are not counted)."""
+    and 1 per query element for the scaling (bias_k / add_zero_attn are not counted). A nested
+    batch: each sequence at its own length."""
     query = inputs[0] if inputs else _first_tensor(output)
     key = inputs[1] if len(inputs) > 1 and isinstance(inputs[1], torch.Tensor) else None
+    lengths = _sequence_lengths(query)
+    if lengths is not None:
+        sources = _sequence_lengths(key) if key is not None else lengths
+        return _summed(mha_count(layer, 1, length, source)
+                       for length, source in zip(lengths, sources or lengths))
     n, length, source = _mha_dims(layer, query, key)
     return mha_count(layer, n, length, source)
 
@@ -155,9 +192,17 @@ def encoder_layer_rule(layer: nn.TransformerEncoderLayer, inputs: tuple[Any, ...
                        output: Any) -> FlopCount:
     """TransformerEncoderLayer (needed because its inference fast path runs no children):
     self-attention as MultiheadAttention, the two feed-forward Linears, the activation (its
-    function's cost per hidden element), two LayerNorms and two residual adds."""
+    function's cost per hidden element), two LayerNorms and two residual adds. A nested batch
+    (nn.TransformerEncoder's fast path, padding dropped): each sequence at its own length."""
     x = inputs[0] if inputs else _first_tensor(output)
+    lengths = _sequence_lengths(x)
+    if lengths is not None:
+        return _summed(_encoder_count(layer, 1, length) for length in lengths)
     n, length, _ = _mha_dims(layer.self_attn, x, None)
+    return _encoder_count(layer, n, length)
+
+
+def _encoder_count(layer: nn.TransformerEncoderLayer, n: int, length: int) -> FlopCount:
     tokens = n * length
     e = layer.linear1.in_features
     hidden = layer.linear1.out_features
@@ -416,6 +461,10 @@ def register_torch_rules(registry: FlopRegistry = default_registry) -> None:
     add((nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d), conv_transpose_rule)
     add(nn.MultiheadAttention, mha_rule)
     add(nn.TransformerEncoderLayer, encoder_layer_rule, covers=_known_activation)
+    # Free (its layers and norm are counted, it runs nothing else): no function mode inside it,
+    # whose presence turns its inference fast path off (has_torch_function), so it runs as
+    # without a profile, each sequence without its padding.
+    add(nn.TransformerEncoder, None)
     add(nn.RNNBase, rnn_rule)
     add(nn.RNNCellBase, rnn_cell_rule)
     add(nn.modules.batchnorm._BatchNorm, batchnorm_rule)

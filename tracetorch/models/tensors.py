@@ -15,7 +15,7 @@ Example:
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from contextlib import nullcontext
 from enum import Enum
 from typing import Any, Callable
@@ -26,6 +26,7 @@ from tracetorch.models.introspect import is_torch_module
 from tracetorch.records.tree import ShapeSignature
 
 __all__ = ("shape_of", "register_int_shaped", "register_quiet_reads", "quiet_reads",
+           "register_irregular_sizes", "irregular_sizes",
            "INT_SHAPED", "SHAPELESS", "QUIET_READS", "dtype_of", "signature", "typed_signature",
            "parameter_ids", "numel", "ndarray_of", "nbytes", "tensors_in", "tensor_bytes",
            "check_shape", "dummy_input")
@@ -48,6 +49,41 @@ def register_int_shaped(cls: type) -> None:
         (2, 3)
     """
     INT_SHAPED.add(cls)
+
+
+#: Readers of the sizes of a tensor that has no plain ``.shape`` (torch's strided nested
+#: tensors, whose components each have their own): ``reader(value)`` gives something hashable
+#: or ``None``; registered by a framework's adapter (:func:`register_irregular_sizes`).
+_IRREGULAR: list[Callable[[Any], Hashable | None]] = []
+
+
+def register_irregular_sizes(reader: Callable[[Any], Hashable | None]) -> None:
+    """Add ``reader(value)``: the sizes of a tensor whose ``.shape`` cannot be read, which then
+    key its calls (two batches of other lengths are two calls), or ``None`` for another value.
+    Registering the same function again changes nothing.
+
+    Example:
+        >>> register_irregular_sizes(lambda value: None)
+        >>> irregular_sizes(object()) is None
+        True
+    """
+    if reader not in _IRREGULAR:
+        _IRREGULAR.append(reader)
+
+
+def irregular_sizes(value: Any) -> Hashable | None:
+    """What the registered readers say of the sizes of ``value``, a tensor without a plain
+    shape; ``None`` where none knows them.
+
+    Example:
+        >>> irregular_sizes(3) is None
+        True
+    """
+    for reader in _IRREGULAR:
+        sizes = reader(value)
+        if sizes is not None:
+            return sizes
+    return None
 
 
 #: Per class seen: the context under which the profiler reads its instances' attributes, or
@@ -217,7 +253,10 @@ def _collect_shapes(value: Any, out: list[Any], for_key: bool) -> None:
         try:
             dims = tuple(value.shape)
         except Exception:  # (shape_of's None: a strided nested tensor; no list, tuple or dict)
-            out.append(None)
+            if for_key:  # its components' sizes, where its framework reads them
+                out += (irregular_sizes(value), getattr(value, "dtype", None))
+            else:
+                out.append(None)
             return
         out.append(dims)
         if for_key:

@@ -93,7 +93,11 @@ from tracetorch.adapters.torch.vmapped import start_vmap_watch
 from tracetorch.engine.hotpath import OpCounter, current_frame, make_wrapper
 from tracetorch.engine.patches import PatchBoard, PatchTarget
 from tracetorch.engine.saved_meters import register_saved_meter
-from tracetorch.models.tensors import register_int_shaped, register_quiet_reads
+from tracetorch.models.tensors import (
+    register_int_shaped,
+    register_irregular_sizes,
+    register_quiet_reads,
+)
 
 __all__ = ("TorchAdapter", "FirstCalls", "wraps_forward", "targets_for", "quiet_tensor_reads")
 
@@ -273,9 +277,9 @@ class TorchAdapter:
         """Start counting operations and gradients, timing optimizer steps and watching for new
         classes; returns the cleanups, run in reverse order when the last profile closes."""
         global _RULES_REGISTERED
-        if not _RULES_REGISTERED:
-            from tracetorch.flops.torch_rules import register_torch_rules
+        from tracetorch.flops.torch_rules import nested_sizes, register_torch_rules
 
+        if not _RULES_REGISTERED:
             register_torch_rules()
             _RULES_REGISTERED = True
         cleanups: list[Callable[[], None]] = []
@@ -283,6 +287,7 @@ class TorchAdapter:
             register_saved_meter(torch.Tensor, saved_bytes, torch.is_grad_enabled)
             register_int_shaped(torch.Tensor)
             register_quiet_reads(quiet_tensor_reads)
+            register_irregular_sizes(nested_sizes)
             cleanups.append(start_op_counting(counter))
             cleanups.append(start_step_hooks())
             cleanups.append(start_structure_hooks(board))
