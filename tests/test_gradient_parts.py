@@ -306,6 +306,9 @@ FUNCTIONS = {
     "linear": (F.linear, lambda: ((t(2, 3, 5), t(7, 5), t(7)), {})),
     "linear-kwargs": (F.linear, lambda: ((t(5),), {"weight": t(7, 5)})),
     "bilinear": (F.bilinear, lambda: ((t(6, 3), t(6, 4), t(5, 3, 4), t(5)), {})),
+    # (the logits it never returns: their product's input and weight gradients)
+    "linear_cross_entropy": (F.linear_cross_entropy, lambda: (
+        (t(6, 5), t(7, 5)), {"target": torch.tensor([0, 3, 6, 1, 2, 5])})),
     "conv1d": (F.conv1d, lambda: ((t(2, 4, 11), t(6, 4, 3)), {"stride": 2})),
     "conv2d": (F.conv2d, lambda: ((t(1, 3, 8, 8), t(5, 3, 3, 3)), {"padding": 1})),
     "conv3d": (F.conv3d, lambda: ((t(3, 4, 4, 4), t(2, 3, 2, 2, 2)), {})),  # unbatched
@@ -336,9 +339,15 @@ IN_PLACE = (torch.Tensor.addmm_, torch.Tensor.baddbmm_)
 
 
 def _tensor_keys(func, args, kwargs):
-    keys = [i for i, a in enumerate(args) if isinstance(a, (torch.Tensor, list))
-            and not (i == 0 and func in IN_PLACE)]  # a tensor written in place is no leaf
-    return keys + [k for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+    # The arguments that can need a gradient (not a tensor written in place, which is no leaf,
+    # nor an integer one: a class target)
+    keys = [i for i, a in enumerate(args) if (isinstance(a, list) or _real(a))
+            and not (i == 0 and func in IN_PLACE)]
+    return keys + [k for k, v in kwargs.items() if _real(v)]
+
+
+def _real(value):
+    return isinstance(value, torch.Tensor) and value.is_floating_point()
 
 
 def _run_function(func, needed, args, kwargs):

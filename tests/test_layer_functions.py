@@ -32,7 +32,7 @@ pytestmark = pytest.mark.filterwarnings(
 #: Layers whose own forward runs an operation with no formula: their counted FLOPs are unknown
 #: (a lower bound), where the rule of the layer called as itself knows them.
 UNCOUNTED = {"RNN", "RNN-relu-batch_first", "LSTM", "LSTM-proj", "GRU", "RNNCell", "LSTMCell",
-             "GRUCell", "LinearCrossEntropyLoss"}
+             "GRUCell"}
 #: Layers whose operations count more or less than their rule, and why.
 APART = {
     # the rule leaves out the running-statistics counter (num_batches_tracked += 1)

@@ -554,6 +554,7 @@ _OPERANDS: dict[str, tuple[tuple[int, str], ...]] = {
     "mm": ((0, "input"), (1, "mat2")), "bmm": ((0, "input"), (1, "mat2")),
     "addmm": ((1, "mat1"), (2, "mat2")), "baddbmm": ((1, "batch1"), (2, "batch2")),
     "linear": ((0, "input"), (1, "weight")),
+    "linear_cross_entropy": ((0, "input"), (1, "linear_weight")),
     "tensordot": ((0, "a"), (1, "b")), "inner": ((0, "input"), (1, "other")),
     "grouped_mm": ((0, "mat_a"), (1, "mat_b")),
     "bilinear": ((0, "input1"), (1, "input2"), (2, "weight")),

@@ -34,6 +34,8 @@ counted, as in the layer rules and in PyTorch's own counter:
                                               operands; more operands are contracted left to
                                               right, each pair costed the same way; one operand 0
 ``linear`` / ``bilinear``                     2·rows·in·out / 2·rows·out·in1·in2
+``linear_cross_entropy``                      as ``linear`` to the logits it never returns; the
+                                              cross entropy of those apart (``cross_entropy``)
 ``conv1d/2d/3d``                              2·N·C_out·prod(out spatial)·C_in/groups·prod(k)
 ``conv_transpose1d/2d/3d``                    2·N·prod(in spatial)·C_in·C_out/groups·prod(k)
 ``scaled_dot_product_attention``              2·batch·L·S·(E + E_v): the two products; the
@@ -88,11 +90,13 @@ from tracetorch.flops.elementwise import (
     PER_ELEMENT,
     PER_INPUT_ELEMENT,
     criterion_flops,
+    loss_flops,
     normalization_flops,
 )
 from tracetorch.flops.layer_functions import layer_function_table
 
-__all__ = ("Shape", "CallFormula", "CRITERION_PARAMETERS", "matmul_flops", "einsum_flops",
+__all__ = ("Shape", "CallFormula", "COMPANIONS", "CRITERION_PARAMETERS", "matmul_flops",
+           "einsum_flops",
            "conv_flops", "sdpa_flops", "fft_flops", "chain_products", "chain_operands",
            "ATTENTION_PARAMETERS", "attention_products", "bound_attention",
            "real_arithmetic", "torch_function_formulas", "data_movement_functions",
@@ -380,6 +384,27 @@ def _linear(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
     return 2 * result.numel() * weight.shape[-1]
 
 
+def _linear_cross_entropy(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+    # F.linear_cross_entropy's product, input (..., in) by linear_weight (classes, in): the
+    # logits it never returns (its result is the loss).
+    classes = _arg(args, kwargs, 1, "linear_weight").shape[0]
+    return 2 * _arg(args, kwargs, 0, "input").numel() * classes
+
+
+def _logits_cross_entropy(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+    # ... and the cross entropy of those logits, as F.cross_entropy's of them would cost.
+    x, weight = _arg(args, kwargs, 0, "input"), _arg(args, kwargs, 1, "linear_weight")
+    classes = weight.shape[0]
+    return loss_flops("cross_entropy", x.numel() // max(weight.shape[1], 1) * classes, classes)
+
+
+#: Functions whose products come with other arithmetic, charged apart under another name (so
+#: GEMM FLOPs stay products): that name and its formula, by the function's formula name.
+COMPANIONS: dict[str, tuple[str, CallFormula]] = {
+    "linear_cross_entropy": ("cross_entropy", _logits_cross_entropy),
+}
+
+
 def _bilinear(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
     weight = _arg(args, kwargs, 2, "weight")
     return 2 * result.numel() * weight.shape[1] * weight.shape[2]
@@ -619,8 +644,8 @@ def data_movement_functions() -> frozenset[Callable[..., Any]]:
 #: Functions that do arithmetic this module has no formula for, by owner: the fused recurrent
 #: layers and cells, the fused attention and transformer kernels behind
 #: ``nn.MultiheadAttention`` and ``nn.TransformerEncoderLayer`` (whose layer rules count them
-#: where the layer is called as itself), ``F.linear_cross_entropy``, sparse products and the
-#: linear-algebra solvers and decompositions. A layer that calls one has unknown FLOPs (a
+#: where the layer is called as itself), sparse products and the linear-algebra solvers and
+#: decompositions. A layer that calls one has unknown FLOPs (a
 #: lower bound), not a silent 0.
 _UNCOUNTED: dict[str, tuple[str, ...]] = {
     "torch": ("lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "rnn_tanh_cell",
@@ -632,7 +657,6 @@ _UNCOUNTED: dict[str, tuple[str, ...]] = {
               "inverse", "det", "logdet", "slogdet", "svd", "qr", "cholesky", "cholesky_solve",
               "cholesky_inverse", "triangular_solve", "lu", "lu_solve", "pinverse",
               "matrix_exp", "matrix_power", "geqrf", "ormqr", "lobpcg"),
-    "functional": ("linear_cross_entropy",),
     "sparse": ("mm", "addmm", "sampled_addmm"),
     "linalg": ("solve", "solve_ex", "solve_triangular", "inv", "inv_ex", "pinv", "cholesky",
                "cholesky_ex", "qr", "svd", "svdvals", "eig", "eigvals", "eigh", "eigvalsh",
@@ -697,6 +721,7 @@ def torch_function_formulas() -> dict[Callable[..., Any], tuple[str, CallFormula
         (tensor, "baddbmm_", "baddbmm", baddbmm),
         (torch, "einsum", "einsum", _einsum),
         (functional, "linear", "linear", _linear),
+        (functional, "linear_cross_entropy", "linear_cross_entropy", _linear_cross_entropy),
         (functional, "bilinear", "bilinear", _bilinear),
         (functional, "scaled_dot_product_attention", "scaled_dot_product_attention", _sdpa),
         (functional, "multi_head_attention_forward", "multi_head_attention_forward",

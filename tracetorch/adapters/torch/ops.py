@@ -76,6 +76,7 @@ from tracetorch.engine.native import native_type
 from tracetorch.engine.unsupported import warn_unsupported
 from tracetorch.flops.gradients import function_gradient_parts
 from tracetorch.flops.torch_functions import (
+    COMPANIONS,
     CallFormula,
     data_movement_functions,
     torch_function_formulas,
@@ -202,6 +203,8 @@ def _computed(result: Any) -> Any:
 
 def _counting(name: str, formula: CallFormula, gemm: bool,
               charge: Callable[..., Any]) -> Entry:
+    companion = COMPANIONS.get(name)
+
     def count(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = func(*args, **kwargs)
         frame = current_frame()
@@ -218,6 +221,8 @@ def _counting(name: str, formula: CallFormula, gemm: bool,
                     charge(name, flops, gemm, 0)  # the mode counted the call itself
                     if gemm:  # (of values and weights, the values carry the gradient)
                         _mark_product(frame, func, args, kwargs, computed)
+                    if companion is not None:  # (its arithmetic besides the product)
+                        charge(companion[0], companion[1](args, kwargs, result), False, 0)
                 elif frame.owner is not None and frame.node.flops_source == "none":
                     # (counted, and it did nothing: an empty batch, a transform of one point)
                     frame.node.flops_source = "ops"  # a known 0, as data movement is
