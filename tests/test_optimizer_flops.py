@@ -233,7 +233,72 @@ def test_an_unknown_optimizer_is_unknown_and_listed(torch: ModuleType) -> None:
     assert (node.flops, node.completeness, prof.unsupported) == (3 * ELEMENTS, "complete", {})
 
 
-@pytest.mark.parametrize("name", ["SparseAdam", "LBFGS"])
+def _muon_counter(torch: ModuleType) -> Any:
+    """The convention's counter, with Muon's operations besides: its products (2·M·K·N;
+    addmm's scaled add by the convention, 1 more for each factor other than ±1), the norm (2 per
+    element: square, add), and the copy to bfloat16 and the transposes (free)."""
+    elementwise = _op_counter(torch)
+
+    class MuonCounter(elementwise):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            super().__init__()
+            self.gemm = 0
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                               kwargs: dict[str, Any] | None = None) -> Any:
+            kwargs = kwargs or {}
+            name = func.overloadpacket.__name__
+            if name not in ("mm", "addmm", "linalg_vector_norm", "permute"):
+                return super().__torch_dispatch__(func, types, args, kwargs)
+            out = func(*args, **kwargs)
+            if name == "linalg_vector_norm":
+                self.flops += 2 * args[0].numel()
+            elif name != "permute":
+                left, right = args[-2:]
+                product = 2 * left.shape[0] * left.shape[1] * right.shape[1]
+                self.gemm += product
+                self.flops += product
+                if name == "addmm":
+                    self.flops += out.numel() * (1 + _factor(kwargs.get("beta", 1))
+                                                 + _factor(kwargs.get("alpha", 1)))
+            return out
+
+    return MuonCounter
+
+
+@pytest.mark.parametrize("settings", [{}, {"nesterov": False, "weight_decay": 0.0},
+                                      {"ns_steps": 2, "momentum": 0.9}])
+def test_muon_counts_its_newton_schulz_products_and_its_elementwise_steps(
+        torch: ModuleType, settings: dict[str, Any]) -> None:
+    if not hasattr(torch.optim, "Muon"):
+        pytest.skip("torch.optim.Muon came with torch 2.9")
+    torch.manual_seed(0)
+    wide, tall = torch.nn.Parameter(torch.randn(4, 6)), torch.nn.Parameter(torch.randn(7, 3))
+    params = (wide, tall)
+    optimizer = torch.optim.Muon(params, **settings)
+    counter = _muon_counter(torch)
+    counted, gemm = [], []
+    for _ in range(3):
+        for param in params:
+            param.grad = torch.randn(param.shape)
+        with counter() as ops:
+            optimizer.step()
+        counted.append(ops.flops)
+        gemm.append(ops.gemm)
+    for param in params:
+        param.grad = torch.randn(param.shape)
+    with tracetorch.profile() as prof:
+        for _ in range(3):
+            optimizer.step()
+    node = prof.find("Muon.step")
+    assert (node.calls, node.flops_source, node.completeness) == (3, "rule", "complete")
+    assert (node.flops, node.gemm_flops) == (sum(counted), sum(gemm))
+    # Each Newton-Schulz step of an m x n weight (m ≤ n): 4·m²·n + 2·m³ of products
+    steps = settings.get("ns_steps", 5)
+    assert gemm[0] == steps * ((4 * 16 * 6 + 2 * 64) + (4 * 9 * 7 + 2 * 27))
+
+
+@pytest.mark.parametrize("name", ["SparseAdam", "LBFGS", "Adafactor"])
 def test_optimizers_without_a_formula_are_unknown(torch: ModuleType, name: str) -> None:
     params = _parameters(torch)
     optimizer = getattr(torch.optim, name)(params[:2])

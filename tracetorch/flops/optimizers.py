@@ -38,14 +38,16 @@ Per element, with torch's default settings (``maximize`` adds 1, a negation, to 
     Adadelta   15       weight_decay +2, an lr other than ±1 +1
     ASGD       3        averaging (step > t0 + 2) +3, weight_decay +2
     Rprop      16       (three compare-and-selects, clamp 2)
+    Muon       12       (nesterov; 9 without) and per Newton-Schulz step of an m x n weight
+                        (m ≤ n) 4·m²·n + 2·m³ of products and 3·m² + 2·m·n of scaled adds
 
 Every ``foreach`` and ``fused`` path gets the same count: the same algorithm, organised in
 fewer kernels (RAdam's foreach path even runs the rectified arithmetic at every step and masks
 it, 14 per element; the count follows the algorithm's branch). ``capturable`` and
 ``differentiable`` paths fold a few scalars differently and are counted as the default path.
 Sparse gradients are counted as dense and a complex parameter as one element per complex
-number. Optimizers not listed (``SparseAdam``, ``LBFGS``, ``Adafactor``, ``Muon``, any other
-class) have unknown FLOPs unless a rule is registered with :func:`tracetorch.flop_rule`: an
+number. Optimizers not listed (``SparseAdam``, ``LBFGS``, ``Adafactor``, any other class)
+have unknown FLOPs unless a rule is registered with :func:`tracetorch.flop_rule`: an
 optimizer's rule runs before each step as ``rule(optimizer, step_args, None)``, so it can read
 which parameters have gradients.
 
@@ -62,13 +64,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, Callable
 
-from tracetorch.flops.registry import FlopRegistry, FlopRule, default_registry
+from tracetorch.flops.registry import FlopCount, FlopRegistry, FlopRule, default_registry
 
 __all__ = (
     "sgd_flops", "adam_flops", "adamax_flops", "nadam_flops", "radam_flops", "radam_rectifies",
     "rmsprop_flops", "adagrad_flops", "adadelta_flops", "asgd_flops", "asgd_averages",
-    "rprop_flops", "TORCH_STEP_FLOPS", "torch_step_rule", "register_torch_optimizer_rules",
-    "updated_parameters", "optimizer_scope",
+    "rprop_flops", "muon_flops", "TORCH_STEP_FLOPS", "torch_step_rule",
+    "register_torch_optimizer_rules", "updated_parameters", "optimizer_scope",
 )
 
 #: Stands for a scalar factor that changes with the step: always counted as a multiply.
@@ -278,6 +280,45 @@ def rprop_flops(*, maximize: bool = False) -> int:
     return _gradient(maximize, 0) + 2 + 6 + 3 + 2 + 1 + _fused(-1)
 
 
+def muon_flops(rows: int, columns: int, *, momentum: Any = 0.95, nesterov: bool = True,
+               ns_coefficients: tuple[Any, Any, Any] = (3.4445, -4.775, 2.0315),
+               ns_steps: int = 5) -> FlopCount:
+    """Muon's step on one (rows, columns) weight, m x n with m the smaller side: per element
+    the momentum (``lerp`` 3; Nesterov's look-ahead ``lerp`` 3 more), the norm (2) and the
+    division by it (1), ``param·(1 - lr·wd)`` (1, run whatever the decay) and ``param - lr·O``
+    (2); then each Newton-Schulz step's three products, X·Xᵀ (2·m·n·m), ``addmm(A, A, A,
+    beta=b, alpha=c)`` (2·m³, and per m² element the scaled add: 1, +1 for each factor other
+    than ±1) and ``addmm(X, B, X, beta=a)`` (2·m·m·n, and per m·n element 1 + 1 for ``a``):
+    4·m²·n + 2·m³ of products (GEMM) a step.
+
+    Example:
+        >>> muon_flops(6, 4, ns_steps=1)        # 24 elements; m = 4, n = 6
+        FlopCount(flops=896, gemm=512, macs=256)
+    """
+    a, b, c = ns_coefficients
+    m, n = sorted((rows, columns))
+    elements = m * n
+    per_element = _lerp(1 - momentum) + (_lerp(momentum) if nesterov else 0) + 2 + 1 + 1 + 2
+    products = ns_steps * (4 * m * m * n + 2 * m ** 3)
+    scaled_adds = ns_steps * (m * m * (1 + _factor(b) + _factor(c)) + elements * (1 + _factor(a)))
+    return FlopCount(elements * per_element + scaled_adds + products, products, products // 2)
+
+
+def _torch_muon(optimizer: Any, inputs: tuple[Any, ...], output: Any) -> FlopCount:
+    # Per weight with a gradient (Muon updates 2-D weights only), its shape decides its products.
+    total = gemm = 0
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            if param.grad is not None and param.dim() == 2:
+                count = muon_flops(*param.shape, momentum=group["momentum"],
+                                   nesterov=group["nesterov"],
+                                   ns_coefficients=group["ns_coefficients"],
+                                   ns_steps=group["ns_steps"])
+                total += count.flops
+                gemm += count.gemm
+    return FlopCount(total, gemm, gemm // 2)
+
+
 def _step_number(state: Mapping[str, Any]) -> float:
     """The number of the step about to run, from a parameter's state (1 for the first)."""
     done = state.get("step")
@@ -402,6 +443,8 @@ def register_torch_optimizer_rules(registry: FlopRegistry = default_registry) ->
         optimizer_class = getattr(torch.optim, name, None)
         if optimizer_class is not None:
             registry.register(optimizer_class, builtin=True)(torch_step_rule(per_element))
+    if hasattr(torch.optim, "Muon"):  # torch 2.9 and later
+        registry.register(torch.optim.Muon, builtin=True)(_torch_muon)
 
 
 def updated_parameters(optimizer: Any) -> Iterator[Any]:
