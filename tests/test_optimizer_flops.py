@@ -234,9 +234,10 @@ def test_an_unknown_optimizer_is_unknown_and_listed(torch: ModuleType) -> None:
 
 
 def _muon_counter(torch: ModuleType) -> Any:
-    """The convention's counter, with Muon's operations besides: its products (2·M·K·N;
-    addmm's scaled add by the convention, 1 more for each factor other than ±1), the norm (2 per
-    element: square, add), and the copy to bfloat16 and the transposes (free)."""
+    """The convention's counter, with Muon's and Adafactor's operations besides: their
+    products (2·M·K·N; addmm's scaled add by the convention, 1 more for each factor other than
+    ±1), a norm (2 per element: square, add), a mean (1 per element), a square and a reciprocal
+    root (1), and the copy to bfloat16 and the transposes (free)."""
     elementwise = _op_counter(torch)
 
     class MuonCounter(elementwise):  # type: ignore[misc, valid-type]
@@ -247,15 +248,18 @@ def _muon_counter(torch: ModuleType) -> Any:
         def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                                kwargs: dict[str, Any] | None = None) -> Any:
             kwargs = kwargs or {}
-            name = func.overloadpacket.__name__
-            if name not in ("mm", "addmm", "linalg_vector_norm", "permute"):
+            name = func.overloadpacket.__name__.rstrip("_")
+            if name not in ("mm", "bmm", "addmm", "linalg_vector_norm", "permute", "expand",
+                            "_unsafe_view", "mean", "pow", "rsqrt"):
                 return super().__torch_dispatch__(func, types, args, kwargs)
             out = func(*args, **kwargs)
             if name == "linalg_vector_norm":
                 self.flops += 2 * args[0].numel()
-            elif name != "permute":
+            elif name in ("mean", "pow", "rsqrt"):
+                self.flops += args[0].numel()
+            elif name in ("mm", "bmm", "addmm"):
                 left, right = args[-2:]
-                product = 2 * left.shape[0] * left.shape[1] * right.shape[1]
+                product = 2 * left.numel() * right.shape[-1]
                 self.gemm += product
                 self.flops += product
                 if name == "addmm":
@@ -298,7 +302,38 @@ def test_muon_counts_its_newton_schulz_products_and_its_elementwise_steps(
     assert gemm[0] == steps * ((4 * 16 * 6 + 2 * 64) + (4 * 9 * 7 + 2 * 27))
 
 
-@pytest.mark.parametrize("name", ["SparseAdam", "LBFGS", "Adafactor"])
+@pytest.mark.parametrize("settings", [{}, {"weight_decay": 0.1, "maximize": True}])
+def test_adafactor_counts_its_factored_moments_and_their_outer_product(
+        torch: ModuleType, settings: dict[str, Any]) -> None:
+    torch.manual_seed(0)
+    params = (torch.nn.Parameter(torch.randn(3, 5)), torch.nn.Parameter(torch.randn(2, 4, 3)),
+              torch.nn.Parameter(torch.randn(6)))
+    counter = _muon_counter(torch)
+    counted, gemm = [], []
+    optimizer = torch.optim.Adafactor(params, foreach=False, **settings)
+    for _ in range(3):
+        for param in params:
+            param.grad = torch.randn(param.shape)
+        with counter() as ops:
+            optimizer.step()
+        counted.append(ops.flops)
+        gemm.append(ops.gemm)
+    for foreach in (False, True):
+        optimizer = torch.optim.Adafactor([torch.nn.Parameter(p.detach().clone()) for p in params],
+                                          foreach=foreach, **settings)
+        with tracetorch.profile() as prof:
+            for _ in range(3):
+                for param in optimizer.param_groups[0]["params"]:
+                    param.grad = torch.randn(param.shape)
+                optimizer.step()
+        node = prof.find("Adafactor.step")
+        assert (node.flops_source, node.completeness) == ("rule", "complete")
+        assert (node.flops, node.gemm_flops) == (sum(counted), sum(gemm))
+    # the outer products of the row and column means: 2 per element of each matrix
+    assert gemm == [2 * (15 + 24)] * 3
+
+
+@pytest.mark.parametrize("name", ["SparseAdam", "LBFGS"])
 def test_optimizers_without_a_formula_are_unknown(torch: ModuleType, name: str) -> None:
     params = _parameters(torch)
     optimizer = getattr(torch.optim, name)(params[:2])

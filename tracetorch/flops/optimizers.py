@@ -40,16 +40,19 @@ Per element, with torch's default settings (``maximize`` adds 1, a negation, to 
     Rprop      16       (three compare-and-selects, clamp 2)
     Muon       12       (nesterov; 9 without) and per Newton-Schulz step of an m x n weight
                         (m ≤ n) 4·m²·n + 2·m³ of products and 3·m² + 2·m·n of scaled adds
+    Adafactor  13       a vector (12 at the first step); a matrix R x C (factored): 16 per
+                        element (2 its outer product's, GEMM), 6 per row and 5 per column (one
+                        less each at the first step), 1 per matrix
 
 Every ``foreach`` and ``fused`` path gets the same count: the same algorithm, organised in
 fewer kernels (RAdam's foreach path even runs the rectified arithmetic at every step and masks
 it, 14 per element; the count follows the algorithm's branch). ``capturable`` and
 ``differentiable`` paths fold a few scalars differently and are counted as the default path.
 Sparse gradients are counted as dense and a complex parameter as one element per complex
-number. Optimizers not listed (``SparseAdam``, ``LBFGS``, ``Adafactor``, any other class)
-have unknown FLOPs unless a rule is registered with :func:`tracetorch.flop_rule`: an
-optimizer's rule runs before each step as ``rule(optimizer, step_args, None)``, so it can read
-which parameters have gradients.
+number. Optimizers not listed (``SparseAdam``, ``LBFGS``, any other class) have unknown FLOPs
+unless a rule is registered with :func:`tracetorch.flop_rule`: an optimizer's rule runs
+before each step as ``rule(optimizer, step_args, None)``, so it can read which parameters
+have gradients.
 
 ``tracetorch.core``'s optimizers use the same formulas (:mod:`tracetorch.flops.core_rules`).
 
@@ -62,6 +65,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from math import prod
 from typing import Any, Callable
 
 from tracetorch.flops.registry import FlopCount, FlopRegistry, FlopRule, default_registry
@@ -69,7 +73,7 @@ from tracetorch.flops.registry import FlopCount, FlopRegistry, FlopRule, default
 __all__ = (
     "sgd_flops", "adam_flops", "adamax_flops", "nadam_flops", "radam_flops", "radam_rectifies",
     "rmsprop_flops", "adagrad_flops", "adadelta_flops", "asgd_flops", "asgd_averages",
-    "rprop_flops", "muon_flops", "TORCH_STEP_FLOPS", "torch_step_rule",
+    "rprop_flops", "muon_flops", "adafactor_flops", "TORCH_STEP_FLOPS", "torch_step_rule",
     "register_torch_optimizer_rules", "updated_parameters", "optimizer_scope",
 )
 
@@ -304,6 +308,48 @@ def muon_flops(rows: int, columns: int, *, momentum: Any = 0.95, nesterov: bool 
     return FlopCount(elements * per_element + scaled_adds + products, products, products // 2)
 
 
+def adafactor_flops(shape: tuple[int, ...], *, step: float, beta2_decay: float = -0.8,
+                    weight_decay: Any = 0.0, maximize: bool = False) -> FlopCount:
+    """Adafactor's step number ``step`` on one parameter of ``shape``: per element the
+    parameter's norm (2), the update (clamp, rsqrt, times the gradient: 3), its norm (2) and
+    ``param - alpha·update`` (2); a matrix (its last two dimensions, R x C, factored) the row
+    and column norms of the gradient (2 each per element), each squared, divided and averaged
+    into its running mean (``lerp`` by step^beta2_decay: 3, 2 where that is 1) per row or
+    column, their outer product (2 per element, GEMM), its division by the rows' mean (the
+    mean 1 per row, its clamp, 1 per element); a vector, the gradient squared (1) and averaged
+    (3).
+
+    Example:
+        >>> adafactor_flops((3, 5), step=1), adafactor_flops((5,), step=2)
+        (FlopCount(flops=276, gemm=30, macs=15), FlopCount(flops=65, gemm=0, macs=None))
+    """
+    elements = prod(shape)
+    average = _lerp(float(step) ** beta2_decay)  # (a weight of 1 at the first step)
+    flops = elements * (2 + (1 if weight_decay else 0) + (1 if maximize else 0) + 3 + 2 + 2)
+    if len(shape) < 2:
+        return FlopCount(flops + elements * (1 + average), 0, None)
+    matrices = prod(shape[:-2])
+    rows, columns = matrices * shape[-2], matrices * shape[-1]
+    product = 2 * elements  # each matrix's outer product of its row and column means
+    flops += (2 * elements + rows * (2 + average)) + (2 * elements + columns * (2 + average))
+    return FlopCount(flops + product + rows + matrices + elements, product, product // 2)
+
+
+def _torch_adafactor(optimizer: Any, inputs: tuple[Any, ...], output: Any) -> FlopCount:
+    # Per parameter with a gradient: its shape decides what is factored, its step the average.
+    total = gemm = 0
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            if param.grad is not None:
+                count = adafactor_flops(
+                    tuple(param.shape), step=_step_number(optimizer.state.get(param, _NO_STATE)),
+                    beta2_decay=group["beta2_decay"], weight_decay=group["weight_decay"],
+                    maximize=group["maximize"])
+                total += count.flops
+                gemm += count.gemm
+    return FlopCount(total, gemm, gemm // 2)
+
+
 def _torch_muon(optimizer: Any, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     # Per weight with a gradient (Muon updates 2-D weights only), its shape decides its products.
     total = gemm = 0
@@ -445,6 +491,8 @@ def register_torch_optimizer_rules(registry: FlopRegistry = default_registry) ->
             registry.register(optimizer_class, builtin=True)(torch_step_rule(per_element))
     if hasattr(torch.optim, "Muon"):  # torch 2.9 and later
         registry.register(torch.optim.Muon, builtin=True)(_torch_muon)
+    if hasattr(torch.optim, "Adafactor"):  # torch 2.5 and later
+        registry.register(torch.optim.Adafactor, builtin=True)(_torch_adafactor)
 
 
 def updated_parameters(optimizer: Any) -> Iterator[Any]:
