@@ -270,6 +270,21 @@ def _muon_counter(torch: ModuleType) -> Any:
     return MuonCounter
 
 
+def _counted_steps(torch: ModuleType, optimizer: Any, params: tuple[Any, ...]
+                   ) -> tuple[list[int], list[int]]:
+    # Three steps on fresh gradients, each step's FLOPs and GEMM FLOPs as _muon_counter counts.
+    counter = _muon_counter(torch)
+    counted, gemm = [], []
+    for _ in range(3):
+        for param in params:
+            param.grad = torch.randn(param.shape)
+        with counter() as ops:
+            optimizer.step()
+        counted.append(ops.flops)
+        gemm.append(ops.gemm)
+    return counted, gemm
+
+
 @pytest.mark.parametrize("settings", [{}, {"nesterov": False, "weight_decay": 0.0},
                                       {"ns_steps": 2, "momentum": 0.9}])
 def test_muon_counts_its_newton_schulz_products_and_its_elementwise_steps(
@@ -280,15 +295,7 @@ def test_muon_counts_its_newton_schulz_products_and_its_elementwise_steps(
     wide, tall = torch.nn.Parameter(torch.randn(4, 6)), torch.nn.Parameter(torch.randn(7, 3))
     params = (wide, tall)
     optimizer = torch.optim.Muon(params, **settings)
-    counter = _muon_counter(torch)
-    counted, gemm = [], []
-    for _ in range(3):
-        for param in params:
-            param.grad = torch.randn(param.shape)
-        with counter() as ops:
-            optimizer.step()
-        counted.append(ops.flops)
-        gemm.append(ops.gemm)
+    counted, gemm = _counted_steps(torch, optimizer, params)
     for param in params:
         param.grad = torch.randn(param.shape)
     with tracetorch.profile() as prof:
@@ -308,16 +315,8 @@ def test_adafactor_counts_its_factored_moments_and_their_outer_product(
     torch.manual_seed(0)
     params = (torch.nn.Parameter(torch.randn(3, 5)), torch.nn.Parameter(torch.randn(2, 4, 3)),
               torch.nn.Parameter(torch.randn(6)))
-    counter = _muon_counter(torch)
-    counted, gemm = [], []
-    optimizer = torch.optim.Adafactor(params, foreach=False, **settings)
-    for _ in range(3):
-        for param in params:
-            param.grad = torch.randn(param.shape)
-        with counter() as ops:
-            optimizer.step()
-        counted.append(ops.flops)
-        gemm.append(ops.gemm)
+    counted, gemm = _counted_steps(
+        torch, torch.optim.Adafactor(params, foreach=False, **settings), params)
     for foreach in (False, True):
         optimizer = torch.optim.Adafactor([torch.nn.Parameter(p.detach().clone()) for p in params],
                                           foreach=foreach, **settings)

@@ -335,34 +335,35 @@ def adafactor_flops(shape: tuple[int, ...], *, step: float, beta2_decay: float =
     return FlopCount(flops + product + rows + matrices + elements, product, product // 2)
 
 
-def _torch_adafactor(optimizer: Any, inputs: tuple[Any, ...], output: Any) -> FlopCount:
-    # Per parameter with a gradient: its shape decides what is factored, its step the average.
-    total = gemm = 0
-    for group in optimizer.param_groups:
-        for param in group["params"]:
-            if param.grad is not None:
-                count = adafactor_flops(
-                    tuple(param.shape), step=_step_number(optimizer.state.get(param, _NO_STATE)),
-                    beta2_decay=group["beta2_decay"], weight_decay=group["weight_decay"],
-                    maximize=group["maximize"])
-                total += count.flops
-                gemm += count.gemm
-    return FlopCount(total, gemm, gemm // 2)
+def _per_parameter(
+        count: Callable[[Any, Mapping[str, Any], Mapping[str, Any]], FlopCount]) -> FlopRule:
+    # The rule of an optimizer whose step on a parameter depends on its shape:
+    # ``count(param, group, state)`` for each parameter with a gradient, summed.
+    def rule(optimizer: Any, inputs: tuple[Any, ...], output: Any) -> FlopCount:
+        total = gemm = 0
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                if param.grad is not None:
+                    found = count(param, group, optimizer.state.get(param, _NO_STATE))
+                    total += found.flops
+                    gemm += found.gemm
+        return FlopCount(total, gemm, gemm // 2)
+
+    return rule
 
 
-def _torch_muon(optimizer: Any, inputs: tuple[Any, ...], output: Any) -> FlopCount:
-    # Per weight with a gradient (Muon updates 2-D weights only), its shape decides its products.
-    total = gemm = 0
-    for group in optimizer.param_groups:
-        for param in group["params"]:
-            if param.grad is not None and param.dim() == 2:
-                count = muon_flops(*param.shape, momentum=group["momentum"],
-                                   nesterov=group["nesterov"],
-                                   ns_coefficients=group["ns_coefficients"],
-                                   ns_steps=group["ns_steps"])
-                total += count.flops
-                gemm += count.gemm
-    return FlopCount(total, gemm, gemm // 2)
+def _torch_adafactor(param: Any, group: Mapping[str, Any],
+                     state: Mapping[str, Any]) -> FlopCount:
+    # Its shape decides what is factored, its step the running averages' weight.
+    return adafactor_flops(tuple(param.shape), step=_step_number(state),
+                           beta2_decay=group["beta2_decay"],
+                           weight_decay=group["weight_decay"], maximize=group["maximize"])
+
+
+def _torch_muon(param: Any, group: Mapping[str, Any], state: Mapping[str, Any]) -> FlopCount:
+    # Its shape decides its products (Muon updates 2-D weights only: it raises on others).
+    return muon_flops(*param.shape, momentum=group["momentum"], nesterov=group["nesterov"],
+                      ns_coefficients=group["ns_coefficients"], ns_steps=group["ns_steps"])
 
 
 def _step_number(state: Mapping[str, Any]) -> float:
@@ -489,10 +490,10 @@ def register_torch_optimizer_rules(registry: FlopRegistry = default_registry) ->
         optimizer_class = getattr(torch.optim, name, None)
         if optimizer_class is not None:
             registry.register(optimizer_class, builtin=True)(torch_step_rule(per_element))
-    if hasattr(torch.optim, "Muon"):  # torch 2.9 and later
-        registry.register(torch.optim.Muon, builtin=True)(_torch_muon)
-    if hasattr(torch.optim, "Adafactor"):  # torch 2.5 and later
-        registry.register(torch.optim.Adafactor, builtin=True)(_torch_adafactor)
+    for name, count in (("Muon", _torch_muon), ("Adafactor", _torch_adafactor)):
+        optimizer_class = getattr(torch.optim, name, None)  # (torch 2.9, 2.5 and later)
+        if optimizer_class is not None:
+            registry.register(optimizer_class, builtin=True)(_per_parameter(count))
 
 
 def updated_parameters(optimizer: Any) -> Iterator[Any]:
