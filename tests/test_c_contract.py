@@ -222,7 +222,7 @@ def test_what_the_c_comments_name_in_python_exists(module, torch):
             _resolve(dotted, spaces)
 
 
-def test_a_stale_name_in_a_comment_is_found():
+def test_a_stale_name_in_a_comment_is_found(torch):
     with pytest.raises(AttributeError):
         _resolve("tracetorch.engine.hotpath.no_such_function")
     with pytest.raises(AttributeError):
