@@ -126,7 +126,7 @@ def test_the_watchers_end_before_the_interpreter_finalizes(torch):
 
 
 @pytest.mark.slow
-def test_the_processs_watcher_is_stopped_at_its_exit():
+def test_the_processs_watcher_is_stopped_at_its_exit(torch_installed):
     script = ("import tracetorch.distributed.mode as mode\n"
               "mode._WATCHER.stop = lambda timeout=2.0: print('stopped at exit')\n")
     ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

@@ -14,6 +14,7 @@ NCCL's works keep their tensors for its watchdog, which frees them on its own sc
 they are dropped as torch's own object collectives drop them.)
 
 Example:
+    >>> import torch                        # (what a rank has imported: it runs a process group)
     >>> payload = _to_tensor({"rank": 3})
     >>> _from_tensor(payload, payload.numel())
     {'rank': 3}
