@@ -80,3 +80,22 @@ def test_forward_mode_ad_outside_every_profile_is_torchs_own():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         torch.func.jvp(_model(), (torch.randn(2, 8),), (torch.randn(2, 8),))
+
+
+def test_the_figures_shown_are_the_values_computation_alone():
+    # What docs/pytorch.md quotes: a JVP through Linear(4, 8), Tanh, Linear(8, 1) on 3 rows
+    # shows the values' products, 2·3·4·8 + 2·3·8·1 = 240, where FlopCounterMode, below
+    # autograd, sees the tangents' too (720: one more product per layer, of the input with the
+    # weight's tangent, all zeros).
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    x, v = torch.randn(3, 4), torch.randn(3, 4)
+    with FlopCounterMode(display=False) as counter:
+        torch.func.jvp(model, (x,), (v,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with tracetorch.profile(model) as prof:
+            torch.func.jvp(model, (x,), (v,))
+    assert (prof.forward_gemm_flops, counter.get_total_flops()) == (240, 720)

@@ -32,6 +32,7 @@ from torch.utils import flop_counter  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 import tracetorch  # noqa: E402
+from tracetorch.flops.torch_functions import torch_function_formulas  # noqa: E402
 
 nn = torch.nn
 F = torch.nn.functional
@@ -753,19 +754,46 @@ class _QuantizedNet(nn.Module):
         return self.dequant(self.fc(x.flatten(1)))
 
 
+def _quantized(training: bool) -> nn.Module:
+    # _QuantizedNet prepared for quantization-aware training (conv, bn and relu fused), or
+    # calibrated and converted for quantized inference.
+    quantization = torch.ao.quantization
+    torch.manual_seed(0)
+    net = _QuantizedNet().train(training)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation
+        if training:
+            net.qconfig = quantization.get_default_qat_qconfig("fbgemm")
+            return quantization.prepare_qat(
+                quantization.fuse_modules_qat(net, [["conv", "bn", "relu"]]))
+        net.qconfig = quantization.get_default_qconfig("fbgemm")
+        prepared = quantization.prepare(net)
+        prepared(r(2, 3, 12, 12))  # calibration
+        return quantization.convert(prepared)
+
+
+def test_fake_quantizing_costs_quantizing_and_back():
+    # (clamp(round(x / s + z)) - z)·s: 5 FLOPs there, 2 back, per element; a MinMax observer's
+    # aminmax 2 per element
+    formulas = torch_function_formulas()
+    x = r(3, 4)
+    for func, args, per_element in (
+            (torch.fake_quantize_per_tensor_affine, (x, 0.1, 0, 0, 255), 7),
+            (torch.quantize_per_tensor, (x, 0.1, 0, torch.quint8), 5),
+            (torch.aminmax, (x,), 2)):
+        _, formula, gemm = formulas[func]
+        assert (formula(args, {}, func(*args)), gemm) == (per_element * 12, False)
+    quantized = torch.quantize_per_tensor(x, 0.1, 0, torch.quint8)
+    _, formula, _ = formulas[torch.Tensor.dequantize]
+    assert formula((quantized,), {}, quantized.dequantize()) == 2 * 12
+
+
 def test_quantization_aware_training_counts_its_fake_quantization_beside_the_products():
     # torch.ao's QAT layers subclass torch.nn's with a forward of their own: qat.Linear
     # fake-quantizes its weight (a child) before its product, ConvBnReLU2d folds its batch
     # norm in. Linear's rule took the weight's fake quantization for part of its product (576
     # FLOPs lost, 'complete'); they are counted by their operations.
-    quantization = torch.ao.quantization
-    torch.manual_seed(0)
-    net = _QuantizedNet().train()
-    net.qconfig = quantization.get_default_qat_qconfig("fbgemm")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation
-        model = quantization.prepare_qat(
-            quantization.fuse_modules_qat(net, [["conv", "bn", "relu"]]))
+    model = _quantized(training=True)
     x = r(2, 3, 12, 12)
     forward, backward = _fcm(model, (x,))
     with warnings.catch_warnings():
@@ -788,15 +816,7 @@ def test_quantization_aware_training_counts_its_fake_quantization_beside_the_pro
 def test_a_converted_quantized_model_is_counted_by_its_layers_rules():
     # Quantized inference's layers (torch.ao.nn.quantized) run their own kernels and do what
     # the float layer does: its rule; quantizing the input costs 5 FLOPs per element, 2 back.
-    quantization = torch.ao.quantization
-    torch.manual_seed(0)
-    net = _QuantizedNet().eval()
-    net.qconfig = quantization.get_default_qconfig("fbgemm")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation
-        prepared = quantization.prepare(net)
-        prepared(r(2, 3, 12, 12))  # calibration
-        model = quantization.convert(prepared)
+    model = _quantized(training=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing unknown
         with tracetorch.profile(model) as prof:

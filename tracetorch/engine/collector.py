@@ -429,12 +429,8 @@ class Collector(CallTiming):
                 entry[FLOPS], entry[GEMM_FLOPS], entry[MACS] = _rule_flops(
                     rule, owner, args, kwargs, output)
             except Exception as error:
-                if not self.registry.is_builtin(rule):
-                    raise  # the user's rule: theirs to see
+                self.rule_failed(node, rule, error)
                 entry[FLOPS] = entry[GEMM_FLOPS] = entry[MACS] = 0
-                node.flops_source = "uncounted"  # (stays: a lower bound, see fold)
-                if self.warn_unsupported:
-                    warn_rule_failed(node.type_name, error, stacklevel=2)
         elif (state == "none" and node.kind == "module" and not engine.op_flops
               and not node.children and node.flops_source == "none"):
             if (not node.ops and engine.frame is not None and is_torch_module(owner)
@@ -451,6 +447,17 @@ class Collector(CallTiming):
         cache = engine.flops_cache
         cache[shape if shape is not None and shape not in cache else key] = entry
         return entry
+
+    def rule_failed(self, node: Any, rule: Any, error: Exception) -> None:
+        """``rule`` raised ``error`` on a call of ``node``: a user's rule's error is theirs to
+        see (raised again); a built-in rule that cannot read the call (a nested tensor it has no
+        sizes for) leaves the node's own FLOPs unknown, a lower bound, with a warning, and the
+        model running."""
+        if not self.registry.is_builtin(rule):
+            raise error
+        node.flops_source = "uncounted"  # (stays: see fold)
+        if self.warn_unsupported:
+            warn_rule_failed(node.type_name, error, stacklevel=3)
 
     def fold(self, root: CallNode | None = None) -> None:
         """End a step and fold its counters now (a scratch tree about to be merged, the stop):

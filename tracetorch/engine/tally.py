@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 from tracetorch.engine.collector import RULED_KINDS, RULED_STATES, Collector, call_type_name
 from tracetorch.engine.hotpath import NO_COUNTERS, Frame
-from tracetorch.engine.unsupported import warn_rule_failed, warn_unsupported
+from tracetorch.engine.unsupported import warn_unsupported
 from tracetorch.flops.registry import (
     NO_RULE,
     FlopCount,
@@ -272,7 +272,8 @@ class TallyCollector(Collector):
                 result = node.rule(owner, bound_inputs(owner, args, kwargs) if kwargs else args,
                                    output)
             except Exception as error:
-                result = self._rule_failed(node, error)
+                self.rule_failed(node, node.rule, error)
+                result = node.below  # (its own FLOPs unknown: what its children counted)
             inclusive = int(result.flops if result.__class__ is FlopCount else result) + node.beside
         elif state == "user":
             inclusive = int(node.rule(*args, **kwargs)) + node.beside
@@ -300,17 +301,6 @@ class TallyCollector(Collector):
         node.below = node.beside = node.op_flops = node.op_gemm = 0
         node.saw_ops = node.saw_children = False
         return _COUNTED.copy()
-
-    def _rule_failed(self, node: Tally, error: Exception) -> int:
-        # A built-in rule that cannot read this call (a nested tensor it has no sizes for):
-        # its own FLOPs unknown (warned), what its children counted kept. A user's rule's
-        # error is theirs to see.
-        if not self.registry.is_builtin(node.rule):
-            raise error
-        node.flops_source = "uncounted"
-        if self.warn_unsupported:
-            warn_rule_failed(node.type_name, error, stacklevel=4)
-        return node.below
 
     def stop(self) -> None:
         """Stop recording: nothing to fold (the total is kept as calls end, the root's own

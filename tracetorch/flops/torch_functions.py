@@ -96,7 +96,7 @@ from tracetorch.flops.elementwise import (
 from tracetorch.flops.layer_functions import layer_function_table
 
 __all__ = ("Shape", "CallFormula", "COMPANIONS", "CRITERION_PARAMETERS", "matmul_flops",
-           "einsum_flops",
+           "einsum_flops", "linear_cross_entropy_flops",
            "conv_flops", "sdpa_flops", "fft_flops", "chain_products", "chain_operands",
            "ATTENTION_PARAMETERS", "attention_products", "bound_attention",
            "real_arithmetic", "torch_function_formulas", "data_movement_functions",
@@ -384,24 +384,35 @@ def _linear(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
     return 2 * result.numel() * weight.shape[-1]
 
 
-def _linear_cross_entropy(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
-    # F.linear_cross_entropy's product, input (..., in) by linear_weight (classes, in): the
-    # logits it never returns (its result is the loss).
-    classes = _arg(args, kwargs, 1, "linear_weight").shape[0]
-    return 2 * _arg(args, kwargs, 0, "input").numel() * classes
+def linear_cross_entropy_flops(inputs: int, in_features: int, classes: int
+                               ) -> tuple[int, int]:
+    """``(product, cross entropy)`` of a linear layer to ``classes`` logits fed to a cross
+    entropy (``F.linear_cross_entropy``, ``nn.LinearCrossEntropyLoss``), on ``inputs`` input
+    elements of ``in_features`` each: the logits' product, 2·rows·in·classes, and their cross
+    entropy, as ``F.cross_entropy`` of them costs.
+
+    Example:
+        >>> linear_cross_entropy_flops(6 * 8, 8, 10)    # 6 rows: 2·6·8·10; 5·60 + 6
+        (960, 306)
+    """
+    logits = inputs // max(in_features, 1) * classes
+    return 2 * logits * in_features, loss_flops("cross_entropy", logits, classes)
 
 
-def _logits_cross_entropy(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
-    # ... and the cross entropy of those logits, as F.cross_entropy's of them would cost.
-    x, weight = _arg(args, kwargs, 0, "input"), _arg(args, kwargs, 1, "linear_weight")
-    classes = weight.shape[0]
-    return loss_flops("cross_entropy", x.numel() // max(weight.shape[1], 1) * classes, classes)
+def _linear_cross_entropy(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any,
+                          part: int = 0) -> int:
+    # F.linear_cross_entropy's product (part 0) or its logits' cross entropy (part 1): the
+    # logits it never returns (its result is the loss), input (..., in) by linear_weight
+    # (classes, in).
+    classes, in_features = _arg(args, kwargs, 1, "linear_weight").shape
+    return linear_cross_entropy_flops(_arg(args, kwargs, 0, "input").numel(), in_features,
+                                      classes)[part]
 
 
 #: Functions whose products come with other arithmetic, charged apart under another name (so
 #: GEMM FLOPs stay products): that name and its formula, by the function's formula name.
 COMPANIONS: dict[str, tuple[str, CallFormula]] = {
-    "linear_cross_entropy": ("cross_entropy", _logits_cross_entropy),
+    "linear_cross_entropy": ("cross_entropy", functools.partial(_linear_cross_entropy, part=1)),
 }
 
 

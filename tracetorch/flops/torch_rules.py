@@ -37,7 +37,6 @@ from torch import nn
 from tracetorch.flops.elementwise import (
     PER_ELEMENT,
     criterion_flops,
-    loss_flops,
     normalization_flops,
 )
 from tracetorch.flops.layer_functions import (
@@ -51,6 +50,7 @@ from tracetorch.flops.registry import FlopCount, FlopRegistry, default_registry
 from tracetorch.flops.torch_functions import (
     CRITERION_PARAMETERS,
     attention_products,
+    linear_cross_entropy_flops,
     real_arithmetic,
 )
 
@@ -181,9 +181,9 @@ def mha_rule(layer: nn.MultiheadAttention, inputs: tuple[Any, ...], output: Any)
     key = inputs[1] if len(inputs) > 1 and isinstance(inputs[1], torch.Tensor) else None
     lengths = _sequence_lengths(query)
     if lengths is not None:
-        sources = _sequence_lengths(key) if key is not None else lengths
+        sources = _sequence_lengths(key) or lengths  # (self-attention: the same)
         return _summed(mha_count(layer, 1, length, source)
-                       for length, source in zip(lengths, sources or lengths))
+                       for length, source in zip(lengths, sources))
     n, length, source = _mha_dims(layer, query, key)
     return mha_count(layer, n, length, source)
 
@@ -397,9 +397,8 @@ def linear_cross_entropy_rule(layer: nn.Module, inputs: tuple[Any, ...],
     """LinearCrossEntropyLoss: its Linear's product (2·rows·in·out, run inside
     ``F.linear_cross_entropy``, not by the child) and the cross entropy of the logits."""
     linear = layer.linear
-    logits = _numel(inputs[:1]) // max(linear.in_features, 1) * linear.out_features
-    product = 2 * logits * linear.in_features
-    return _gemm(product, loss_flops("cross_entropy", logits, layer.num_classes))
+    return _gemm(*linear_cross_entropy_flops(_numel(inputs[:1]), linear.in_features,
+                                             linear.out_features))
 
 
 # ----------------------------------------------------------------------------- parametrizations
