@@ -81,6 +81,210 @@ static PyObject *s_getattribute, *s_FRAME, *s_op_replay, *s_op_hold, *s_op_obser
     *s_pending, *s_flops_cache, *s_last_counter, *s_child_frames, *s_calls, *s_key, *s_learned, *s_replayed, *s_budget;
 static PyObject *one;
 
+/* The innermost open call of a context while recorded calls nest in C. Setting the frame
+ * ContextVar on each call and resetting it after copies the context's mapping twice and makes
+ * a token (on the tiny BERT ~1,700 instructions and ~110 first-level cache misses a call,
+ * counted under Valgrind); instead the first C call under a frame set from Python sets the
+ * variable to a cell, and the calls nested in it swap the cell's frame and put it back. A
+ * cell is swapped only by the thread that made it: in one thread calls nest (asyncio switches
+ * tasks between calls, never inside a layer's forward), so what a call puts back is what it
+ * found. A context copied while a cell was in it (``contextvars.copy_context``,
+ * ``asyncio.to_thread`` inside a layer's forward) and run in another thread cannot know which
+ * of the cell's frames was current when it was copied: there it reads the cell's first
+ * frame (the call that made the cell, which encloses every frame the cell held), and makes a
+ * cell of its own at its first call. Python reads the variable through a FrameReader. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *frame;       /* the innermost open call: a hotpath.Frame */
+    PyObject *first;       /* the frame it was made with */
+    unsigned long thread;  /* PyThread_get_thread_ident() of the thread that made it */
+} FrameCell;
+
+static int
+FrameCell_traverse(FrameCell *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->frame);
+    Py_VISIT(self->first);
+    return 0;
+}
+
+static int
+FrameCell_clear(FrameCell *self)
+{
+    Py_CLEAR(self->frame);
+    Py_CLEAR(self->first);
+    return 0;
+}
+
+/* Whether this thread made ``cell`` (swaps it and reads its current frame). */
+static inline int
+cell_is_ours(PyObject *cell)
+{
+    return ((FrameCell *)cell)->thread == PyThread_get_thread_ident();
+}
+
+/* The frame a cell holds for this thread (borrowed): see FrameCell. */
+static inline PyObject *
+cell_frame(PyObject *cell)
+{
+    return cell_is_ours(cell) ? ((FrameCell *)cell)->frame : ((FrameCell *)cell)->first;
+}
+
+static void
+FrameCell_dealloc(FrameCell *self)
+{
+    PyObject_GC_UnTrack(self);
+    FrameCell_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject FrameCellType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracetorch.engine._hotpath.FrameCell",
+    .tp_doc = "The innermost open call of a context while calls nest in C "
+              "(see tracetorch.engine.hotpath).",
+    .tp_basicsize = sizeof(FrameCell),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_dealloc = (destructor)FrameCell_dealloc,
+    .tp_traverse = (traverseproc)FrameCell_traverse,
+    .tp_clear = (inquiry)FrameCell_clear,
+};
+
+/* A new cell of this thread holding ``frame``. */
+static PyObject *
+cell_new(PyObject *frame)
+{
+    FrameCell *cell = PyObject_GC_New(FrameCell, &FrameCellType);
+    if (cell == NULL)
+        return NULL;
+    cell->frame = Py_NewRef(frame);
+    cell->first = Py_NewRef(frame);
+    cell->thread = PyThread_get_thread_ident();
+    PyObject_GC_Track(cell);
+    return (PyObject *)cell;
+}
+
+/* What the frame variable holds, a cell read through (a new reference; NULL with an error). */
+static PyObject *
+held_frame(PyObject *frame_var, PyObject *default_value)
+{
+    PyObject *held;
+    if (PyContextVar_Get(frame_var, default_value, &held) < 0)
+        return NULL;
+    if (held != NULL && Py_IS_TYPE(held, &FrameCellType))
+        Py_SETREF(held, Py_NewRef(cell_frame(held)));
+    return held;
+}
+
+/* ``FrameReader(var)()``: the innermost open call that ``var`` (hotpath._FRAME) holds, read
+ * through a cell; None where it holds nothing. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *var;
+} FrameReader;
+
+static PyObject *
+FrameReader_call(FrameReader *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) != 0 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "the innermost frame's reader takes no arguments");
+        return NULL;
+    }
+    return held_frame(self->var, Py_None);
+}
+
+static int
+FrameReader_init(FrameReader *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *var;
+    if (!PyArg_ParseTuple(args, "O:FrameReader", &var))
+        return -1;
+    if (!PyContextVar_CheckExact(var)) {
+        PyErr_SetString(PyExc_TypeError, "FrameReader: var must be a ContextVar");
+        return -1;
+    }
+    self->vectorcall = (vectorcallfunc)FrameReader_call;
+    Py_INCREF(var);
+    Py_XSETREF(self->var, var);
+    return 0;
+}
+
+static int
+FrameReader_traverse(FrameReader *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->var);
+    return 0;
+}
+
+static int
+FrameReader_clear(FrameReader *self)
+{
+    Py_CLEAR(self->var);
+    return 0;
+}
+
+static void
+FrameReader_dealloc(FrameReader *self)
+{
+    PyObject_GC_UnTrack(self);
+    FrameReader_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject FrameReaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracetorch.engine._hotpath.FrameReader",
+    .tp_doc = "FrameReader(var)(): the innermost open call that var holds (see "
+              "tracetorch.engine.hotpath.innermost_frame).",
+    .tp_basicsize = sizeof(FrameReader),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(FrameReader, vectorcall),
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)FrameReader_init,
+    .tp_dealloc = (destructor)FrameReader_dealloc,
+    .tp_traverse = (traverseproc)FrameReader_traverse,
+    .tp_clear = (inquiry)FrameReader_clear,
+    .tp_call = PyVectorcall_Call,
+};
+
+/* A call's frame in place of its caller's, until frame_leave: swapped in the caller's cell
+ * (one this thread made: ``*caller`` gets what it held), else in a new cell the variable is
+ * set to (``*token``). 0, or -1 with an error set. */
+static int
+frame_enter(PyObject *frame_var, PyObject *cell, PyObject *inner, PyObject **caller,
+            PyObject **token)
+{
+    if (cell != NULL) {
+        *caller = ((FrameCell *)cell)->frame;
+        Py_INCREF(inner);
+        ((FrameCell *)cell)->frame = inner;
+        return 0;
+    }
+    PyObject *made = cell_new(inner);
+    if (made == NULL)
+        return -1;
+    *token = PyContextVar_Set(frame_var, made);
+    Py_DECREF(made);
+    return *token == NULL ? -1 : 0;
+}
+
+/* Undo frame_enter (once: it clears what it used). 0, or -1 with an error set. */
+static int
+frame_leave(PyObject *frame_var, PyObject *cell, PyObject **caller, PyObject **token)
+{
+    if (*caller != NULL) {
+        Py_SETREF(((FrameCell *)cell)->frame, *caller);
+        *caller = NULL;
+        return 0;
+    }
+    if (*token == NULL)
+        return 0;
+    int reset = PyContextVar_Reset(frame_var, *token);
+    Py_CLEAR(*token);
+    return reset;
+}
+
 static int guard_form_ok(PyObject *guard);
 static PyObject *Wrapper_call(Wrapper *self, PyObject *const *call_args, size_t nargsf,
                               PyObject *kwnames);
@@ -989,9 +1193,18 @@ Wrapper_call(Wrapper *self, PyObject *const *call_args, size_t nargsf, PyObject 
         if (yes)
             return call_wrapped(wrapped, args, kwargs);
     }
-    PyObject *frame_var = self->frame_var, *frame;
-    if (PyContextVar_Get(frame_var, NULL, &frame) < 0)
+    PyObject *frame_var = self->frame_var, *cell;
+    if (PyContextVar_Get(frame_var, NULL, &cell) < 0)
         return NULL;
+    PyObject *frame = cell;  /* (a new reference, as ``cell`` where it is one of ours) */
+    if (cell != NULL && Py_IS_TYPE(cell, &FrameCellType)) {
+        frame = Py_NewRef(cell_frame(cell));
+        if (!cell_is_ours(cell))
+            Py_CLEAR(cell);
+    }
+    else {
+        cell = NULL;
+    }
     if (frame == NULL || frame == Py_None) {
         Py_XDECREF(frame);
         PyObject *watcher = global(self, s_all_threads);
@@ -1001,8 +1214,8 @@ Wrapper_call(Wrapper *self, PyObject *const *call_args, size_t nargsf, PyObject 
             return PyObject_Vectorcall(self->fallback, call_args, 4, NULL);
         return call_wrapped(wrapped, args, kwargs);
     }
-    /* From here ``frame`` is a new reference, released at ``out``. */
-    PyObject *result = NULL, *node = NULL, *inner = NULL, *token = NULL;
+    /* From here ``frame`` (and ``cell``) is a new reference, released at ``out``. */
+    PyObject *result = NULL, *node = NULL, *inner = NULL, *token = NULL, *caller = NULL;
     PyObject *clock = NULL, *output = NULL, *elapsed = NULL, *entry = NULL;
     Stopwatch watch = {NULL, 0, 0, 0, NULL, NULL};
     PyObject *sw = NULL, *grad_mode = NULL, *grad = NULL, *key = NULL, *shape = NULL;
@@ -1159,10 +1372,10 @@ Wrapper_call(Wrapper *self, PyObject *const *call_args, size_t nargsf, PyObject 
         if ((switched = op_switch(sw, inner_ops)) < 0)
             goto out;
     }
-    if ((token = PyContextVar_Set(frame_var, inner)) == NULL)
+    if (frame_enter(frame_var, cell, inner, &caller, &token) < 0)
         goto out;
     if (stopwatch_start(self, &watch, clock) < 0)
-        goto out;
+        goto out;  /* (the frame is put back at ``out``) */
 
     output = call_wrapped(wrapped, args, kwargs);
     if (output == NULL) {
@@ -1171,7 +1384,7 @@ Wrapper_call(Wrapper *self, PyObject *const *call_args, size_t nargsf, PyObject 
         int stopped = stopwatch_stop(&watch) == 0 && stopwatch_readings(&watch) == 0;
         if (!stopped)
             PyErr_Clear();
-        if (PyContextVar_Reset(frame_var, token) < 0)
+        if (frame_leave(frame_var, cell, &caller, &token) < 0)
             PyErr_Clear();
         if (switched && op_switch(sw, ops) < 0)
             PyErr_Clear();
@@ -1189,7 +1402,7 @@ Wrapper_call(Wrapper *self, PyObject *const *call_args, size_t nargsf, PyObject 
     }
     if (stopwatch_stop(&watch) < 0)
         goto out;
-    if (PyContextVar_Reset(frame_var, token) < 0)
+    if (frame_leave(frame_var, cell, &caller, &token) < 0)
         goto out;
     /* Counting stays off while a torch module's tensor attributes are read (see hotpath.py). */
     if (observe && inner_ops && sw != Py_None) {
@@ -1275,13 +1488,20 @@ Wrapper_call(Wrapper *self, PyObject *const *call_args, size_t nargsf, PyObject 
     result = output;
     output = NULL;
 out:
+    if (caller != NULL || token != NULL) {  /* left early: the caller's frame back first */
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        if (frame_leave(frame_var, cell, &caller, &token) < 0)
+            PyErr_Clear();
+        PyErr_Restore(type, value, traceback);
+    }
+    Py_XDECREF(cell);
     Py_XDECREF(looked);
     Py_XDECREF(replay);
     Py_XDECREF(frame);
     Py_XDECREF(node);
     Py_XDECREF(inner);
     Py_XDECREF(sw);
-    Py_XDECREF(token);
     Py_XDECREF(clock);
     Py_XDECREF(watch.start);
     Py_XDECREF(watch.end);
@@ -1378,14 +1598,14 @@ PyInit__hotpath(void)
     INTERN(s_budget, "budget");
     if ((one = PyLong_FromLong(1)) == NULL)
         return NULL;
-    if (PyType_Ready(&WrapperType) < 0)
+    if (PyType_Ready(&WrapperType) < 0 || PyType_Ready(&FrameCellType) < 0
+            || PyType_Ready(&FrameReaderType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&hotpath_module);
     if (module == NULL)
         return NULL;
-    Py_INCREF(&WrapperType);
-    if (PyModule_AddObject(module, "Wrapper", (PyObject *)&WrapperType) < 0) {
-        Py_DECREF(&WrapperType);
+    if (PyModule_AddObjectRef(module, "Wrapper", (PyObject *)&WrapperType) < 0
+            || PyModule_AddObjectRef(module, "FrameReader", (PyObject *)&FrameReaderType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -1,7 +1,11 @@
 """The hot path: what runs on every wrapped call while a profile is active.
 
 The innermost open call lives in a :class:`~contextvars.ContextVar`, so threads and asyncio
-tasks keep separate stacks and a profile never sees another thread's calls. An open call is a
+tasks keep separate stacks and a profile never sees another thread's calls. (Where the C
+wrapper runs, the calls nested in one entered from C swap the frame in a cell the variable
+holds instead of setting the variable, which costs far more: a context copied inside such a
+call and run in another thread records under the cell's first call, one enclosing the copy;
+see ``FrameCell`` in ``_hotpath.c``.) An open call is a
 :class:`Frame`, made once per node when a profile takes the node up (``node.engine.frame``),
 so a call costs no allocation. Only the innermost profile of a context records; a nested
 profile hands what it saw to the enclosing one when it exits (see :mod:`tracetorch.engine.fold`),
@@ -403,7 +407,12 @@ _ENTRY_FIELDS = ENTRY_FIELDS
 
 #: The innermost open call of this context as it is held, with no check that its profile is
 #: still recording (a caller on a per-operation path checks ``frame.collector.active`` itself).
-innermost_frame = _FRAME.get
+#: Where the C wrapper runs, calls nested in C keep their frames in a cell the variable holds
+#: (see ``FrameCell`` in _hotpath.c), read through by the C reader; every read of ``_FRAME``
+#: goes through this.
+_FRAME_READER = native_type("tracetorch.engine._hotpath", "FrameReader")
+innermost_frame: Callable[[], Frame | None] = (
+    _FRAME.get if _FRAME_READER is None else _FRAME_READER(_FRAME))
 
 
 def current_frame() -> Frame | None:
@@ -412,7 +421,7 @@ def current_frame() -> Frame | None:
     A frame left behind by a profile that was exited in another thread is dropped here: it
     belongs to no running profile.
     """
-    frame = _FRAME.get()
+    frame = innermost_frame()
     if frame is not None and not frame.collector.active:
         _FRAME.set(None)
         return None
@@ -422,7 +431,7 @@ def current_frame() -> Frame | None:
 def open_root(frame: Frame) -> tuple[Token, bool]:
     """Make a profile record this context's calls from now on; returns what
     :func:`close_root` needs to undo it."""
-    previous = _FRAME.get()
+    previous = innermost_frame()
     switched = _switch(previous.ops if previous is not None else False, frame.ops)
     return _FRAME.set(frame), switched
 
@@ -438,12 +447,12 @@ def close_root(collector: Collector, opened: tuple[Token, bool]) -> bool:
     try:
         _FRAME.reset(token)
     except ValueError:
-        frame = _FRAME.get()
+        frame = innermost_frame()
         if frame is not None and frame.collector is collector:
             _FRAME.set(None)
         return False
     if switched and _op_switch is not None:
-        frame = _FRAME.get()
+        frame = innermost_frame()
         _op_switch(frame.ops if frame is not None else False)
     return True
 
@@ -467,7 +476,7 @@ class OpCounter:
     def charge(self, name: str, flops: int, gemm: bool, calls: int) -> Frame | None:
         """Charge ``flops`` of the operation ``name`` and ``calls`` calls of it (0: counted
         elsewhere, as torch's function mode does) to the innermost open call."""
-        frame = _FRAME.get()
+        frame = innermost_frame()
         if frame is None or not frame.collector.active:
             return None
         node = frame.node
@@ -481,7 +490,7 @@ class OpCounter:
     def backward_op(self, tag: Frame | None, name: str, flops: int, gemm: bool,
                     elapsed_ns: int) -> None:
         """Charge a gradient operation to the layer call whose forward created it."""
-        frame = tag if tag is not None else _FRAME.get()
+        frame = tag if tag is not None else innermost_frame()
         if frame is not None:
             collector = frame.collector
             collector.add_backward(frame.node, flops, gemm, elapsed_ns)
@@ -492,7 +501,7 @@ class OpCounter:
     def backward_clock(self, tag: Frame | None) -> Callable[[], int]:
         """The clock that times gradient operations charged to ``tag``: the profile's own
         (``profile(clock=...)``; a clock that always reads 0 with ``timing=False``)."""
-        frame = tag if tag is not None else _FRAME.get()
+        frame = tag if tag is not None else innermost_frame()
         return frame.collector.host_clock if frame is not None else _no_clock
 
 
@@ -528,7 +537,7 @@ def make_wrapper(kind: NodeKind, label: str | None = None,
                 kwargs: dict[str, Any]) -> Any:
         if guard is not None and guard():
             return wrapped(*args, **kwargs)
-        frame = _FRAME.get()
+        frame = innermost_frame()
         if frame is None:
             # Only a profile asked to watch every thread looks further; others pay one test.
             frame = _all_threads.thread_frame() if _all_threads is not None else None
