@@ -28,9 +28,9 @@ import importlib.util
 import statistics
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from peers import CLOCKS, Row, Variant, measure, select_work, unprofiled
@@ -56,24 +56,52 @@ def extension_file(other: Path) -> Path:
     return other
 
 
-def load_wrapper(path: Path) -> Any:
-    """The ``Wrapper`` type of the extension file ``path``, loaded beside the checkout's own."""
+class Build(NamedTuple):
+    """What a build of the extension puts on the hot path: its wrapper type, and the reader
+    of the frame variable that goes with it (a build keeps nested calls' frames in cells of
+    its own type, which only its reader reads through; an older build has none)."""
+
+    wrapper: Any
+    frame_reader: Callable[[], Any]
+
+
+def own_build() -> Build:
+    """The checkout's build, as the hot path holds it."""
+    return Build(hotpath._NATIVE_WRAPPER, hotpath.innermost_frame)
+
+
+def load_build(path: Path) -> Build:
+    """The build in the extension file ``path``, loaded beside the checkout's own."""
     spec = importlib.util.spec_from_file_location(MODULE, path)
     if spec is None or spec.loader is None:
         raise SystemExit(f"OTHER: {path} cannot be loaded as {MODULE}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.Wrapper
+    reader = getattr(module, "FrameReader", None)
+    return Build(module.Wrapper,
+                 reader(hotpath._FRAME) if reader is not None else hotpath._FRAME.get)
 
 
-def profiled_with(wrapper_type: Any, ops: bool) -> Variant:
-    """A variant: ``tracetorch.profile(model, ops=ops)`` whose layer wrappers are
-    ``wrapper_type``'s."""
+def install(build: Build) -> Build:
+    """Put ``build`` on the hot path (its wrapper, and its frame reader under whatever name a
+    module of tracetorch's holds the reader in use); returns the build it replaced."""
+    replaced = Build(hotpath._NATIVE_WRAPPER, hotpath.innermost_frame)
+    hotpath._NATIVE_WRAPPER = build.wrapper
+    for name, module in list(sys.modules.items()):
+        if name.startswith("tracetorch."):
+            namespace = vars(module)
+            for held in [key for key, value in namespace.items()
+                         if value is replaced.frame_reader]:
+                namespace[held] = build.frame_reader
+    return replaced
+
+
+def profiled_with(build: Build, ops: bool) -> Variant:
+    """A variant: ``tracetorch.profile(model, ops=ops)`` whose layer wrappers are ``build``'s."""
 
     @contextlib.contextmanager
     def variant(model: torch.nn.Module) -> Iterator[tracetorch.profile]:
-        saved = hotpath._NATIVE_WRAPPER
-        hotpath._NATIVE_WRAPPER = wrapper_type
+        saved = install(build)
         # A class's wrapper is kept from one block to the next (patches._WRAPPERS): made anew
         # here, so the block runs this build's.
         patches._WRAPPERS.clear()
@@ -81,7 +109,7 @@ def profiled_with(wrapper_type: Any, ops: bool) -> Variant:
             with tracetorch.profile(model, ops=ops) as prof:
                 yield prof
         finally:
-            hotpath._NATIVE_WRAPPER = saved
+            install(saved)
             patches._WRAPPERS.clear()
 
     return variant
@@ -136,8 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     names = {"A": "this checkout's build", "B": str(other)}
     ops = not args.ops_off
     variants = {"plain": unprofiled,
-                "A": profiled_with(hotpath._NATIVE_WRAPPER, ops),
-                "B": profiled_with(load_wrapper(other), ops)}
+                "A": profiled_with(own_build(), ops),
+                "B": profiled_with(load_build(other), ops)}
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, 1 thread, process CPU time, tracetorch.profile(ops={ops})")
     with warnings.catch_warnings():
