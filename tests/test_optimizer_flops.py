@@ -1,5 +1,6 @@
 """Optimizer steps are counted (tracetorch.flops.optimizers): exact FLOPs per optimizer and
-setting, checked against the operations torch runs; unknown optimizers are unknown; several
+setting, checked against the operations torch runs; optimizers without a rule are counted by
+their operations (unknown under ``ops=False``); sparse gradients leave a step unknown; several
 optimizers of one class get names a user can tell apart.
 
 Every case updates a (3, 4) and a (5,) parameter, 17 elements, next to a (7,) parameter whose
@@ -194,7 +195,7 @@ def test_only_parameters_with_a_gradient_count(torch: ModuleType) -> None:
     assert prof.find("Adam.step").flops == 13 * ELEMENTS + 13 * (ELEMENTS + 7)
 
 
-def test_an_unknown_optimizer_is_unknown_and_listed(torch: ModuleType) -> None:
+def _sign_step(torch: ModuleType) -> type:
     class SignStep(torch.optim.Optimizer):  # a user's optimizer, with no rule
         def __init__(self, params: Any) -> None:
             super().__init__(params, {"lr": 0.1})
@@ -206,10 +207,35 @@ def test_an_unknown_optimizer_is_unknown_and_listed(torch: ModuleType) -> None:
                     if param.grad is not None:
                         param.add_(param.grad.sign(), alpha=-group["lr"])
 
+    return SignStep
+
+
+def test_an_optimizer_without_a_rule_is_counted_by_its_operations(torch: ModuleType) -> None:
+    # sign, then p - lr·sign (an add with alpha): 3 per element with a gradient, as the
+    # convention's counter counts what torch runs
     params = _parameters(torch)
-    optimizer = SignStep(params)
-    with pytest.warns(UserWarning, match="no FLOP rule for SignStep") as caught:
+    optimizer = _sign_step(torch)(params)
+    counted = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # counted: nothing to warn of
         with tracetorch.profile() as prof:
+            for step in range(2):
+                _set_grads(torch, params, step)
+                with _op_counter(torch)() as ops:
+                    optimizer.step()
+                counted.append(ops.flops)
+    node = prof.find("SignStep.step")
+    assert counted == [3 * ELEMENTS] * 2
+    assert (node.calls, node.flops, node.flops_source) == (2, 6 * ELEMENTS, "ops")
+    assert node.completeness == "complete" and prof.unsupported == {}
+
+
+def test_without_counted_operations_an_optimizer_without_a_rule_is_unknown(
+        torch: ModuleType) -> None:
+    params = _parameters(torch)
+    optimizer = _sign_step(torch)(params)
+    with pytest.warns(UserWarning, match="no FLOP rule for SignStep.*ops=False") as caught:
+        with tracetorch.profile(ops=False) as prof:
             for step in range(2):
                 _set_grads(torch, params, step)
                 optimizer.step()
@@ -226,7 +252,7 @@ def test_an_unknown_optimizer_is_unknown_and_listed(torch: ModuleType) -> None:
         return 3 * sum(p.numel() for g in opt.param_groups for p in g["params"]
                        if p.grad is not None)
 
-    with tracetorch.profile(flop_rules={SignStep: sign_step_flops}) as prof:
+    with tracetorch.profile(ops=False, flop_rules={type(optimizer): sign_step_flops}) as prof:
         _set_grads(torch, params, 0)
         optimizer.step()
     node = prof.find("SignStep.step")
@@ -332,22 +358,61 @@ def test_adafactor_counts_its_factored_moments_and_their_outer_product(
     assert gemm == [2 * (15 + 24)] * 3
 
 
-@pytest.mark.parametrize("name", ["SparseAdam", "LBFGS"])
-def test_optimizers_without_a_formula_are_unknown(torch: ModuleType, name: str) -> None:
-    params = _parameters(torch)
-    optimizer = getattr(torch.optim, name)(params[:2])
+def test_lbfgs_is_counted_by_its_operations_with_the_closures_calls_under_it(
+        torch: ModuleType) -> None:
+    # LBFGS has no formula (its line search runs as long as the loss asks): its own operations
+    # are counted, and the model calls and backward passes its closure runs are its children
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
+    optimizer = torch.optim.LBFGS(model.parameters(), max_iter=3)
+    inputs, targets = torch.randn(8, 4), torch.randn(8, 1)
+    evaluations = []
+
+    def closure() -> Any:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(inputs), targets)
+        loss.backward()
+        evaluations.append(1)
+        return loss
+
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # warned once per process: another test may have
-        with tracetorch.profile() as prof:
-            _set_grads(torch, params, 0)
-            if name == "SparseAdam":
-                for param in params[:2]:
-                    param.grad = param.grad.to_sparse()
+        warnings.simplefilter("error")  # counted: nothing to warn of
+        with tracetorch.profile(model) as prof:
+            for _ in range(2):
+                optimizer.step(closure)
+    step = prof.find("LBFGS.step")
+    assert (step.calls, step.flops_source, step.completeness) == (2, "ops", "complete")
+    assert step.flops > 0 and prof.completeness == "complete" and prof.unsupported == {}
+    forward = step.children[""]
+    assert forward.calls == len(evaluations) > 2
+    # each evaluation: the two Linears (2·in·out per row, the bias in the product's adds:
+    # 8·24 and 8·6) and Tanh (24)
+    assert forward.subtree_flops == len(evaluations) * (8 * 24 + 24 + 8 * 6)
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adagrad", "SparseAdam"])
+def test_a_step_with_a_sparse_gradient_is_unknown_not_counted_over_the_table(
+        torch: ModuleType, name: str) -> None:
+    # nn.Embedding(sparse=True): torch updates the rows looked up (3 of 1,000 here); counted
+    # over the table, SGD's step read 16,000 FLOPs for 48, SparseAdam's operations 24,264
+    table = torch.nn.Embedding(1000, 8, sparse=True)
+    optimizer = getattr(torch.optim, name)(table.parameters(), lr=0.1)
+    with pytest.warns(UserWarning, match=f"{name}.*sparse"):
+        with tracetorch.profile(table) as prof:
+            for _ in range(2):
+                table(torch.tensor([1, 5, 7])).sum().backward()
                 optimizer.step()
-            else:
-                optimizer.step(lambda: params[0].sum())
-    node = prof.find(f"{name}.step")
-    assert node.completeness == "unknown" and prof.unsupported == {name: 1}
+                optimizer.zero_grad()
+    step = prof.find(f"{name}.step")
+    assert (step.calls, step.flops, step.flops_source) == (2, 0, "uncounted")
+    assert step.completeness == "unknown" and prof.completeness == "partial"
+    dense = torch.nn.Embedding(1000, 8)
+    if name != "SparseAdam":  # (which takes sparse gradients only)
+        optimizer = getattr(torch.optim, name)(dense.parameters(), lr=0.1)
+        with tracetorch.profile(dense) as prof:
+            dense(torch.tensor([1, 5, 7])).sum().backward()
+            optimizer.step()
+        assert prof.find(f"{name}.step").completeness == "complete"
 
 
 def test_profiling_leaves_the_optimizer_and_torch_as_they_were(torch: ModuleType) -> None:

@@ -153,6 +153,30 @@ def test_every_spelling_of_a_product_is_counted_once(torch):
         assert prof.gemm_flops == one, name
 
 
+def test_a_scalar_factor_folded_into_an_operation_is_a_multiply_more(torch):
+    # add's and sub's alpha, addcmul's and addcdiv's value, lerp's weight: +1 per element
+    # unless ±1 (a tensor weight always), the optimizer rules' convention
+    import tracetorch
+
+    x, y = torch.ones(10), torch.full((10,), 2.0)
+    spellings = {
+        "x + y": (lambda: x + y, 1), "add": (lambda: x.add(y), 1),
+        "add alpha -1": (lambda: torch.add(x, y, alpha=-1), 1),
+        "add alpha 0.5": (lambda: x.add(y, alpha=0.5), 2),
+        "add_ alpha 2": (lambda: x.clone().add_(y, alpha=2), 2),
+        "sub alpha 3": (lambda: torch.sub(x, y, alpha=3), 2),
+        "addcmul": (lambda: x.addcmul(y, y), 2),
+        "addcmul value 0.1": (lambda: torch.addcmul(x, y, y, value=0.1), 3),
+        "addcdiv_ value -1": (lambda: x.clone().addcdiv_(y, y, value=-1), 2),
+        "lerp 0.1": (lambda: x.lerp(y, 0.1), 3), "lerp 1": (lambda: torch.lerp(x, y, 1.0), 2),
+        "lerp_ tensor": (lambda: x.clone().lerp_(y, torch.full((10,), 0.5)), 3),
+    }
+    for name, (spelling, per_element) in spellings.items():
+        with tracetorch.profile() as prof:
+            spelling()
+        assert prof.forward_flops == 10 * per_element, name
+
+
 def test_a_torch_function_subclass_sees_the_same_func_inside_and_outside(torch):
     import tracetorch
 

@@ -249,11 +249,12 @@ class Collector(CallTiming):
                             else type_name)
         if kind == "optimizer" and label is None:
             default += self._scope_of(owner)
-        if parent_owner is None or parent_node.kind == "thread":
+        if parent_owner is None or parent_node.kind in ("thread", "optimizer"):
             # One naming however the profile was opened: the model is "", as named_modules()
             # names it; without one given, the first layer called at the top stands for it. A
-            # layer of it called from outside every layer (model.encoder(x) in the loop) is
-            # named by its path in it all the same.
+            # layer of it called from outside every layer (model.encoder(x) in the loop, or in
+            # the closure an optimizer's step calls: LBFGS's) is named by its path in it all
+            # the same.
             model = parent_node.children.get("")
             first = self.model is None and kind == "module" and (
                 model is None or model.module_key == self.ids.known_key(owner))
@@ -382,9 +383,11 @@ class Collector(CallTiming):
             counts_ops = (self.count_ops and state.rule_state not in RULED_STATES
                           and not only_calls_children(owner))
         elif kind == "optimizer":
-            # An update is elementwise maths over every parameter, no product to count, and
-            # torch's function mode would cost each of its operations microseconds.
-            counts_ops = False
+            # An update with a rule is counted by it before the step (torch's function mode
+            # would cost each of its operations microseconds); one without (a user's class,
+            # LBFGS, whose line search runs as long as the loss asks) is counted by its
+            # operations, as a layer without a rule is: else its FLOPs would be unknown.
+            counts_ops = self.count_ops and state.rule_state == "none"
         return self._install_frame(node, Frame.of(self, node, owner, counts_ops, torch_module))
 
     def module_key(self, owner: Any) -> str:

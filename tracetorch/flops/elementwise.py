@@ -12,6 +12,8 @@ both frameworks::
     sin asin sinh atan2 fmin frac erfinv lgamma ...      their aliases: multiply, divide,
                                                          subtract, absolute, arctan...)
     addcmul addcdiv lerp xlogy                           2
+    (a scalar factor folded in: add's and sub's alpha,   +1, unless it is 1 or -1 (a tensor
+    addcmul's and addcdiv's value, lerp's weight)        weight always: FOLDED_FACTORS)
     logit (log(x / (1 - x))) / sinc (sin(πx) / πx)       3 / 3
     hypot / logaddexp, logaddexp2                        4 (two squares, add, root) / 4
     relu relu6 leaky_relu hardtanh threshold prelu ...   1 (compare and select)
@@ -97,6 +99,11 @@ both frameworks::
     fold                                                 1 per input element (overlapping blocks
                                                          are summed)
 
+A scalar factor an operation folds in is a multiply per element (``x.add(y, alpha=0.5)`` is 2,
+``x.add(y)`` 1; ``x.lerp(y, 0.1)`` 3), the convention of the optimizer rules
+(:mod:`tracetorch.flops.optimizers`), so a step counted by its operations costs what its rule
+says.
+
 Data movement (views, permutes, copies, indexing, concatenation: :data:`DATA_MOVEMENT`) costs 0;
 a layer that runs nothing but it is known to cost 0, not unknown.
 
@@ -133,7 +140,8 @@ from tracetorch.flops.core_ops import (
     norm_flops,
 )
 
-__all__ = ("PER_ELEMENT", "PER_INPUT_ELEMENT", "DATA_MOVEMENT", "NORMALIZATIONS",
+__all__ = ("PER_ELEMENT", "FOLDED_FACTORS", "scalar_factor", "PER_INPUT_ELEMENT",
+           "DATA_MOVEMENT", "NORMALIZATIONS",
            "LOSS_PER_ELEMENT", "CRITERIA", "normalization_flops", "loss_flops",
            "criterion_flops")
 
@@ -181,6 +189,26 @@ PER_ELEMENT: dict[str, int] = {
     # its observer's running min and max as well (both on, as they are while training)
     "fused_moving_avg_obs_fake_quant": _QUANTIZE + _DEQUANTIZE + 2 * REDUCTION.forward,
 }
+
+#: The elementwise functions that fold a scalar factor into their arithmetic, by torch name:
+#: where the factor is among the arguments (its position, counting the tensor called on, and
+#: its keyword) and its default. See :func:`scalar_factor`.
+FOLDED_FACTORS: dict[str, tuple[int, str, Any]] = {
+    "add": (2, "alpha", 1), "sub": (2, "alpha", 1), "subtract": (2, "alpha", 1),
+    "addcmul": (3, "value", 1), "addcdiv": (3, "value", 1), "lerp": (2, "weight", None),
+}
+
+
+def scalar_factor(value: Any) -> int:
+    """The FLOPs per element of multiplying by a factor an operation folds in: 0 for 1 or -1
+    (a copy or a negation of what is added), 1 otherwise (a tensor factor included).
+
+    Example:
+        >>> scalar_factor(1), scalar_factor(-1.0), scalar_factor(0.9)
+        (0, 0, 1)
+    """
+    return 0 if type(value) in (int, float) and abs(value) == 1 else 1
+
 
 #: FLOPs per input element of each reduction.
 PER_INPUT_ELEMENT: dict[str, int] = {

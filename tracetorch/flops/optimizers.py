@@ -68,6 +68,7 @@ from collections.abc import Iterator, Mapping
 from math import prod
 from typing import Any, Callable
 
+from tracetorch.flops.elementwise import scalar_factor
 from tracetorch.flops.registry import FlopCount, FlopRegistry, FlopRule, default_registry
 
 __all__ = (
@@ -75,6 +76,7 @@ __all__ = (
     "rmsprop_flops", "adagrad_flops", "adadelta_flops", "asgd_flops", "asgd_averages",
     "rprop_flops", "muon_flops", "adafactor_flops", "TORCH_STEP_FLOPS", "torch_step_rule",
     "register_torch_optimizer_rules", "updated_parameters", "optimizer_scope",
+    "SparseGradientError", "sparse_gradients",
 )
 
 #: Stands for a scalar factor that changes with the step: always counted as a multiply.
@@ -84,25 +86,20 @@ _VARIES: Any = None
 _NO_STATE: Mapping[str, Any] = {}
 
 
-def _factor(value: Any) -> int:
-    """A scalar torch folds into an operation: a multiply, unless it is 1 or -1."""
-    return 0 if type(value) in (int, float) and abs(value) == 1 else 1
-
-
 def _axpy(alpha: Any) -> int:
     """``x.add(y, alpha=alpha)``: the add, and the multiply by ``alpha``."""
-    return 1 + _factor(alpha)
+    return 1 + scalar_factor(alpha)
 
 
 def _fused(value: Any) -> int:
     """``x.addcmul(y, z, value=v)`` or ``addcdiv``: the product or quotient, the add, and the
     multiply by ``value``."""
-    return 2 + _factor(value)
+    return 2 + scalar_factor(value)
 
 
 def _lerp(weight: Any) -> int:
     """``x.lerp(end, weight)``: ``end - x``, times ``weight``, plus ``x``."""
-    return 2 + _factor(weight)
+    return 2 + scalar_factor(weight)
 
 
 def _gradient(maximize: bool, weight_decay: Any, decoupled: bool = False) -> int:
@@ -304,7 +301,8 @@ def muon_flops(rows: int, columns: int, *, momentum: Any = 0.95, nesterov: bool 
     elements = m * n
     per_element = _lerp(1 - momentum) + (_lerp(momentum) if nesterov else 0) + 2 + 1 + 1 + 2
     products = ns_steps * (4 * m * m * n + 2 * m ** 3)
-    scaled_adds = ns_steps * (m * m * (1 + _factor(b) + _factor(c)) + elements * (1 + _factor(a)))
+    scaled_adds = ns_steps * (m * m * (1 + scalar_factor(b) + scalar_factor(c))
+                              + elements * (1 + scalar_factor(a)))
     return FlopCount(elements * per_element + scaled_adds + products, products, products // 2)
 
 
@@ -335,6 +333,39 @@ def adafactor_flops(shape: tuple[int, ...], *, step: float, beta2_decay: float =
     return FlopCount(flops + product + rows + matrices + elements, product, product // 2)
 
 
+class SparseGradientError(ValueError):
+    """A step updates a parameter with a sparse gradient (``nn.Embedding(sparse=True)``): torch
+    then updates only the stored rows, and a per-element formula over the parameter's elements
+    would overcount it (an embedding table of 1,000 rows, 3 of them looked up: 16,000 FLOPs for
+    SGD's 48), so its FLOPs are unknown."""
+
+
+def _updated(param: Any) -> bool:
+    # Whether the step updates ``param`` (it has a gradient), raising for a sparse gradient.
+    grad = param.grad
+    if grad is None:
+        return False
+    if getattr(grad, "is_sparse", False):
+        raise SparseGradientError("a parameter's gradient is sparse: no formula counts its "
+                             "stored elements")
+    return True
+
+
+def sparse_gradients(optimizer: Any) -> bool:
+    """Whether a parameter ``optimizer`` updates has a sparse gradient (see
+    :class:`SparseGradientError`).
+
+    Example:
+        >>> import torch
+        >>> table = torch.nn.Parameter(torch.ones(4, 2))
+        >>> table.grad = torch.ones(1, 2).to_sparse().sparse_resize_((4, 2), 2, 0)
+        >>> sparse_gradients(torch.optim.SGD([table], lr=0.1))
+        True
+    """
+    return any(getattr(param.grad, "is_sparse", False)
+               for group in optimizer.param_groups for param in group["params"])
+
+
 def _per_parameter(
         count: Callable[[Any, Mapping[str, Any], Mapping[str, Any]], FlopCount]) -> FlopRule:
     # The rule of an optimizer whose step on a parameter depends on its shape:
@@ -343,7 +374,7 @@ def _per_parameter(
         total = gemm = 0
         for group in optimizer.param_groups:
             for param in group["params"]:
-                if param.grad is not None:
+                if _updated(param):
                     found = count(param, group, optimizer.state.get(param, _NO_STATE))
                     total += found.flops
                     gemm += found.gemm
@@ -469,7 +500,7 @@ def torch_step_rule(
             elements = 0
             first = None
             for param in group["params"]:
-                if param.grad is not None:
+                if _updated(param):
                     elements += param.numel()
                     if first is None:
                         first = param

@@ -86,12 +86,14 @@ from typing import Any, Callable
 from tracetorch.flops.elementwise import (
     CRITERIA,
     DATA_MOVEMENT,
+    FOLDED_FACTORS,
     NORMALIZATIONS,
     PER_ELEMENT,
     PER_INPUT_ELEMENT,
     criterion_flops,
     loss_flops,
     normalization_flops,
+    scalar_factor,
 )
 from tracetorch.flops.layer_functions import layer_function_table
 
@@ -562,6 +564,18 @@ def _per_output(per_element: int) -> CallFormula:
     return formula
 
 
+def _folding(name: str, per_element: int) -> CallFormula:
+    # (the factor's position counts the tensor called on: torch.add(x, y, alpha=a) and
+    # x.add(y, alpha=a) reach a mode alike, as (x, y, a))
+    at, keyword, default = FOLDED_FACTORS[name]
+
+    def formula(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+        value = args[at] if len(args) > at else kwargs.get(keyword, default)
+        factor = scalar_factor(value)
+        return (per_element + factor) * int(result.numel())
+    return formula
+
+
 def _per_input(per_element: int) -> CallFormula:
     def formula(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
         return per_element * int(_arg(args, kwargs, 0, "input").numel())
@@ -617,7 +631,7 @@ def _elementwise_table(torch: Any) -> list[tuple[Any, str, str, CallFormula]]:
     functional, tensor = torch.nn.functional, torch.Tensor
     table: list[tuple[Any, str, str, CallFormula]] = []
     for name, per in PER_ELEMENT.items():
-        formula = _per_output(per)
+        formula = _per_output(per) if name not in FOLDED_FACTORS else _folding(name, per)
         for owner, attr in ((torch, name), (tensor, name), (tensor, name + "_"),
                             (functional, name)):
             table.append((owner, attr, name, formula))

@@ -12,8 +12,10 @@ tracetorch code after it.
 A step's FLOPs come from the rule registered for the optimizer's class (the ``torch.optim``
 ones: :mod:`tracetorch.flops.optimizers`), run in the pre-hook, before the step: which
 parameters have a gradient and which branch the step takes (SGD's first momentum step, RAdam's
-rectification) are read then, at every step. An optimizer class with no rule has unknown FLOPs
-(``?``, listed in ``prof.unsupported``), never a silent 0.
+rectification) are read then, at every step. An optimizer class with no rule (a user's,
+``LBFGS``) is counted by its tensor operations, as a layer without one is, under the profile's
+function mode; where it runs none (or under ``ops=False``) its FLOPs are unknown (``?``, listed
+in ``prof.unsupported``), never a silent 0.
 
 ``zero_grad`` runs without the profiles' function mode: while a profile is open,
 ``torch.optim.Optimizer.zero_grad`` is :func:`quiet_zero_grad` of torch's own (installed on the
@@ -70,7 +72,7 @@ from tracetorch.engine.hotpath import (
     open_root,
 )
 from tracetorch.engine.unsupported import warn_unsupported
-from tracetorch.flops.optimizers import register_torch_optimizer_rules
+from tracetorch.flops.optimizers import register_torch_optimizer_rules, sparse_gradients
 from tracetorch.flops.registry import FlopCount
 from tracetorch.models.tensors import signature, tensor_bytes
 from tracetorch.records.tree import FLOPS, GEMM_FLOPS, INPUT_BYTES, MACS, CallNode, new_entry
@@ -108,15 +110,28 @@ class _OpenStep:
         frame = parent.child_frames.get(id(optimizer))
         if frame is None:
             frame = collector.new_child(parent, optimizer, "optimizer", None, None)
-        rule_state = frame.node.engine.rule_state
+        node = frame.node
+        rule_state = node.engine.rule_state
         if rule_state == "rule":
             rule = collector.registry.lookup(type(optimizer))
             # Outside the profile's function mode: each p.grad it reads would go through it
             # (~2 µs a parameter), and a rule's own operations are no operations of the step.
-            with DisableTorchFunction():
-                self.counted = rule(optimizer, args + tuple(kwargs.values()), None)
+            try:
+                with DisableTorchFunction():
+                    self.counted = rule(optimizer, args + tuple(kwargs.values()), None)
+            except Exception as error:  # (a built-in rule's: a sparse gradient)
+                collector.rule_failed(node, rule, error)
+                self.counted = 0  # the node's FLOPs unknown, a lower bound
         elif rule_state == "free":
             self.counted = 0
+        elif frame.ops and sparse_gradients(optimizer):
+            # Counted by its operations, a sparse gradient's would be counted over the
+            # parameter's elements, not the stored ones: unknown instead, nothing counted.
+            node.flops_source = "uncounted"
+            if collector.warn_unsupported:
+                warn_unsupported(node.type_name, False, stacklevel=_USER_FRAME - 1,
+                                 uncounted="updates with sparse gradients")
+            frame = frame._replace(ops=False)
         self.frame = frame
         self.opened = open_root(frame)
         self.start = collector.clock()
@@ -161,8 +176,11 @@ def _first_entry(collector: Any, node: CallNode, args: tuple[Any, ...],
             int(counted.flops), int(counted.gemm), int(macs))
     elif counted is not None:
         entry[FLOPS] = int(counted)
-    elif node.engine.rule_state == "none" and collector.warn_unsupported:
-        warn_unsupported(node.type_name, False, stacklevel=_USER_FRAME)
+    elif (node.engine.rule_state == "none" and not node.engine.op_flops
+          and collector.warn_unsupported):
+        # (a step with no rule counts its operations: unknown only where it ran none)
+        warn_unsupported(node.type_name, False, stacklevel=_USER_FRAME,
+                         ops_counted=collector.count_ops)
     return entry
 
 
