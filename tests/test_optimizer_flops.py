@@ -358,6 +358,39 @@ def test_adafactor_counts_its_factored_moments_and_their_outer_product(
     assert gemm == [2 * (15 + 24)] * 3
 
 
+def test_a_subclass_whose_step_does_more_is_counted_by_its_operations(torch: ModuleType) -> None:
+    # SGD's rule covers a subclass that keeps SGD's step (an LR scheduler wrapping the
+    # instance's changes nothing), not one whose own step does more: it read SGD's 2 per
+    # element, "complete"
+    class Lookahead(torch.optim.SGD):
+        @torch.no_grad()
+        def step(self, closure: Any = None) -> None:
+            super().step(closure)
+            for group in self.param_groups:
+                for param in group["params"]:
+                    slow = self.state[param].setdefault("slow", param.detach().clone())
+                    slow.add_(param - slow, alpha=0.5)  # subtract 1, scaled add 2
+                    param.copy_(slow)
+
+    class Renamed(torch.optim.SGD):
+        pass
+
+    for optimizer_class, per_element, source in ((Lookahead, 2 + 3, "ops"),
+                                                 (Renamed, 2, "rule"),
+                                                 (torch.optim.SGD, 2, "rule")):
+        params = _parameters(torch)
+        optimizer = optimizer_class(params[:2], lr=0.1)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+        with tracetorch.profile() as prof:
+            for step in range(2):
+                _set_grads(torch, params, step)
+                optimizer.step()
+                scheduler.step()
+        node = prof.find(f"{optimizer_class.__name__}.step")
+        assert (node.flops, node.flops_source, node.completeness) == (
+            2 * per_element * ELEMENTS, source, "complete"), optimizer_class
+
+
 def test_lbfgs_is_counted_by_its_operations_with_the_closures_calls_under_it(
         torch: ModuleType) -> None:
     # LBFGS has no formula (its line search runs as long as the loss asks): its own operations

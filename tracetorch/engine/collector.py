@@ -370,7 +370,10 @@ class Collector(CallTiming):
             state.rule_state = "user"
             self._user_rules[node] = flops_fn
         elif kind in RULED_KINDS:
-            rule = self.registry.lookup(type(owner), owner)
+            # (an optimizer runs its class's step: the one an LR scheduler wraps on the
+            # instance is not read)
+            rule = (self.registry.lookup(type(owner), method="step") if kind == "optimizer"
+                    else self.registry.lookup(type(owner), owner))
             state.rule_state = "none" if rule is NO_RULE else ("free" if rule is None else "rule")
         counts_ops = parent_ops
         torch_module = is_torch_module(owner)

@@ -100,14 +100,16 @@ class FlopRegistry:
         lookup remembered at one generation is known to hold while it stays the same."""
         return _CHANGES[0]
 
-    def lookup(self, layer_type: type, layer: Any = None) -> Any:
+    def lookup(self, layer_type: type, layer: Any = None, method: str = "forward") -> Any:
         """The rule for ``layer_type`` (a user rule first at each MRO level), ``None`` for a type
-        registered as free, or :data:`NO_RULE`; ``layer``, where given, is the instance called.
+        registered as free, or :data:`NO_RULE`; ``layer``, where given, is the instance called;
+        ``method``, what a call runs (an optimizer's: ``"step"``).
 
         A built-in rule counts what its framework's layer does: it covers a subclass defined
-        elsewhere only while the subclass keeps the layer's ``forward`` (a ``Linear`` subclass
+        elsewhere only while the subclass keeps the layer's ``method`` (a ``Linear`` subclass
         that adds a low-rank product in its own ``forward``, as loralib's does, has no rule:
-        its operations are counted), and an instance only while no ``forward`` of its own was
+        its operations are counted; so has an ``SGD`` subclass whose ``step`` does more than
+        SGD's), and an instance only while no ``forward`` of its own was
         assigned on it (but for accelerate's device hooks, which run the class's, kept as
         ``_old_forward``), no forward hook runs inside its calls (:func:`hooks_run_inside`:
         pruning's mask, an old-style ``weight_norm`` on one of its sublayers) and the rule's
@@ -125,9 +127,9 @@ class FlopRegistry:
             >>> registry.lookup(Renamed) is registry.lookup(Layer), registry.lookup(int) is NO_RULE
             (True, True)
         """
-        forward_from: type | None = None  # the class whose forward the layer runs
+        forward_from: type | None = None  # the class whose ``method`` the layer runs
         for klass in layer_type.__mro__:
-            if forward_from is None and "forward" in vars(klass):
+            if forward_from is None and method in vars(klass):
                 forward_from = klass
             if klass in self._user:
                 return self._user[klass]

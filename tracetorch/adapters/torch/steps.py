@@ -113,7 +113,7 @@ class _OpenStep:
         node = frame.node
         rule_state = node.engine.rule_state
         if rule_state == "rule":
-            rule = collector.registry.lookup(type(optimizer))
+            rule = collector.registry.lookup(type(optimizer), method="step")
             # Outside the profile's function mode: each p.grad it reads would go through it
             # (~2 µs a parameter), and a rule's own operations are no operations of the step.
             try:
