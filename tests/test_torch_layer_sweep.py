@@ -552,6 +552,54 @@ def test_layer_forward_and_backward_flops_are_known_exact_and_leave_nothing_behi
     assert prof.backward_gemm_flops == backward
 
 
+class _AttentionCall(nn.Module):
+    """nn.MultiheadAttention called with keyword options (the sweep's cases pass inputs only)."""
+
+    def __init__(self, attention: nn.MultiheadAttention, options: dict[str, Any]) -> None:
+        super().__init__()
+        self.attention = attention
+        self.options = options
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        return self.attention(query, key, key, **self.options)[0]
+
+
+_ATTENTION_SHAPES = [(kdim, bias_kv, zero_attn, need_weights, batch_first)
+                     for kdim in (None, 12) for bias_kv in (False, True)
+                     for zero_attn in (False, True) for need_weights in (True, False)
+                     for batch_first in (False, True)]
+
+
+@pytest.mark.parametrize(("kdim", "bias_kv", "zero_attn", "need_weights", "batch_first"),
+                         _ATTENTION_SHAPES)
+def test_every_multihead_attention_option_is_counted_exactly(kdim, bias_kv, zero_attn,
+                                                             need_weights, batch_first):
+    # kdim/vdim, bias_k and bias_v (a key row more to attend to), add_zero_attn (another),
+    # the weights returned or not (torch's fused path), batch first, each with a mask: the
+    # extra keys were left out of the scores and weighted sum (1,280 of 26,752 forward FLOPs)
+    embed, length, source, batch = 16, 5, 7, 2
+    masks = [{}, {"attn_mask": torch.zeros(length, source)},
+             {"key_padding_mask": torch.zeros(batch, source, dtype=torch.bool)}]
+    options = {"need_weights": need_weights,
+               **masks[_ATTENTION_SHAPES.index(
+                   (kdim, bias_kv, zero_attn, need_weights, batch_first)) % len(masks)]}
+
+    def make() -> nn.Module:
+        return _AttentionCall(nn.MultiheadAttention(
+            embed, 4, kdim=kdim, vdim=kdim, add_bias_kv=bias_kv, add_zero_attn=zero_attn,
+            batch_first=batch_first), options)
+
+    def inputs() -> tuple[Any, ...]:
+        key_width = kdim or embed
+        if batch_first:
+            return r(batch, length, embed), r(batch, source, key_width)
+        return r(length, batch, embed), r(source, batch, key_width)
+
+    prof, _, (forward, backward) = _profiled(Case(make, inputs))
+    assert prof.completeness == "complete"
+    assert (prof.forward_gemm_flops, prof.backward_gemm_flops) == (forward, backward)
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_count_flops_counts_what_a_profile_of_the_same_call_counts(name):
     # count_flops keeps a running total of each call's share, no node (tracetorch.engine.tally):

@@ -314,17 +314,21 @@ ATTENTION_PARAMETERS = (
 
 
 def attention_products(embed: int, kdim: int, vdim: int, n: int, length: int,
-                       source: int) -> int:
+                       source: int, added_keys: int = 0) -> int:
     """The products of multi-head attention over ``n`` sequences of ``length`` queries and
     ``source`` keys: the q/k/v projections, the scores and the weighted sum, the output
-    projection (``nn.MultiheadAttention``'s rule adds its softmax and scaling).
+    projection (``nn.MultiheadAttention``'s rule adds its softmax and scaling). ``added_keys``
+    are attended to but not projected: ``bias_k``/``bias_v``'s row, ``add_zero_attn``'s zeros.
 
     Example:
         >>> attention_products(8, 8, 8, n=1, length=4, source=4)   # 3·512 + 2·256 + 512
         2560
+        >>> attention_products(8, 8, 8, n=1, length=4, source=4, added_keys=2)  # + 2·2·64
+        2816
     """
     projections = 2 * n * (length * embed * embed + source * kdim * embed + source * vdim * embed)
-    return projections + 2 * 2 * n * length * source * embed + 2 * n * length * embed * embed
+    attended = source + added_keys
+    return projections + 2 * 2 * n * length * attended * embed + 2 * n * length * embed * embed
 
 
 def bound_attention(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -337,9 +341,10 @@ def _attention(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> in
     # rule counts them (its softmax and scaling, elementwise, are the layer rule's only).
     bound = bound_attention(args, kwargs)
     query, key, value = bound["query"], bound["key"], bound["value"]
+    added = (bound.get("bias_k") is not None) + bool(bound.get("add_zero_attn"))
     return attention_products(int(bound["embed_dim_to_check"]), int(key.shape[-1]),
                               int(value.shape[-1]), int(query.shape[1]) if query.dim() == 3 else 1,
-                              int(query.shape[0]), int(key.shape[0]))
+                              int(query.shape[0]), int(key.shape[0]), added)
 
 
 def _grouped(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:

@@ -125,11 +125,13 @@ def conv_transpose_rule(layer: nn.modules.conv._ConvTransposeNd, inputs: tuple[A
 
 def mha_count(layer: nn.MultiheadAttention, n: int, length: int, source: int) -> FlopCount:
     """FLOPs of nn.MultiheadAttention for ``n`` sequences of ``length`` queries over ``source``
-    keys: q/k/v and output projections, the two attention products, softmax (3 per score)."""
+    keys: q/k/v and output projections, the two attention products, softmax (3 per score); a
+    ``bias_k`` row and ``add_zero_attn``'s zeros are keys more to attend to (not projected)."""
     e = layer.embed_dim
-    softmax = 3 * n * layer.num_heads * length * source
+    added = (layer.bias_k is not None) + bool(layer.add_zero_attn)
+    softmax = 3 * n * layer.num_heads * length * (source + added)
     scale = n * length * e
-    return _gemm(attention_products(e, layer.kdim, layer.vdim, n, length, source),
+    return _gemm(attention_products(e, layer.kdim, layer.vdim, n, length, source, added),
                  softmax + scale)
 
 
@@ -174,9 +176,10 @@ def _summed(counts: Iterable[FlopCount]) -> FlopCount:
 
 def mha_rule(layer: nn.MultiheadAttention, inputs: tuple[Any, ...], output: Any) -> FlopCount:
     """MultiheadAttention: q/k/v projections 2·N·(L·E·E + S·kdim·E + S·vdim·E), scores and
-    weighted sum 2·2·N·L·S·E, output projection 2·N·L·E·E; 3 per score for softmax
-    and 1 per query element for the scaling (bias_k / add_zero_attn are not counted). A nested
-    batch: each sequence at its own length."""
+    weighted sum 2·2·N·L·S'·E, output projection 2·N·L·E·E; 3 per score for softmax
+    and 1 per query element for the scaling, where S' counts ``bias_k``'s row and
+    ``add_zero_attn``'s zeros besides the S keys. A nested batch: each sequence at its own
+    length."""
     query = inputs[0] if inputs else _first_tensor(output)
     key = inputs[1] if len(inputs) > 1 and isinstance(inputs[1], torch.Tensor) else None
     lengths = _sequence_lengths(query)
