@@ -230,6 +230,29 @@ def test_an_optimizer_without_a_rule_is_counted_by_its_operations(torch: ModuleT
     assert node.completeness == "complete" and prof.unsupported == {}
 
 
+def test_an_optimizer_written_with_foreach_functions_counts_as_its_single_tensor_twin(
+        torch: ModuleType) -> None:
+    class ForeachSignStep(torch.optim.Optimizer):
+        def __init__(self, params: Any) -> None:
+            super().__init__(params, {"lr": 0.1})
+
+        @torch.no_grad()
+        def step(self, closure: Any = None) -> None:
+            for group in self.param_groups:
+                params = [param for param in group["params"] if param.grad is not None]
+                signs = torch._foreach_sign([param.grad for param in params])
+                torch._foreach_add_(params, signs, alpha=-group["lr"])
+
+    params = _parameters(torch)
+    optimizer = ForeachSignStep(params)
+    with tracetorch.profile() as prof:
+        for step in range(2):
+            _set_grads(torch, params, step)
+            optimizer.step()
+    node = prof.find("ForeachSignStep.step")
+    assert (node.flops, node.flops_source, node.completeness) == (6 * ELEMENTS, "ops", "complete")
+
+
 def test_without_counted_operations_an_optimizer_without_a_rule_is_unknown(
         torch: ModuleType) -> None:
     params = _parameters(torch)

@@ -177,6 +177,32 @@ def test_a_scalar_factor_folded_into_an_operation_is_a_multiply_more(torch):
         assert prof.forward_flops == 10 * per_element, name
 
 
+def test_a_foreach_function_costs_its_single_tensor_form_over_every_tensor(torch):
+    # optimizers' foreach paths and clip_grad_norm_ run these over lists of tensors: they
+    # counted nothing
+    import tracetorch
+
+    def tensors():
+        return [torch.ones(3, 4), torch.ones(5)]
+
+    others = tensors()
+    elements = 3 * 4 + 5
+    spellings = {
+        "_foreach_add_ alpha": (lambda: torch._foreach_add_(tensors(), others, alpha=0.1), 2),
+        "_foreach_add scalar": (lambda: torch._foreach_add(tensors(), 1.0), 1),
+        "_foreach_mul_": (lambda: torch._foreach_mul_(tensors(), 0.5), 1),
+        "_foreach_lerp_": (lambda: torch._foreach_lerp_(tensors(), others, 0.9), 3),
+        "_foreach_addcmul_ value": (
+            lambda: torch._foreach_addcmul_(tensors(), others, others, value=2), 3),
+        "_foreach_sqrt": (lambda: torch._foreach_sqrt(tensors()), 1),
+        "_foreach_norm": (lambda: torch._foreach_norm(tensors()), 2),
+    }
+    for name, (spelling, per_element) in spellings.items():
+        with tracetorch.profile() as prof:
+            spelling()
+        assert prof.forward_flops == elements * per_element, name
+
+
 def test_a_torch_function_subclass_sees_the_same_func_inside_and_outside(torch):
     import tracetorch
 

@@ -53,7 +53,10 @@ Products of vectors are counted apart from the matrix products (``torch.utils.fl
 counts none of them): ``mv``, ``addmv``, ``dot``, ``vdot`` 2 per element of the matrix or
 vector, ``linalg.vecdot`` 2 per product summed, ``addbmm`` as ``bmm``, ``outer``/``ger``,
 ``addr`` and ``kron`` 1 per output element, ``cdist`` 3 per pair of points and coordinate and a
-root per pair. The functions of torch's pooling, resampling, bag and weight-norm layers cost
+root per pair. ``torch._foreach_<f>`` (and its in-place ``_foreach_<f>_``), which optimizers'
+foreach paths and ``clip_grad_norm_`` run over lists of tensors, costs ``<f>``'s FLOPs over
+every element of the first list (``_foreach_norm`` a norm's 2 per element). The functions of
+torch's pooling, resampling, bag and weight-norm layers cost
 what the layers' rules count (:mod:`tracetorch.flops.layer_functions`); the functions of
 :func:`uncounted_functions` compute with no formula here, and leave their layer's FLOPs
 unknown.
@@ -581,6 +584,20 @@ def _folding(name: str, per_element: int) -> CallFormula:
     return formula
 
 
+def _foreach(name: str, per_element: int) -> CallFormula:
+    # torch._foreach_<name>(tensors, ...): <name> on each tensor of the list, its factor (if it
+    # folds one) where the single-tensor form has it
+    folded = FOLDED_FACTORS.get(name)
+
+    def formula(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
+        factor = 0
+        if folded is not None:
+            at, keyword, default = folded
+            factor = scalar_factor(args[at] if len(args) > at else kwargs.get(keyword, default))
+        return (per_element + factor) * sum(int(tensor.numel()) for tensor in args[0])
+    return formula
+
+
 def _per_input(per_element: int) -> CallFormula:
     def formula(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
         return per_element * int(_arg(args, kwargs, 0, "input").numel())
@@ -632,7 +649,8 @@ def _criterion(name: str) -> CallFormula:
 
 def _elementwise_table(torch: Any) -> list[tuple[Any, str, str, CallFormula]]:
     """Every spelling of the functions of :mod:`tracetorch.flops.elementwise`: ``torch.<f>``,
-    ``Tensor.<f>`` and its in-place ``<f>_``, ``F.<f>``, and the reflected operators."""
+    ``Tensor.<f>`` and its in-place ``<f>_``, ``F.<f>``, the reflected operators and the
+    foreach forms ``torch._foreach_<f>`` and ``_foreach_<f>_``."""
     functional, tensor = torch.nn.functional, torch.Tensor
     table: list[tuple[Any, str, str, CallFormula]] = []
     for name, per in PER_ELEMENT.items():
@@ -646,6 +664,10 @@ def _elementwise_table(torch: Any) -> list[tuple[Any, str, str, CallFormula]]:
     for name, per in PER_INPUT_ELEMENT.items():
         formula = _per_input(per)
         table += [(torch, name, name, formula), (tensor, name, name, formula)]
+    for name, per in (*PER_ELEMENT.items(), ("norm", PER_INPUT_ELEMENT["norm"])):
+        formula = _foreach(name, per)
+        table += [(torch, f"_foreach_{name}", f"_foreach_{name}", formula),
+                  (torch, f"_foreach_{name}_", f"_foreach_{name}", formula)]
     for name in NORMALIZATIONS:
         table.append((functional, name, name, _normalization(name)))
     for name in CRITERIA:

@@ -190,13 +190,16 @@ def _reading_values(mode: OpCountingMode, test: DependsOnValues, entry: Entry | 
     return run
 
 
-def _computed(result: Any) -> Any:
+def _computed(result: Any, args: tuple[Any, ...]) -> Any:
     # The tensor a counted call computed: its result, or the first of the values and indices
-    # it returns (torch.max(x, dim), F.max_pool2d(..., return_indices=True)); None for
-    # anything else (an fx Proxy, NotImplemented).
+    # it returns (torch.max(x, dim), F.max_pool2d(..., return_indices=True)), or of the list a
+    # foreach function returns (an in-place one returns None: its first tensor, updated); None
+    # for anything else (an fx Proxy, NotImplemented).
     if isinstance(result, _Tensor):
         return result
-    if isinstance(result, tuple) and result and isinstance(result[0], _Tensor):
+    if result is None and args and isinstance(args[0], list):
+        result = args[0]
+    if isinstance(result, (tuple, list)) and result and isinstance(result[0], _Tensor):
         return result[0]
     return None
 
@@ -211,7 +214,7 @@ def _counting(name: str, formula: CallFormula, gemm: bool,
         if (frame is None or not frame.ops or not frame.collector.count_ops
                 or _current_node() is not None or tracing()):
             return result  # outside a counting call, or in a backward pass or a trace
-        computed = _computed(result)
+        computed = _computed(result, args)
         if computed is None:
             return result  # nothing real ran (see the module docstring)
         try:
