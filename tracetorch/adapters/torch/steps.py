@@ -177,8 +177,9 @@ def _first_entry(collector: Any, node: CallNode, args: tuple[Any, ...],
     elif counted is not None:
         entry[FLOPS] = int(counted)
     elif (node.engine.rule_state == "none" and not node.engine.op_flops
-          and collector.warn_unsupported):
-        # (a step with no rule counts its operations: unknown only where it ran none)
+          and node.flops_source != "uncounted" and collector.warn_unsupported):
+        # (a step with no rule counts its operations: unknown only where it ran none; one
+        # with a sparse gradient was warned of at its start)
         warn_unsupported(node.type_name, False, stacklevel=_USER_FRAME,
                          ops_counted=collector.count_ops)
     return entry
