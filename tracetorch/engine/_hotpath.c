@@ -116,20 +116,6 @@ FrameCell_clear(FrameCell *self)
     return 0;
 }
 
-/* Whether this thread made ``cell`` (swaps it and reads its current frame). */
-static inline int
-cell_is_ours(PyObject *cell)
-{
-    return ((FrameCell *)cell)->thread == PyThread_get_thread_ident();
-}
-
-/* The frame a cell holds for this thread (borrowed): see FrameCell. */
-static inline PyObject *
-cell_frame(PyObject *cell)
-{
-    return cell_is_ours(cell) ? ((FrameCell *)cell)->frame : ((FrameCell *)cell)->first;
-}
-
 static void
 FrameCell_dealloc(FrameCell *self)
 {
@@ -164,16 +150,28 @@ cell_new(PyObject *frame)
     return (PyObject *)cell;
 }
 
-/* What the frame variable holds, a cell read through (a new reference; NULL with an error). */
+/* What the frame variable holds, read through a cell (a new reference: None where it holds
+ * nothing; NULL with an error): the cell's current frame where this thread made it, else its
+ * first (see FrameCell). ``*ours``, where asked for, gets the cell this thread made (a new
+ * reference), the one a call swaps its frame in; else NULL. */
 static PyObject *
-held_frame(PyObject *frame_var, PyObject *default_value)
+held_frame(PyObject *frame_var, PyObject **ours)
 {
     PyObject *held;
-    if (PyContextVar_Get(frame_var, default_value, &held) < 0)
+    if (ours != NULL)
+        *ours = NULL;
+    if (PyContextVar_Get(frame_var, Py_None, &held) < 0)
         return NULL;
-    if (held != NULL && Py_IS_TYPE(held, &FrameCellType))
-        Py_SETREF(held, Py_NewRef(cell_frame(held)));
-    return held;
+    if (!Py_IS_TYPE(held, &FrameCellType))
+        return held;
+    FrameCell *cell = (FrameCell *)held;
+    int mine = cell->thread == PyThread_get_thread_ident();
+    PyObject *frame = Py_NewRef(mine ? cell->frame : cell->first);
+    if (mine && ours != NULL)
+        *ours = held;
+    else
+        Py_DECREF(held);
+    return frame;
 }
 
 /* ``FrameReader(var)()``: the innermost open call that ``var`` (hotpath._FRAME) holds, read
@@ -191,7 +189,7 @@ FrameReader_call(FrameReader *self, PyObject *const *args, size_t nargsf, PyObje
         PyErr_SetString(PyExc_TypeError, "the innermost frame's reader takes no arguments");
         return NULL;
     }
-    return held_frame(self->var, Py_None);
+    return held_frame(self->var, NULL);
 }
 
 static int
@@ -1194,19 +1192,11 @@ Wrapper_call(Wrapper *self, PyObject *const *call_args, size_t nargsf, PyObject 
             return call_wrapped(wrapped, args, kwargs);
     }
     PyObject *frame_var = self->frame_var, *cell;
-    if (PyContextVar_Get(frame_var, NULL, &cell) < 0)
+    PyObject *frame = held_frame(frame_var, &cell);
+    if (frame == NULL)
         return NULL;
-    PyObject *frame = cell;  /* (a new reference, as ``cell`` where it is one of ours) */
-    if (cell != NULL && Py_IS_TYPE(cell, &FrameCellType)) {
-        frame = Py_NewRef(cell_frame(cell));
-        if (!cell_is_ours(cell))
-            Py_CLEAR(cell);
-    }
-    else {
-        cell = NULL;
-    }
-    if (frame == NULL || frame == Py_None) {
-        Py_XDECREF(frame);
+    if (frame == Py_None) {  /* (and no cell) */
+        Py_DECREF(frame);
         PyObject *watcher = global(self, s_all_threads);
         if (watcher == NULL)
             return NULL;

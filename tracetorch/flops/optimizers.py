@@ -48,11 +48,12 @@ Every ``foreach`` and ``fused`` path gets the same count: the same algorithm, or
 fewer kernels (RAdam's foreach path even runs the rectified arithmetic at every step and masks
 it, 14 per element; the count follows the algorithm's branch). ``capturable`` and
 ``differentiable`` paths fold a few scalars differently and are counted as the default path.
-Sparse gradients are counted as dense and a complex parameter as one element per complex
-number. Optimizers not listed (``SparseAdam``, ``LBFGS``, any other class) have unknown FLOPs
-unless a rule is registered with :func:`tracetorch.flop_rule`: an optimizer's rule runs
-before each step as ``rule(optimizer, step_args, None)``, so it can read which parameters
-have gradients.
+A complex parameter counts as one element per complex number. A step with a sparse gradient
+raises :class:`SparseGradientError` (its FLOPs are unknown: see there). Optimizers not listed
+(``LBFGS``, any other class, a subclass whose own ``step`` does more) have no rule: a profile
+counts their operations, and :func:`tracetorch.flop_rule` can register one; an optimizer's
+rule runs before each step as ``rule(optimizer, step_args, None)``, so it can read which
+parameters have gradients.
 
 ``tracetorch.core``'s optimizers use the same formulas (:mod:`tracetorch.flops.core_rules`).
 
@@ -340,14 +341,18 @@ class SparseGradientError(ValueError):
     SGD's 48), so its FLOPs are unknown."""
 
 
+def _sparse(grad: Any) -> bool:
+    return getattr(grad, "is_sparse", False)  # (tracetorch.core's tensors have no layouts)
+
+
 def _updated(param: Any) -> bool:
     # Whether the step updates ``param`` (it has a gradient), raising for a sparse gradient.
     grad = param.grad
     if grad is None:
         return False
-    if getattr(grad, "is_sparse", False):
+    if _sparse(grad):
         raise SparseGradientError("a parameter's gradient is sparse: no formula counts its "
-                             "stored elements")
+                                  "stored elements")
     return True
 
 
@@ -362,7 +367,7 @@ def sparse_gradients(optimizer: Any) -> bool:
         >>> sparse_gradients(torch.optim.SGD([table], lr=0.1))
         True
     """
-    return any(getattr(param.grad, "is_sparse", False)
+    return any(_sparse(param.grad)
                for group in optimizer.param_groups for param in group["params"])
 
 

@@ -572,29 +572,37 @@ def _per_output(per_element: int) -> CallFormula:
     return formula
 
 
+def _per_element_cost(name: str, per_element: int
+                      ) -> Callable[[tuple[Any, ...], dict[str, Any]], int]:
+    # The FLOPs per element of a call of the elementwise function ``name``: its own, and a
+    # multiply for the scalar factor it folds in, if any (FOLDED_FACTORS). The factor's position
+    # counts the tensor (or list) called on: torch.add(x, y, alpha=a), x.add(y, alpha=a) and
+    # torch._foreach_add(xs, ys, alpha=a) reach a mode alike.
+    folded = FOLDED_FACTORS.get(name)
+    if folded is None:
+        return lambda args, kwargs: per_element
+    at, keyword, default = folded
+
+    def cost(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+        return per_element + scalar_factor(args[at] if len(args) > at
+                                           else kwargs.get(keyword, default))
+    return cost
+
+
 def _folding(name: str, per_element: int) -> CallFormula:
-    # (the factor's position counts the tensor called on: torch.add(x, y, alpha=a) and
-    # x.add(y, alpha=a) reach a mode alike, as (x, y, a))
-    at, keyword, default = FOLDED_FACTORS[name]
+    cost = _per_element_cost(name, per_element)
 
     def formula(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
-        value = args[at] if len(args) > at else kwargs.get(keyword, default)
-        factor = scalar_factor(value)
-        return (per_element + factor) * int(result.numel())
+        return cost(args, kwargs) * int(result.numel())
     return formula
 
 
 def _foreach(name: str, per_element: int) -> CallFormula:
-    # torch._foreach_<name>(tensors, ...): <name> on each tensor of the list, its factor (if it
-    # folds one) where the single-tensor form has it
-    folded = FOLDED_FACTORS.get(name)
+    # torch._foreach_<name>(tensors, ...): <name> on each tensor of the list
+    cost = _per_element_cost(name, per_element)
 
     def formula(args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> int:
-        factor = 0
-        if folded is not None:
-            at, keyword, default = folded
-            factor = scalar_factor(args[at] if len(args) > at else kwargs.get(keyword, default))
-        return (per_element + factor) * sum(int(tensor.numel()) for tensor in args[0])
+        return cost(args, kwargs) * sum(int(tensor.numel()) for tensor in args[0])
     return formula
 
 
